@@ -1,0 +1,78 @@
+# trex — GNU Makefile.
+#   make            build build/trex (library, CLI, tests)
+#   make test       the whole suite: unit and script tests, then the ASan+UBSan build of the C tests
+#   make asan       only the ASan+UBSan build and its tests
+#   make demo       install missing dependencies, build, run the main job on an embedded default
+#   make fuzz       build the libFuzzer targets (clang) into $(BUILD)/fuzz
+# BUILD=dir puts every output under dir (several builds can coexist).
+
+BUILD   ?= build
+CC      ?= cc
+PYTHON  ?= /usr/bin/python3
+WERROR  ?= -Werror
+SAN     ?=
+
+CPPFLAGS += -Iinclude -Isrc -I/usr/include/coin -D_GNU_SOURCE
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes $(WERROR) \
+            -fno-strict-aliasing -pthread
+ifeq ($(SAN),1)
+CFLAGS   += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+LDFLAGS  += -fsanitize=address,undefined
+endif
+LDLIBS   += -lcjson -lglpk -lCbcSolver -lCbc -lpcre2-8 -lm -pthread
+
+LIB_SRC  := $(shell find src -name '*.c' | sort)
+CLI_SRC  := $(sort $(wildcard tools/trex/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+LIB      := $(BUILD)/libtrex.a
+TREX     := $(BUILD)/trex
+
+.PHONY: all test test-run asan demo fuzz clean
+all: $(TREX) $(TEST_BIN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(TREX): $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) $(CFLAGS) $(CLI_OBJ) $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# The whole suite: every test of the normal build, then the C tests under ASan+UBSan.
+test: all
+	bash tests/run.sh $(BUILD) $(BUILD)/asan
+
+test-run: all
+	bash tests/run.sh $(BUILD)
+
+asan:
+	$(MAKE) BUILD=$(BUILD)/asan SAN=1 CFLAGS="-O1 -g" all
+	ASAN_ONLY=1 bash tests/run.sh $(BUILD)/asan
+
+demo:
+	bash scripts/install-deps.sh
+	$(MAKE) all
+	bash scripts/demo.sh $(BUILD)
+
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+fuzz:
+	@mkdir -p $(BUILD)/fuzz
+	for f in $(FUZZ_SRC); do \
+	  clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined $$f $(LIB_SRC) $(LDLIBS) \
+	    -o $(BUILD)/fuzz/$$(basename $$f .c) || exit 1; done
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.d)

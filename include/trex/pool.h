@@ -1,0 +1,26 @@
+/* trex/pool.h — a fixed thread pool with a deterministic parallel-for.
+ *
+ * trex_pool_for splits [0, n) into contiguous chunks, one per thread, by a rule that depends only on n,
+ * grain and the pool size; every index is run exactly once. Kernels that want bitwise results whatever
+ * the thread count compute each output element in one thread, in a fixed order. */
+#ifndef TREX_POOL_H
+#define TREX_POOL_H
+
+#include <stdint.h>
+
+typedef struct trex_pool trex_pool;
+
+/* fn runs on indices [begin, end) from thread tid (0 <= tid < trex_pool_size). */
+typedef void (*trex_task_fn)(void *arg, int64_t begin, int64_t end, int tid);
+
+/* nthreads <= 0: the TREX_THREADS environment variable, else the number of online cores.
+ * Returns NULL when threads cannot be started. */
+trex_pool *trex_pool_create(int nthreads);
+void trex_pool_destroy(trex_pool *pool);
+int trex_pool_size(const trex_pool *pool);  /* 1 for a NULL pool */
+
+/* Runs fn over [0, n) and returns when every chunk is done. A NULL pool, n <= grain, or a call from
+ * inside a pool task runs inline on the caller. grain >= 1 is the smallest chunk worth a thread. */
+void trex_pool_for(trex_pool *pool, int64_t n, int64_t grain, trex_task_fn fn, void *arg);
+
+#endif
