@@ -4,6 +4,7 @@
 #define TREX_TOOLS_COMMANDS_H
 
 int trex_cmd_model(int argc, char **argv);  /* model info | init | run   (cmd_model.c) */
+int trex_cmd_model_run(int argc, char **argv); /* model run (cmd_model_run.c) */
 int trex_cmd_data(int argc, char **argv);   /* data or-gen | or-verify | ... (cmd_data.c) */
 int trex_cmd_plan(int argc, char **argv);   /* plan                      (cmd_plan.c) */
 
