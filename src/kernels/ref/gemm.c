@@ -1,15 +1,23 @@
 /* kernels/ref/gemm.c — reference fp32 GEMM, linear layers and RMSNorm.
  *
- * The GEMM is the portable baseline every optimized kernel is tested against: rows of C are split
- * across threads; each C element sums over k in increasing order, so results do not depend on the
- * thread count. Operands are copied into a transposed/contiguous panel when that turns the inner loop
- * into a unit-stride dot product or axpy the compiler can vectorize. */
+ * The GEMM is the portable baseline every optimized kernel is tested against. It follows the BLIS
+ * structure in plain C: C is cut into column panels of NC columns, handed to threads; inside a panel
+ * op(B) is packed once into [K][NR] micro-panels and op(A) into [K][MR] micro-panels, and a register
+ * block of MR x NR accumulators (GCC/Clang vector extensions: portable, no ISA flags) sums over k.
+ * Every element of C is summed by one thread over k in increasing order, so results do not depend on
+ * the number of threads or on the panel sizes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "trex/status.h"
+
+#define MR 4
+#define NR 8
+#define NC 64 /* columns of C per task; a multiple of NR */
+
+typedef float vnr __attribute__((vector_size(NR * sizeof(float))));
 
 typedef struct gemm_args {
     bool ta, tb;
@@ -20,55 +28,105 @@ typedef struct gemm_args {
     float *C;
 } gemm_args;
 
-/* Rows [i0, i1) of C. For op(B) = B (B is [K,N]) the inner loop is an axpy over a row of B;
- * for op(B) = B^T (B is [N,K]) it is a dot product of two K-vectors. */
-static void gemm_rows(void *arg, int64_t i0, int64_t i1, int tid)
+/* Packs op(B)[0:K, j0:j0+nc] into ceil(nc/NR) micro-panels of [K][NR], zero-padded. */
+static void pack_b(const gemm_args *g, int64_t j0, int64_t nc, float *bp)
+{
+    const int64_t K = g->K;
+    for (int64_t jp = 0; jp < nc; jp += NR) {
+        float *dst = bp + jp * K;
+        int64_t w = nc - jp < NR ? nc - jp : NR;
+        for (int64_t k = 0; k < K; k++) {
+            for (int64_t j = 0; j < w; j++) {
+                int64_t col = j0 + jp + j;
+                dst[k * NR + j] = g->tb ? g->B[col * g->ldb + k] : g->B[k * g->ldb + col];
+            }
+            for (int64_t j = w; j < NR; j++)
+                dst[k * NR + j] = 0.0f;
+        }
+    }
+}
+
+/* Packs op(A)[i0:i0+mr, 0:K] into [K][MR], zero-padded. */
+static void pack_a(const gemm_args *g, int64_t i0, int64_t mr, float *ap)
+{
+    const int64_t K = g->K;
+    for (int64_t k = 0; k < K; k++) {
+        for (int64_t i = 0; i < mr; i++) {
+            int64_t row = i0 + i;
+            ap[k * MR + i] = g->ta ? g->A[k * g->lda + row] : g->A[row * g->lda + k];
+        }
+        for (int64_t i = mr; i < MR; i++)
+            ap[k * MR + i] = 0.0f;
+    }
+}
+
+/* acc[MR] (one NR-vector per row) = sum over k of ap[k][i] * bp[k][:]. */
+static void micro_kernel(int64_t K, const float *ap, const float *bp, vnr acc[MR])
+{
+    vnr c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+    for (int64_t k = 0; k < K; k++) {
+        vnr b;
+        memcpy(&b, bp + k * NR, sizeof b);
+        const float *a = ap + k * MR;
+        c0 += a[0] * b;
+        c1 += a[1] * b;
+        c2 += a[2] * b;
+        c3 += a[3] * b;
+    }
+    acc[0] = c0;
+    acc[1] = c1;
+    acc[2] = c2;
+    acc[3] = c3;
+}
+
+static void gemm_panels(void *arg, int64_t p0, int64_t p1, int tid)
 {
     (void)tid;
     const gemm_args *g = arg;
-    const int64_t N = g->N, K = g->K;
-    float *arow = NULL;
-    if (g->ta) {
-        arow = malloc((size_t)(K > 0 ? K : 1) * sizeof *arow);
-        TREX_ASSERT(arow != NULL);
-    }
-    float *acc = NULL;
-    if (!g->tb) {
-        acc = malloc((size_t)(N > 0 ? N : 1) * sizeof *acc);
-        TREX_ASSERT(acc != NULL);
-    }
-    for (int64_t i = i0; i < i1; i++) {
-        const float *a;
-        if (g->ta) {
-            for (int64_t k = 0; k < K; k++)
-                arow[k] = g->A[k * g->lda + i];
-            a = arow;
-        } else {
-            a = g->A + i * g->lda;
-        }
-        float *c = g->C + i * g->ldc;
-        if (g->tb) {
-            for (int64_t j = 0; j < N; j++) {
-                const float *b = g->B + j * g->ldb;
-                float s = 0.0f;
-                for (int64_t k = 0; k < K; k++)
-                    s += a[k] * b[k];
-                c[j] = g->beta == 0.0f ? g->alpha * s : g->alpha * s + g->beta * c[j];
+    const int64_t K = g->K;
+    float *bp = malloc((size_t)(K > 0 ? K : 1) * NC * sizeof *bp);
+    float *ap = malloc((size_t)(K > 0 ? K : 1) * MR * sizeof *ap);
+    TREX_ASSERT(bp != NULL && ap != NULL);
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t j0 = p * NC;
+        const int64_t nc = g->N - j0 < NC ? g->N - j0 : NC;
+        pack_b(g, j0, nc, bp);
+        for (int64_t i0 = 0; i0 < g->M; i0 += MR) {
+            const int64_t mr = g->M - i0 < MR ? g->M - i0 : MR;
+            pack_a(g, i0, mr, ap);
+            for (int64_t jp = 0; jp < nc; jp += NR) {
+                vnr acc[MR];
+                micro_kernel(K, ap, bp + jp * K, acc);
+                const int64_t w = nc - jp < NR ? nc - jp : NR;
+                for (int64_t i = 0; i < mr; i++) {
+                    float *c = g->C + (i0 + i) * g->ldc + j0 + jp;
+                    for (int64_t j = 0; j < w; j++)
+                        c[j] = g->beta == 0.0f ? g->alpha * acc[i][j]
+                                               : g->alpha * acc[i][j] + g->beta * c[j];
+                }
             }
-        } else {
-            memset(acc, 0, (size_t)N * sizeof *acc);
-            for (int64_t k = 0; k < K; k++) {
-                const float av = a[k];
-                const float *b = g->B + k * g->ldb;
-                for (int64_t j = 0; j < N; j++)
-                    acc[j] += av * b[j];
-            }
-            for (int64_t j = 0; j < N; j++)
-                c[j] = g->beta == 0.0f ? g->alpha * acc[j] : g->alpha * acc[j] + g->beta * c[j];
         }
     }
-    free(arow);
-    free(acc);
+    free(ap);
+    free(bp);
+}
+
+/* Small products (a few rows, or a short inner dimension) skip packing. */
+static void gemm_rows_direct(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const gemm_args *g = arg;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < g->N; j++) {
+            float s = 0.0f;
+            for (int64_t k = 0; k < g->K; k++) {
+                float a = g->ta ? g->A[k * g->lda + i] : g->A[i * g->lda + k];
+                float b = g->tb ? g->B[j * g->ldb + k] : g->B[k * g->ldb + j];
+                s += a * b;
+            }
+            float *c = g->C + i * g->ldc + j;
+            *c = g->beta == 0.0f ? g->alpha * s : g->alpha * s + g->beta * *c;
+        }
 }
 
 void trex_gemm(trex_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -79,12 +137,15 @@ void trex_gemm(trex_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t 
     if (M == 0 || N == 0)
         return;
     gemm_args g = {ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C};
-    /* A row of C costs about N*K multiply-adds; aim for chunks of at least ~256K of them. */
-    int64_t work = N * (K > 0 ? K : 1);
-    int64_t grain = work >= 262144 ? 1 : 262144 / work;
-    trex_pool_for(pool, M, grain, gemm_rows, &g);
+    if (M * N * (K > 0 ? K : 1) < 32768) {
+        gemm_rows_direct(&g, 0, M, 0);
+        return;
+    }
+    const int64_t panels = (N + NC - 1) / NC;
+    /* A panel costs about M*NC*K multiply-adds; give a thread at least ~1M of them. */
+    int64_t per = M * NC * (K > 0 ? K : 1);
+    trex_pool_for(pool, panels, per >= (1 << 20) ? 1 : (1 << 20) / per, gemm_panels, &g);
 }
-
 void trex_linear_forward(trex_pool *pool, float *y, const float *x, const float *W, int64_t n,
                          int64_t in, int64_t out)
 {
