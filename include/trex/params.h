@@ -50,8 +50,11 @@ typedef struct trex_param {
     trex_param_kind kind;
     bool trainable;
     bool is_int;           /* lives in the int32 buffer */
-    int64_t offset;        /* element offset in its buffer */
+    int64_t offset;        /* element offset in its buffer; a multiple of TREX_PARAM_ALIGN */
 } trex_param;
+
+/* Every tensor starts at a multiple of 16 elements (64 bytes) of its buffer; the gaps are zero. */
+#define TREX_PARAM_ALIGN 16
 
 typedef struct trex_layout {
     int64_t count;
@@ -66,6 +69,37 @@ trex_code trex_layout_build(trex_layout *lay, const trex_config *cfg, trex_err *
 void trex_layout_free(trex_layout *lay);
 /* NULL when absent. O(1) average. */
 const trex_param *trex_layout_find(const trex_layout *lay, const char *name);
+
+/* Parameter counts of a layout under MODEL_SPEC §7.1's rule (every tensor except `.scale`, which
+ * trex does not hold, and `tid2eid`), split as MODEL_SPEC §1.3 reports them. */
+typedef struct trex_attn_count {
+    int ratio;             /* compress ratio: 0 SWA, 4 CSA, other HCA */
+    int64_t layers;        /* main layers with this ratio */
+    int64_t per_layer;     /* attention parameters of one such layer (everything under `attn.`) */
+} trex_attn_count;
+
+typedef struct trex_param_counts {
+    /* main model: global tensors and layers 0..L-1, no MTP */
+    int64_t embed, head;
+    int64_t attn;          /* everything under `layers.{i}.attn.` (q_norm, kv_norm, compressor, indexer) */
+    int64_t routed;        /* all routed experts */
+    int64_t shared;        /* shared experts */
+    int64_t gate;          /* router gate.weight and gate.bias */
+    int64_t hc;            /* mHC: hc_attn_*, hc_ffn_*, hc_head_* */
+    int64_t norm;          /* attn_norm, ffn_norm and the final norm */
+    int64_t total;         /* sum of the above */
+    int64_t routed_active; /* num_experts_per_tok of n_routed_experts experts in every layer */
+    int64_t active;        /* per token: total - embed - routed + routed_active (head counted) */
+    int64_t mtp;           /* the MTP block mtp.0.* (embedding and head are shared, not counted) */
+    int64_t mtp_attn;      /* its attention part */
+    int64_t mtp_active;    /* its per-token part (K of E experts) */
+    int64_t total_with_mtp;
+    int64_t not_counted;   /* elements of tid2eid tables */
+    int n_attn;            /* distinct ratios among main layers, in ascending order */
+    trex_attn_count attn_by_ratio[TREX_MAX_LAYERS];
+} trex_param_counts;
+
+void trex_layout_count(const trex_layout *lay, const trex_config *cfg, trex_param_counts *out);
 
 /* The weights of one model replica in memory: fp32 values in `f`, integer tables in `i`. */
 typedef struct trex_weights {

@@ -1,0 +1,614 @@
+/* model/params.c — the parameter layout of a DeepSeek-V4 model, its counts, and its weights
+ * (initialise, load from and save to safetensors).
+ *
+ * The layout is a pure function of the config: every tensor of MODEL_SPEC §7.1 under its official
+ * name, in the order documented in trex/params.h, with its kind, trainable flag and offset in one
+ * fp32 buffer (tid2eid in an int32 buffer). Names are found through an open-addressing hash table,
+ * so that V4-Pro's ~70K tensors are built and looked up in linear time.
+ *
+ * Initialisation follows docs/model-conventions.md. Every value is a pure function of (seed, tensor
+ * name, element index) through the counter-based RNG, so results never depend on thread count or
+ * on the order in which tensors are filled. */
+#include "trex/params.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trex/rng.h"
+#include "trex/safetensors.h"
+#include "trex/tensor.h"
+
+/* ---- layout ------------------------------------------------------------------------------------ */
+
+typedef struct name_index {
+    uint64_t mask;  /* capacity - 1, capacity a power of two >= 2 * count */
+    int32_t *slot;  /* param index, or -1 */
+} name_index;
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* Builder state: the growing array and the next free offsets. */
+typedef struct builder {
+    trex_layout *lay;
+    int64_t cap;
+    const trex_config *cfg;
+    trex_err *err;
+} builder;
+
+static int64_t align_up(int64_t x)
+{
+    return (x + TREX_PARAM_ALIGN - 1) / TREX_PARAM_ALIGN * TREX_PARAM_ALIGN;
+}
+
+static bool trainable_kind(trex_param_kind k)
+{
+    return k != TREX_P_GATE_BIAS && k != TREX_P_TID2EID;
+}
+
+/* Appends one tensor; s1 < 0 makes it 1-D. `fmt` builds the name. */
+static trex_code add(builder *b, trex_param_kind kind, int64_t layer, int64_t expert, int64_t s0, int64_t s1,
+                     const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+static trex_code add(builder *b, trex_param_kind kind, int64_t layer, int64_t expert, int64_t s0, int64_t s1,
+                     const char *fmt, ...)
+{
+    trex_layout *lay = b->lay;
+    if (lay->count == b->cap) {
+        int64_t ncap = b->cap ? 2 * b->cap : 1024;
+        trex_param *np = realloc(lay->params, (size_t)ncap * sizeof *np);
+        if (!np)
+            return trex_err_set(b->err, TREX_ENOMEM, "config %s: out of memory building the parameter layout",
+                                b->cfg->name);
+        lay->params = np;
+        b->cap = ncap;
+    }
+    trex_param *p = &lay->params[lay->count];
+    memset(p, 0, sizeof *p);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(p->name, sizeof p->name, fmt, ap);
+    va_end(ap);
+    TREX_ASSERT(n > 0 && (size_t)n < sizeof p->name);
+    p->ndim = s1 < 0 ? 1 : 2;
+    p->shape[0] = s0;
+    p->shape[1] = s1 < 0 ? 0 : s1;
+    if (!trex_shape_numel(p->ndim, p->shape, &p->numel) || p->numel > (INT64_C(1) << 50))
+        return trex_err_set(b->err, TREX_ERANGE, "config %s: tensor '%s' would have too many elements; check "
+                            "the sizes in the config",
+                            b->cfg->name, p->name);
+    p->layer = layer;
+    p->expert = expert;
+    p->kind = kind;
+    p->trainable = trainable_kind(kind);
+    p->is_int = kind == TREX_P_TID2EID;
+    int64_t *next = p->is_int ? &lay->n_int : &lay->n_float;
+    p->offset = *next;
+    *next = align_up(*next + p->numel);
+    if (*next > (INT64_C(1) << 58))
+        return trex_err_set(b->err, TREX_ERANGE, "config %s: the model has too many parameters to address",
+                            b->cfg->name);
+    if (p->trainable)
+        lay->n_trainable += p->numel;
+    lay->count++;
+    return TREX_OK;
+}
+
+#define ADD(...) TREX_TRY(add(b, __VA_ARGS__))
+
+/* One block: layers.{i} or mtp.0 (`pre`); i = its layer index (L for the MTP block). */
+static trex_code add_block(builder *b, const char *pre, int64_t i)
+{
+    const trex_config *c = b->cfg;
+    const int64_t d = c->hidden_size, n = c->hc_mult, H = c->num_attention_heads, hd = c->head_dim;
+    const int64_t dc = c->q_lora_rank, G = c->o_groups, dg = c->o_lora_rank, E = c->n_routed_experts;
+    const int64_t nI = c->index_n_heads, cI = c->index_head_dim, inter = c->moe_intermediate_size;
+    const int64_t nmix = (2 + n) * n;
+    const int m = trex_config_ratio(c, i);
+    static const char *const sub[2] = {"attn", "ffn"};
+
+    for (int s = 0; s < 2; s++) {
+        ADD(TREX_P_HC_FN, i, -1, nmix, n * d, "%s.hc_%s_fn", pre, sub[s]);
+        ADD(TREX_P_HC_BASE, i, -1, nmix, -1, "%s.hc_%s_base", pre, sub[s]);
+        ADD(TREX_P_HC_SCALE, i, -1, 3, -1, "%s.hc_%s_scale", pre, sub[s]);
+        ADD(TREX_P_NORM, i, -1, d, -1, "%s.%s_norm.weight", pre, sub[s]);
+        if (s == 0) {
+            ADD(TREX_P_ATTN, i, -1, dc, d, "%s.attn.wq_a.weight", pre);
+            ADD(TREX_P_NORM, i, -1, dc, -1, "%s.attn.q_norm.weight", pre);
+            ADD(TREX_P_ATTN, i, -1, H * hd, dc, "%s.attn.wq_b.weight", pre);
+            ADD(TREX_P_ATTN, i, -1, hd, d, "%s.attn.wkv.weight", pre);
+            ADD(TREX_P_NORM, i, -1, hd, -1, "%s.attn.kv_norm.weight", pre);
+            ADD(TREX_P_ATTN, i, -1, G * dg, (H / G) * hd, "%s.attn.wo_a.weight", pre);
+            ADD(TREX_P_ATTN, i, -1, d, G * dg, "%s.attn.wo_b.weight", pre);
+            ADD(TREX_P_ATTN_SINK, i, -1, H, -1, "%s.attn.attn_sink", pre);
+            if (m > 0) {
+                const int64_t w = m == 4 ? 2 : 1;
+                ADD(TREX_P_COMPRESSOR, i, -1, w * hd, d, "%s.attn.compressor.wkv.weight", pre);
+                ADD(TREX_P_COMPRESSOR, i, -1, w * hd, d, "%s.attn.compressor.wgate.weight", pre);
+                ADD(TREX_P_APE, i, -1, m, w * hd, "%s.attn.compressor.ape", pre);
+                ADD(TREX_P_NORM, i, -1, hd, -1, "%s.attn.compressor.norm.weight", pre);
+            }
+            if (m == 4) {
+                ADD(TREX_P_INDEXER, i, -1, nI * cI, dc, "%s.attn.indexer.wq_b.weight", pre);
+                ADD(TREX_P_INDEXER, i, -1, nI, d, "%s.attn.indexer.weights_proj.weight", pre);
+                ADD(TREX_P_COMPRESSOR, i, -1, 2 * cI, d, "%s.attn.indexer.compressor.wkv.weight", pre);
+                ADD(TREX_P_COMPRESSOR, i, -1, 2 * cI, d, "%s.attn.indexer.compressor.wgate.weight", pre);
+                ADD(TREX_P_APE, i, -1, 4, 2 * cI, "%s.attn.indexer.compressor.ape", pre);
+                ADD(TREX_P_NORM, i, -1, cI, -1, "%s.attn.indexer.compressor.norm.weight", pre);
+            }
+        }
+    }
+    ADD(TREX_P_GATE, i, -1, E, d, "%s.ffn.gate.weight", pre);
+    if (trex_config_is_hash(c, i))
+        ADD(TREX_P_TID2EID, i, -1, c->vocab_size, c->num_experts_per_tok, "%s.ffn.gate.tid2eid", pre);
+    else
+        ADD(TREX_P_GATE_BIAS, i, -1, E, -1, "%s.ffn.gate.bias", pre);
+    for (int64_t e = 0; e < E; e++) {
+        ADD(TREX_P_EXPERT, i, e, inter, d, "%s.ffn.experts.%" PRId64 ".w1.weight", pre, e);
+        ADD(TREX_P_EXPERT, i, e, d, inter, "%s.ffn.experts.%" PRId64 ".w2.weight", pre, e);
+        ADD(TREX_P_EXPERT, i, e, inter, d, "%s.ffn.experts.%" PRId64 ".w3.weight", pre, e);
+    }
+    ADD(TREX_P_SHARED_EXPERT, i, -1, inter, d, "%s.ffn.shared_experts.w1.weight", pre);
+    ADD(TREX_P_SHARED_EXPERT, i, -1, d, inter, "%s.ffn.shared_experts.w2.weight", pre);
+    ADD(TREX_P_SHARED_EXPERT, i, -1, inter, d, "%s.ffn.shared_experts.w3.weight", pre);
+    return TREX_OK;
+}
+
+static trex_code add_head_collapse(builder *b, const char *pre, int64_t layer)
+{
+    const int64_t d = b->cfg->hidden_size, n = b->cfg->hc_mult;
+    ADD(TREX_P_HC_FN, layer, -1, n, n * d, "%shc_head_fn", pre);
+    ADD(TREX_P_HC_BASE, layer, -1, n, -1, "%shc_head_base", pre);
+    ADD(TREX_P_HC_SCALE, layer, -1, 1, -1, "%shc_head_scale", pre);
+    return TREX_OK;
+}
+
+static trex_code add_all(builder *b)
+{
+    const trex_config *c = b->cfg;
+    const int64_t d = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+    ADD(TREX_P_EMBED, -1, -1, V, d, "embed.weight");
+    for (int64_t i = 0; i < L; i++) {
+        char pre[32];
+        snprintf(pre, sizeof pre, "layers.%" PRId64, i);
+        TREX_TRY(add_block(b, pre, i));
+    }
+    if (c->num_nextn_predict_layers == 1) {
+        TREX_TRY(add_block(b, "mtp.0", L));
+        ADD(TREX_P_MTP_PROJ, L, -1, d, d, "mtp.0.e_proj.weight");
+        ADD(TREX_P_MTP_PROJ, L, -1, d, d, "mtp.0.h_proj.weight");
+        ADD(TREX_P_NORM, L, -1, d, -1, "mtp.0.enorm.weight");
+        ADD(TREX_P_NORM, L, -1, d, -1, "mtp.0.hnorm.weight");
+        ADD(TREX_P_NORM, L, -1, d, -1, "mtp.0.norm.weight");
+        TREX_TRY(add_head_collapse(b, "mtp.0.", L));
+    }
+    TREX_TRY(add_head_collapse(b, "", -1));
+    ADD(TREX_P_NORM, -1, -1, d, -1, "norm.weight");
+    ADD(TREX_P_HEAD, -1, -1, V, d, "head.weight");
+    return TREX_OK;
+}
+
+static trex_code build_index(trex_layout *lay, trex_err *err)
+{
+    TREX_ASSERT(lay->count < INT32_MAX / 4);
+    uint64_t cap = 16;
+    while (cap < 2 * (uint64_t)lay->count)
+        cap *= 2;
+    name_index *ix = malloc(sizeof *ix);
+    int32_t *slot = malloc(cap * sizeof *slot);
+    if (!ix || !slot) {
+        free(ix);
+        free(slot);
+        return trex_err_set(err, TREX_ENOMEM, "out of memory building the parameter name index");
+    }
+    memset(slot, 0xff, cap * sizeof *slot); /* -1 */
+    ix->mask = cap - 1;
+    ix->slot = slot;
+    for (int64_t k = 0; k < lay->count; k++) {
+        uint64_t h = hash_name(lay->params[k].name) & ix->mask;
+        while (slot[h] >= 0) {
+            TREX_ASSERT(strcmp(lay->params[slot[h]].name, lay->params[k].name) != 0); /* unique names */
+            h = (h + 1) & ix->mask;
+        }
+        slot[h] = (int32_t)k;
+    }
+    lay->index = ix;
+    return TREX_OK;
+}
+
+trex_code trex_layout_build(trex_layout *lay, const trex_config *cfg, trex_err *err)
+{
+    TREX_ASSERT(lay && cfg);
+    memset(lay, 0, sizeof *lay);
+    TREX_ASSERT(cfg->n_compress_ratios == trex_config_n_blocks(cfg));
+    builder b = {lay, 0, cfg, err};
+    trex_code rc = add_all(&b);
+    if (rc == TREX_OK)
+        rc = build_index(lay, err);
+    if (rc != TREX_OK)
+        trex_layout_free(lay);
+    return rc;
+}
+
+void trex_layout_free(trex_layout *lay)
+{
+    if (!lay)
+        return;
+    name_index *ix = lay->index;
+    if (ix)
+        free(ix->slot);
+    free(ix);
+    free(lay->params);
+    memset(lay, 0, sizeof *lay);
+}
+
+const trex_param *trex_layout_find(const trex_layout *lay, const char *name)
+{
+    TREX_ASSERT(lay && name);
+    const name_index *ix = lay->index;
+    if (!ix)
+        return NULL;
+    for (uint64_t h = hash_name(name) & ix->mask; ix->slot[h] >= 0; h = (h + 1) & ix->mask)
+        if (!strcmp(lay->params[ix->slot[h]].name, name))
+            return &lay->params[ix->slot[h]];
+    return NULL;
+}
+
+/* ---- counts ------------------------------------------------------------------------------------ */
+
+void trex_layout_count(const trex_layout *lay, const trex_config *cfg, trex_param_counts *out)
+{
+    TREX_ASSERT(lay && cfg && out);
+    memset(out, 0, sizeof *out);
+    const int64_t L = cfg->num_hidden_layers, K = cfg->num_experts_per_tok;
+    int64_t attn_layer[TREX_MAX_LAYERS] = {0};
+    int64_t mtp_routed = 0, mtp_routed_active = 0;
+    for (int64_t k = 0; k < lay->count; k++) {
+        const trex_param *p = &lay->params[k];
+        if (p->kind == TREX_P_TID2EID) {
+            out->not_counted += p->numel;
+            continue;
+        }
+        const bool in_attn = p->layer >= 0 && strstr(p->name, ".attn.") != NULL;
+        if (p->layer == L) { /* the MTP block */
+            out->mtp += p->numel;
+            if (in_attn)
+                out->mtp_attn += p->numel;
+            if (p->kind == TREX_P_EXPERT) {
+                mtp_routed += p->numel;
+                if (p->expert < K)
+                    mtp_routed_active += p->numel;
+            }
+            continue;
+        }
+        if (in_attn) {
+            TREX_ASSERT(p->layer >= 0 && p->layer < L);
+            out->attn += p->numel;
+            attn_layer[p->layer] += p->numel;
+            continue;
+        }
+        switch (p->kind) {
+        case TREX_P_EMBED:
+            out->embed += p->numel;
+            break;
+        case TREX_P_HEAD:
+            out->head += p->numel;
+            break;
+        case TREX_P_NORM:
+            out->norm += p->numel;
+            break;
+        case TREX_P_HC_FN:
+        case TREX_P_HC_BASE:
+        case TREX_P_HC_SCALE:
+            out->hc += p->numel;
+            break;
+        case TREX_P_GATE:
+        case TREX_P_GATE_BIAS:
+            out->gate += p->numel;
+            break;
+        case TREX_P_EXPERT:
+            out->routed += p->numel;
+            if (p->expert < K)
+                out->routed_active += p->numel;
+            break;
+        case TREX_P_SHARED_EXPERT:
+            out->shared += p->numel;
+            break;
+        default:
+            TREX_ABORT("tensor %s of kind %d outside attention", p->name, (int)p->kind);
+        }
+    }
+    out->total = out->embed + out->head + out->attn + out->routed + out->shared + out->gate + out->hc + out->norm;
+    out->active = out->total - out->embed - out->routed + out->routed_active;
+    out->mtp_active = out->mtp - mtp_routed + mtp_routed_active;
+    out->total_with_mtp = out->total + out->mtp;
+    /* group main layers by ratio, ascending */
+    for (int64_t i = 0; i < L; i++) {
+        const int m = trex_config_ratio(cfg, i);
+        int j = 0;
+        while (j < out->n_attn && out->attn_by_ratio[j].ratio < m)
+            j++;
+        if (j == out->n_attn || out->attn_by_ratio[j].ratio != m) {
+            memmove(&out->attn_by_ratio[j + 1], &out->attn_by_ratio[j],
+                    (size_t)(out->n_attn - j) * sizeof out->attn_by_ratio[0]);
+            out->attn_by_ratio[j] = (trex_attn_count){m, 0, attn_layer[i]};
+            out->n_attn++;
+        }
+        TREX_ASSERT(out->attn_by_ratio[j].per_layer == attn_layer[i]);
+        out->attn_by_ratio[j].layers++;
+    }
+}
+
+/* ---- weights ----------------------------------------------------------------------------------- */
+
+static trex_code alloc_weights(trex_weights *w, const trex_config *cfg, trex_mem *mem, trex_err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->cfg = cfg;
+    w->mem = mem;
+    TREX_TRY(trex_layout_build(&w->layout, cfg, err));
+    const trex_layout *lay = &w->layout;
+    w->f = trex_mem_alloc(mem, TREX_REGION_PARAMS, (size_t)lay->n_float * sizeof(float));
+    w->i = trex_mem_alloc(mem, TREX_REGION_PARAMS, (size_t)lay->n_int * sizeof(int32_t));
+    if (!w->f || !w->i) {
+        double gib = ((double)lay->n_float * 4 + (double)lay->n_int * 4) / (1024.0 * 1024 * 1024);
+        trex_weights_free(w);
+        return trex_err_set(err, TREX_ENOMEM,
+                            "config %s: out of memory allocating %.2f GiB of fp32 weights; use a smaller config "
+                            "or a machine with more memory",
+                            cfg->name, gib);
+    }
+    return TREX_OK;
+}
+
+/* A generator whose key depends on the seed and the tensor name only. */
+static trex_rng tensor_rng(uint64_t seed, const char *name)
+{
+    return trex_rng_make(seed, hash_name(name));
+}
+
+static void fill_normal(float *dst, int64_t n, double std, uint64_t seed, const char *name)
+{
+    trex_rng r = tensor_rng(seed, name);
+    for (int64_t p = 0; 2 * p < n; p++) {
+        double z[2];
+        r.counter = (uint64_t)p; /* element pair p comes from block p, whatever else was drawn */
+        trex_rng_normal2(&r, z);
+        dst[2 * p] = (float)(std * z[0]);
+        if (2 * p + 1 < n)
+            dst[2 * p + 1] = (float)(std * z[1]);
+    }
+}
+
+static void fill_const(float *dst, int64_t n, float v)
+{
+    for (int64_t k = 0; k < n; k++)
+        dst[k] = v;
+}
+
+/* Row v holds K distinct experts of [0, E) (Floyd's sampling); row v draws from counters v << 32. */
+static void fill_tid2eid(int32_t *dst, int64_t V, int64_t K, int64_t E, uint64_t seed, const char *name)
+{
+    trex_rng r = tensor_rng(seed, name);
+    for (int64_t v = 0; v < V; v++) {
+        int32_t *row = dst + v * K;
+        r.counter = (uint64_t)v << 32;
+        for (int64_t k = 0, j = E - K; k < K; k++, j++) {
+            int32_t t = (int32_t)trex_rng_below(&r, (uint64_t)j + 1);
+            for (int64_t q = 0; q < k; q++)
+                if (row[q] == t) {
+                    t = (int32_t)j;
+                    break;
+                }
+            row[k] = t;
+        }
+    }
+}
+
+trex_code trex_weights_init(trex_weights *w, const trex_config *cfg, uint64_t seed, trex_mem *mem,
+                            trex_err *err)
+{
+    TREX_ASSERT(w && cfg);
+    TREX_TRY(alloc_weights(w, cfg, mem, err));
+    const double std = cfg->initializer_range;
+    for (int64_t k = 0; k < w->layout.count; k++) {
+        const trex_param *p = &w->layout.params[k];
+        if (p->is_int) {
+            fill_tid2eid(w->i + p->offset, p->shape[0], p->shape[1], cfg->n_routed_experts, seed, p->name);
+            continue;
+        }
+        float *dst = w->f + p->offset;
+        switch (p->kind) {
+        case TREX_P_NORM:
+            fill_const(dst, p->numel, 1.0f);
+            break;
+        case TREX_P_HC_SCALE:
+            fill_const(dst, p->numel, 0.01f);
+            break;
+        case TREX_P_HC_BASE:
+        case TREX_P_ATTN_SINK:
+        case TREX_P_GATE_BIAS:
+            break; /* zero from the allocator */
+        default: /* embed, head, projections, experts, gate, hc_*_fn, ape */
+            fill_normal(dst, p->numel, std, seed, p->name);
+        }
+    }
+    return TREX_OK;
+}
+
+static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
+{
+    size_t used = 0;
+    used += (size_t)snprintf(buf, size, "[");
+    for (int k = 0; k < ndim && used < size; k++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64, k ? ", " : "", shape[k]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+/* Checks that every tid2eid row holds K distinct experts in [0, E). */
+static trex_code check_tid2eid(const int32_t *t, const trex_param *p, int64_t E, const char *path,
+                               int32_t *stamp, trex_err *err)
+{
+    const int64_t V = p->shape[0], K = p->shape[1];
+    for (int64_t e = 0; e < E; e++)
+        stamp[e] = -1;
+    for (int64_t v = 0; v < V; v++)
+        for (int64_t k = 0; k < K; k++) {
+            const int32_t x = t[v * K + k];
+            if (x < 0 || x >= E)
+                return trex_err_set(err, TREX_ERANGE,
+                                    "%s: tensor '%s' row %" PRId64 " holds expert id %d, outside [0, %" PRId64
+                                    "); every id must name a routed expert",
+                                    path, p->name, v, (int)x, E);
+            if (stamp[x] == (int32_t)v)
+                return trex_err_set(err, TREX_EFORMAT,
+                                    "%s: tensor '%s' row %" PRId64 " names expert %d twice; each row needs %" PRId64
+                                    " distinct experts (MODEL_SPEC §12a.3)",
+                                    path, p->name, v, (int)x, K);
+            stamp[x] = (int32_t)v;
+        }
+    return TREX_OK;
+}
+
+static trex_code load_from(trex_weights *w, const trex_st_file *f, const char *path, trex_err *err)
+{
+    const trex_layout *lay = &w->layout;
+    const char *cname = w->cfg->name;
+    /* tensors the layout does not have */
+    for (int64_t k = 0; k < trex_st_count(f); k++) {
+        const trex_st_entry *e = trex_st_entry_at(f, k);
+        if (trex_layout_find(lay, e->name))
+            continue;
+        size_t n = strlen(e->name);
+        if (n > 6 && !strcmp(e->name + n - 6, ".scale"))
+            return trex_err_set(err, TREX_EUNSUPPORTED,
+                                "%s: tensor '%s' is a block-quantisation scale; trex loads dequantised weights "
+                                "(F32, BF16 or F16): convert the checkpoint first",
+                                path, e->name);
+        return trex_err_set(err, TREX_EFORMAT,
+                            "%s: unexpected tensor '%s' (not in the layout of config %s); remove it or use the "
+                            "config the file was written for",
+                            path, e->name, cname);
+    }
+    int32_t *stamp = NULL;
+    trex_code rc = TREX_OK;
+    for (int64_t k = 0; k < lay->count && rc == TREX_OK; k++) {
+        const trex_param *p = &lay->params[k];
+        const trex_st_entry *e = trex_st_find(f, p->name);
+        char want[64], got[64];
+        if (!e) {
+            rc = trex_err_set(err, TREX_ENOTFOUND,
+                              "%s: tensor '%s' is missing (config %s needs it); use the config the file was "
+                              "written for",
+                              path, p->name, cname);
+            break;
+        }
+        shape_str(want, sizeof want, p->ndim, p->shape);
+        shape_str(got, sizeof got, e->ndim, e->shape);
+        if (strcmp(want, got)) {
+            rc = trex_err_set(err, TREX_EFORMAT, "%s: tensor '%s' has shape %s; config %s needs %s", path, p->name,
+                              got, cname, want);
+            break;
+        }
+        if (p->is_int) {
+            if (e->dtype != TREX_I64 && e->dtype != TREX_I32) {
+                rc = trex_err_set(err, TREX_EFORMAT, "%s: tensor '%s' has dtype %s; it must be I64 or I32", path,
+                                  p->name, trex_dtype_name(e->dtype));
+                break;
+            }
+            rc = trex_st_read_i32(f, p->name, w->i + p->offset, p->ndim, p->shape, err);
+            if (rc != TREX_OK)
+                break;
+            if (!stamp && !(stamp = malloc((size_t)w->cfg->n_routed_experts * sizeof *stamp))) {
+                rc = trex_err_set(err, TREX_ENOMEM, "%s: out of memory checking '%s'", path, p->name);
+                break;
+            }
+            rc = check_tid2eid(w->i + p->offset, p, w->cfg->n_routed_experts, path, stamp, err);
+        } else {
+            if (e->dtype != TREX_F32 && e->dtype != TREX_BF16 && e->dtype != TREX_F16) {
+                rc = trex_err_set(err, TREX_EFORMAT,
+                                  "%s: tensor '%s' has dtype %s; trex loads F32, BF16 or F16 (dequantise FP8/FP4 "
+                                  "checkpoints first)",
+                                  path, p->name, trex_dtype_name(e->dtype));
+                break;
+            }
+            rc = trex_st_read_f32(f, p->name, w->f + p->offset, p->ndim, p->shape, err);
+        }
+    }
+    free(stamp);
+    return rc;
+}
+
+trex_code trex_weights_load(trex_weights *w, const trex_config *cfg, const char *path, trex_mem *mem,
+                            trex_err *err)
+{
+    TREX_ASSERT(w && cfg && path);
+    trex_st_file *f = NULL;
+    trex_code rc = alloc_weights(w, cfg, mem, err);
+    if (rc != TREX_OK)
+        return rc;
+    rc = trex_st_open(&f, path, err);
+    if (rc != TREX_OK)
+        goto out_free;
+    rc = load_from(w, f, path, err);
+    trex_st_close(f);
+    if (rc == TREX_OK)
+        return TREX_OK;
+out_free:
+    trex_weights_free(w);
+    return rc;
+}
+
+trex_code trex_weights_save(const trex_weights *w, const char *path, trex_err *err)
+{
+    TREX_ASSERT(w && w->cfg && path);
+    const trex_layout *lay = &w->layout;
+    int64_t *ints = NULL;
+    trex_code rc = TREX_OK;
+    trex_st_writer *wr = trex_st_writer_create();
+    if (!wr)
+        return trex_err_set(err, TREX_ENOMEM, "%s: out of memory starting the safetensors writer", path);
+    if (lay->n_int > 0 && !(ints = malloc((size_t)lay->n_int * sizeof *ints))) {
+        rc = trex_err_set(err, TREX_ENOMEM, "%s: out of memory converting tid2eid to I64", path);
+        goto out;
+    }
+    for (int64_t k = 0; k < lay->n_int; k++)
+        ints[k] = w->i[k];
+    rc = trex_st_writer_metadata(wr, "format", "pt", err);
+    if (rc == TREX_OK)
+        rc = trex_st_writer_metadata(wr, "trex_config", w->cfg->name, err);
+    for (int64_t k = 0; k < lay->count && rc == TREX_OK; k++) {
+        const trex_param *p = &lay->params[k];
+        if (p->is_int)
+            rc = trex_st_writer_add(wr, p->name, TREX_I64, p->ndim, p->shape, ints + p->offset, err);
+        else
+            rc = trex_st_writer_add(wr, p->name, TREX_F32, p->ndim, p->shape, w->f + p->offset, err);
+    }
+    if (rc == TREX_OK)
+        rc = trex_st_writer_write(wr, path, err);
+out:
+    free(ints);
+    trex_st_writer_destroy(wr);
+    return rc;
+}
+
+void trex_weights_free(trex_weights *w)
+{
+    if (!w)
+        return;
+    trex_mem_free(w->mem, TREX_REGION_PARAMS, w->f);
+    trex_mem_free(w->mem, TREX_REGION_PARAMS, w->i);
+    trex_layout_free(&w->layout);
+    memset(w, 0, sizeof *w);
+}
