@@ -1,0 +1,537 @@
+/* model/moe.c — the DeepSeek-V4 MoE sub-layer (MODEL_SPEC §4, §10), fp32 reference, forward and backward.
+ *
+ * Router in fp32: z = gate x, s = sqrt(softplus(z)); hash layers take the experts from tid2eid[token],
+ * other layers the top-K of s + gate_bias (ties: lower expert index; the bias selects only); mixing
+ * weights g_k = route_scale * s_{I_k} / sum_k' s_{I_k'}. Experts are clamped SwiGLU FFNs; the shared
+ * expert runs over every token with weight 1. Balance loss (non-hash layers): per row,
+ * alpha * sum_i f_i P_i (docs/model-conventions.md), mean over rows.
+ *
+ * Layout of the work: tokens are permuted by expert with a counting sort that is stable in the slot
+ * index t*K+k, so each expert sees its tokens in increasing token order; each expert then runs as
+ * GEMMs over its group in chunks of at most MOE_CHUNK rows, and its outputs are scattered back (added)
+ * into y. Every output element is produced by one thread in an order fixed by the routing alone
+ * (shared expert first, then experts in index order; reductions over tokens in token order), so the
+ * results are bitwise the same for any thread count. Math and derivations: docs/moe.md. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model/layers.h"
+#include "trex/status.h"
+
+#define MOE_REAL float
+#define MOE_SFX _f
+#include "model/moe_math.h"
+#undef MOE_REAL
+#undef MOE_SFX
+
+#define MOE_MAX_K 64    /* largest num_experts_per_tok handled (per-token arrays live on the stack) */
+#define MOE_CHUNK 1024  /* rows per expert GEMM: bounds the scratch, fixed so results do not vary */
+
+/* What backward needs, carved from ctx->arena by forward. */
+struct trex_moe_cache {
+    int64_t B, T, N, E, K, I, d;
+    bool hash;
+    int32_t *idx;      /* [N,K] chosen experts of each token, k order */
+    float *gw;         /* [N,K] mixing weights g_k */
+    float *z, *s;      /* [N,E] router logits and affinities */
+    float *f;          /* [B,E] f_i of each row (non-hash layers; NULL otherwise) */
+    int64_t *off;      /* [E+1] start of each expert's group in permuted order */
+    int32_t *perm;     /* [N*K] permuted position -> slot t*K+k */
+    float *a, *u;      /* [N*K, I] routed W1x and W3x before the clamp, permuted order */
+    float *sa, *su;    /* [N, I] the same for the shared expert */
+};
+
+/* ---- elementwise helpers ------------------------------------------------------------------------- */
+
+static inline float silu_f(float a)
+{
+    return a / (1.0f + expf(-a));
+}
+
+/* Clamped SwiGLU activation h = SiLU(min(a, L)) * clamp(u, -L, L); L <= 0 means no clamp. NaN passes
+ * through the clamp (comparisons with NaN are false). */
+static inline float swiglu_f(float a, float u, float L)
+{
+    if (L > 0.0f) {
+        a = a > L ? L : a;
+        u = u > L ? L : (u < -L ? -L : u);
+    }
+    return silu_f(a) * u;
+}
+
+/* ---- row tasks for the pool ---------------------------------------------------------------------- */
+
+static int64_t grain_for(int64_t row_cost)
+{
+    return row_cost >= 16384 ? 1 : 16384 / (row_cost > 0 ? row_cost : 1);
+}
+
+typedef struct router_args {
+    const float *z, *bias;
+    float *s, *gw;
+    int32_t *idx;
+    const int32_t *tokens, *tid2eid; /* hash layers */
+    int64_t E, K;
+    float scale;
+} router_args;
+
+/* Affinities, selection and mixing weights of tokens [t0, t1). */
+static void router_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const router_args *r = arg;
+    const int64_t E = r->E, K = r->K;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *z = r->z + t * E;
+        float *s = r->s + t * E;
+        int32_t *idx = r->idx + t * K;
+        for (int64_t i = 0; i < E; i++)
+            s[i] = moe_sqrtsp_f(z[i]);
+        if (r->tid2eid) {
+            const int32_t *row = r->tid2eid + (int64_t)r->tokens[t] * K;
+            for (int64_t k = 0; k < K; k++)
+                idx[k] = row[k];
+        } else {
+            /* Top-K of s + b, best first. A candidate enters only if strictly greater than an entry,
+             * and is placed after the entries it equals: among equal scores the lower index wins. */
+            float best[MOE_MAX_K];
+            int64_t n = 0;
+            for (int64_t i = 0; i < E; i++) {
+                const float v = s[i] + (r->bias ? r->bias[i] : 0.0f);
+                if (n == K && !(v > best[K - 1]))
+                    continue;
+                int64_t p = n < K ? n : K - 1;
+                while (p > 0 && v > best[p - 1]) {
+                    best[p] = best[p - 1];
+                    idx[p] = idx[p - 1];
+                    p--;
+                }
+                best[p] = v;
+                idx[p] = (int32_t)i;
+                if (n < K)
+                    n++;
+            }
+        }
+        float ssel[MOE_MAX_K];
+        for (int64_t k = 0; k < K; k++)
+            ssel[k] = s[idx[k]];
+        moe_mix_f(K, ssel, r->scale, r->gw + t * K);
+    }
+}
+
+typedef struct gather_args {
+    const int32_t *perm; /* slots; token = slot / K */
+    int64_t K, d;
+    const float *src1, *src2;
+    float *dst1, *dst2;
+} gather_args;
+
+/* dst[r] = src[token of perm[r]] for one or two sources. */
+static void gather_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const gather_args *g = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t t = g->perm[r] / g->K;
+        memcpy(g->dst1 + r * g->d, g->src1 + t * g->d, (size_t)g->d * sizeof(float));
+        if (g->src2)
+            memcpy(g->dst2 + r * g->d, g->src2 + t * g->d, (size_t)g->d * sizeof(float));
+    }
+}
+
+/* dst[token of perm[r]] += src[r]. The tokens of one chunk are distinct, so rows never collide. */
+static void scatter_add_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const gather_args *g = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t t = g->perm[r] / g->K;
+        float *dst = g->dst1 + t * g->d;
+        const float *src = g->src1 + r * g->d;
+        for (int64_t j = 0; j < g->d; j++)
+            dst[j] += src[j];
+    }
+}
+
+typedef struct swiglu_args {
+    const float *a, *u;    /* [n, I] pre-activations */
+    float *h;              /* forward: [n, I] out (weighted); backward: [n, I] in, holds g*h0 */
+    float *dh;             /* backward: [n, I] dL/d(weighted h) in, dL/da out */
+    float *du;             /* backward: [n, I] dL/du out */
+    const int32_t *perm;   /* routed: slot of each row; NULL for the shared expert */
+    const float *gw;       /* [N*K] mixing weights by slot (routed) */
+    float *dg;             /* [N*K] dL/dg by slot (routed backward) */
+    int64_t I;
+    float L;
+} swiglu_args;
+
+/* Forward: h[r] = g_r * SwiGLU(a[r], u[r]) (g_r = 1 for the shared expert). */
+static void swiglu_fwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const swiglu_args *s = arg;
+    const int64_t I = s->I;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *a = s->a + r * I, *u = s->u + r * I;
+        float *h = s->h + r * I;
+        if (s->perm) {
+            const float g = s->gw[s->perm[r]];
+            for (int64_t j = 0; j < I; j++)
+                h[j] = swiglu_f(a[j], u[j], s->L) * g;
+        } else {
+            for (int64_t j = 0; j < I; j++)
+                h[j] = swiglu_f(a[j], u[j], s->L);
+        }
+    }
+}
+
+/* Backward of h = g * SiLU(ac) * uc with ac = min(a, L), uc = clamp(u, -L, L):
+ * dg = sum_j dh_j h0_j (h0 = SiLU(ac) uc), da = g dh uc SiLU'(ac) [a < L], du = g dh SiLU(ac) [|u| < L].
+ * At the clamp boundary the unclamped derivative is used (any subgradient is acceptable). */
+static void swiglu_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const swiglu_args *s = arg;
+    const int64_t I = s->I;
+    const float L = s->L;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *a = s->a + r * I, *u = s->u + r * I;
+        float *dh = s->dh + r * I, *du = s->du + r * I;
+        float g = 1.0f;
+        if (s->perm) {
+            const int64_t slot = s->perm[r];
+            g = s->gw[slot];
+            float dot = 0.0f;
+            for (int64_t j = 0; j < I; j++)
+                dot += dh[j] * swiglu_f(a[j], u[j], L);
+            s->dg[slot] = dot;
+        }
+        for (int64_t j = 0; j < I; j++) {
+            float ac = a[j], uc = u[j];
+            float ka = 1.0f, ku = 1.0f;
+            if (L > 0.0f) {
+                if (ac > L) {
+                    ac = L;
+                    ka = 0.0f;
+                }
+                if (uc > L) {
+                    uc = L;
+                    ku = 0.0f;
+                } else if (uc < -L) {
+                    uc = -L;
+                    ku = 0.0f;
+                }
+            }
+            const float sig = 1.0f / (1.0f + expf(-ac));
+            const float sl = ac * sig;
+            const float dsl = sig * (1.0f + ac * (1.0f - sig));
+            const float d0 = dh[j] * g;
+            du[j] = ku * d0 * sl;
+            dh[j] = ka * d0 * uc * dsl;
+        }
+    }
+}
+
+typedef struct router_bwd_args {
+    const float *z, *s, *dg, *cbal; /* cbal: [B,E] dL/dq_i per row, NULL without balance loss */
+    const int32_t *idx;
+    float *dz;
+    int64_t E, K, T;
+    float scale;
+} router_bwd_args;
+
+/* dz of tokens [t0, t1): through the mixing weights into the K chosen s, through the balance shares
+ * into all E, then through ds/dz. */
+static void router_bwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const router_bwd_args *r = arg;
+    const int64_t E = r->E, K = r->K;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *z = r->z + t * E, *s = r->s + t * E;
+        const int32_t *idx = r->idx + t * K;
+        float *dz = r->dz + t * E;
+        float ssel[MOE_MAX_K], dsel[MOE_MAX_K];
+        for (int64_t k = 0; k < K; k++)
+            ssel[k] = s[idx[k]];
+        moe_mix_backward_f(K, ssel, r->scale, r->dg + t * K, dsel);
+        memset(dz, 0, (size_t)E * sizeof *dz);
+        for (int64_t k = 0; k < K; k++)
+            dz[idx[k]] += dsel[k];
+        if (r->cbal)
+            moe_share_backward_f(E, s, r->cbal + (t / r->T) * E, dz);
+        for (int64_t i = 0; i < E; i++)
+            dz[i] = dz[i] != 0.0f ? dz[i] * moe_sqrtsp_grad_f(z[i]) : 0.0f;
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------------- */
+
+static void *arena_get(trex_arena *a, size_t bytes, bool *ok)
+{
+    void *p = trex_arena_alloc(a, bytes > 0 ? bytes : 1);
+    if (!p)
+        *ok = false;
+    return p;
+}
+
+/* Checks the hash table rows the batch uses: tokens in range, experts in range and distinct. */
+static trex_code check_hash(const trex_config *cfg, int layer, const trex_seqinfo *seq,
+                            const int32_t *tid2eid, int64_t N, int64_t K, int64_t E, trex_err *err)
+{
+    for (int64_t t = 0; t < N; t++) {
+        const int32_t tok = seq->tokens[t];
+        if (tok < 0 || tok >= cfg->vocab_size)
+            return trex_err_set(err, TREX_ERANGE,
+                                "moe layer %d: token id %d at position %lld is outside the vocabulary "
+                                "[0, %lld); check the token data",
+                                layer, (int)tok, (long long)t, (long long)cfg->vocab_size);
+        const int32_t *row = tid2eid + (int64_t)tok * K;
+        for (int64_t k = 0; k < K; k++) {
+            bool bad = row[k] < 0 || row[k] >= E;
+            for (int64_t j = 0; j < k && !bad; j++)
+                bad = row[j] == row[k];
+            if (bad)
+                return trex_err_set(err, TREX_EINVAL,
+                                    "moe layer %d: tid2eid row %d must hold %lld distinct experts in "
+                                    "[0, %lld); fix or regenerate the hash table",
+                                    layer, (int)tok, (long long)K, (long long)E);
+        }
+    }
+    return TREX_OK;
+}
+
+trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int layer,
+                           const trex_seqinfo *seq, float *y, const float *x, const trex_moe_w *w,
+                           double alpha, trex_moe_cache **cache, trex_moe_stats *stats,
+                           trex_err *err)
+{
+    TREX_ASSERT(ctx && ctx->arena && cfg && seq && w && y && x);
+    TREX_ASSERT(ctx->par.ep_size <= 1 && ctx->par.tp_size <= 1); /* single-shard reference */
+    TREX_ASSERT(layer >= 0 && layer < trex_config_n_blocks(cfg));
+    const int64_t B = seq->B, T = seq->T, N = B * T;
+    const int64_t d = cfg->hidden_size, E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    const int64_t I = cfg->moe_intermediate_size;
+    const bool hash = trex_config_is_hash(cfg, layer);
+    const float L = (float)cfg->swiglu_limit;
+    trex_pool *pool = ctx->pool;
+    TREX_ASSERT(B >= 0 && T >= 0 && d > 0 && I > 0);
+    if (cache)
+        *cache = NULL;
+    if (K < 1 || K > E || K > MOE_MAX_K)
+        return trex_err_set(err, TREX_EUNSUPPORTED,
+                            "moe layer %d: num_experts_per_tok %lld must be in [1, min(%lld, %d)]",
+                            layer, (long long)K, (long long)E, MOE_MAX_K);
+    if (N * K > INT32_MAX)
+        return trex_err_set(err, TREX_ERANGE,
+                            "moe layer %d: %lld tokens x %lld experts exceeds the int32 slot index; "
+                            "use smaller micro-batches", layer, (long long)N, (long long)K);
+    TREX_ASSERT(w->gate && w->w1 && w->w2 && w->w3 && w->sw1 && w->sw2 && w->sw3);
+    if (hash) {
+        TREX_ASSERT(w->tid2eid && seq->tokens);
+        TREX_TRY(check_hash(cfg, layer, seq, w->tid2eid, N, K, E, err));
+    }
+
+    /* Saved state (cache) or plain scratch (forward only): the same arrays. */
+    bool ok = true;
+    trex_arena *ar = ctx->arena;
+    trex_moe_cache *c = arena_get(ar, sizeof *c, &ok);
+    if (!ok)
+        goto oom;
+    *c = (trex_moe_cache){.B = B, .T = T, .N = N, .E = E, .K = K, .I = I, .d = d, .hash = hash};
+    c->idx = arena_get(ar, (size_t)(N * K) * sizeof(int32_t), &ok);
+    c->gw = arena_get(ar, (size_t)(N * K) * sizeof(float), &ok);
+    c->z = arena_get(ar, (size_t)(N * E) * sizeof(float), &ok);
+    c->s = arena_get(ar, (size_t)(N * E) * sizeof(float), &ok);
+    c->off = arena_get(ar, (size_t)(E + 1) * sizeof(int64_t), &ok);
+    c->perm = arena_get(ar, (size_t)(N * K) * sizeof(int32_t), &ok);
+    if (!hash)
+        c->f = arena_get(ar, (size_t)(B * E) * sizeof(float), &ok);
+    const int64_t C = N < MOE_CHUNK ? N : MOE_CHUNK;
+    if (cache) {
+        c->a = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
+        c->u = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
+        c->sa = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
+        c->su = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
+    } else {
+        c->a = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
+        c->u = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
+    }
+    float *xg = arena_get(ar, (size_t)(C * d) * sizeof(float), &ok);
+    float *og = arena_get(ar, (size_t)(C * d) * sizeof(float), &ok);
+    float *hg = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
+    if (!ok)
+        goto oom;
+
+    /* Router. */
+    trex_linear_forward(pool, c->z, x, w->gate, N, d, E);
+    router_args ra = {c->z, hash ? NULL : w->gate_bias, c->s, c->gw, c->idx, seq->tokens,
+                      hash ? w->tid2eid : NULL, E, K, (float)cfg->routed_scaling_factor};
+    trex_pool_for(pool, N, grain_for(E * 8), router_rows, &ra);
+
+    /* Counting sort of the slots by expert, stable in slot order. */
+    memset(c->off, 0, (size_t)(E + 1) * sizeof(int64_t));
+    for (int64_t q = 0; q < N * K; q++)
+        c->off[c->idx[q] + 1]++;
+    for (int64_t e = 0; e < E; e++)
+        c->off[e + 1] += c->off[e];
+    for (int64_t q = 0; q < N * K; q++)
+        c->perm[c->off[c->idx[q]]++] = (int32_t)q;
+    for (int64_t e = E; e > 0; e--)
+        c->off[e] = c->off[e - 1];
+    c->off[0] = 0;
+
+    /* Statistics and the balance loss: per row, in token order, in double. */
+    if (stats) {
+        stats->balance_loss = 0.0;
+        if (stats->load)
+            for (int64_t e = 0; e < E; e++)
+                stats->load[e] += c->off[e + 1] - c->off[e];
+    }
+    if (!hash && N > 0) {
+        double *P = trex_arena_alloc(ar, (size_t)E * sizeof(double));
+        if (!P)
+            goto oom;
+        double loss = 0.0;
+        for (int64_t b = 0; b < B; b++) {
+            float *f = c->f + b * E;
+            memset(f, 0, (size_t)E * sizeof *f);
+            memset(P, 0, (size_t)E * sizeof *P);
+            for (int64_t t = b * T; t < (b + 1) * T; t++) {
+                const float *s = c->s + t * E;
+                double sum = 0.0;
+                for (int64_t j = 0; j < E; j++)
+                    sum += s[j];
+                for (int64_t i = 0; i < E; i++)
+                    P[i] += s[i] / sum;
+                for (int64_t k = 0; k < K; k++)
+                    f[c->idx[t * K + k]] += 1.0f;
+            }
+            double row = 0.0;
+            for (int64_t i = 0; i < E; i++) {
+                f[i] = (float)((double)f[i] * (double)E / ((double)K * (double)T));
+                row += (double)f[i] * (P[i] / (double)T);
+            }
+            loss += alpha * row;
+        }
+        if (stats)
+            stats->balance_loss = loss / (double)B;
+    }
+
+    /* Shared expert over all tokens: y = W2 SwiGLU(W1 x, W3 x). */
+    for (int64_t r0 = 0; r0 < N; r0 += C) {
+        const int64_t n = N - r0 < C ? N - r0 : C;
+        float *a = cache ? c->sa + r0 * I : c->a, *u = cache ? c->su + r0 * I : c->u;
+        trex_linear_forward(pool, a, x + r0 * d, w->sw1, n, d, I);
+        trex_linear_forward(pool, u, x + r0 * d, w->sw3, n, d, I);
+        swiglu_args sg = {.a = a, .u = u, .h = hg, .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+        trex_linear_forward(pool, y + r0 * d, hg, w->sw2, n, I, d);
+    }
+
+    /* Routed experts in index order, each over its group in chunks; outputs added into y. */
+    for (int64_t e = 0; e < E; e++) {
+        TREX_ASSERT(w->w1[e] && w->w2[e] && w->w3[e]);
+        for (int64_t p0 = c->off[e]; p0 < c->off[e + 1]; p0 += C) {
+            const int64_t n = c->off[e + 1] - p0 < C ? c->off[e + 1] - p0 : C;
+            const int32_t *perm = c->perm + p0;
+            float *a = cache ? c->a + p0 * I : c->a, *u = cache ? c->u + p0 * I : c->u;
+            gather_args ga = {perm, K, d, x, NULL, xg, NULL};
+            trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
+            trex_linear_forward(pool, a, xg, w->w1[e], n, d, I);
+            trex_linear_forward(pool, u, xg, w->w3[e], n, d, I);
+            swiglu_args sg = {.a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I, .L = L};
+            trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+            trex_linear_forward(pool, og, hg, w->w2[e], n, I, d);
+            gather_args sc = {perm, K, d, og, NULL, y, NULL};
+            trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
+        }
+    }
+
+    if (cache)
+        *cache = c;
+    return TREX_OK;
+oom:
+    return trex_err_set(err, TREX_ENOMEM,
+                        "moe layer %d: out of activation memory for %lld tokens; use smaller "
+                        "micro-batches or a larger activation arena", layer, (long long)N);
+}
+
+/* ---- backward ------------------------------------------------------------------------------------ */
+
+void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
+                       const trex_seqinfo *seq, float *dx, const float *dy, const float *x,
+                       const trex_moe_w *w, trex_moe_w *g, const trex_moe_cache *cache,
+                       double alpha, double bal_scale)
+{
+    TREX_ASSERT(ctx && ctx->arena && cfg && seq && dx && dy && x && w && g && cache);
+    const trex_moe_cache *c = cache;
+    const int64_t B = c->B, T = c->T, N = c->N, E = c->E, K = c->K, I = c->I, d = c->d;
+    TREX_ASSERT(seq->B == B && seq->T == T && cfg->hidden_size == d && cfg->n_routed_experts == E);
+    TREX_ASSERT(c->hash == trex_config_is_hash(cfg, layer));
+    TREX_ASSERT(g->gate && g->w1 && g->w2 && g->w3 && g->sw1 && g->sw2 && g->sw3);
+    const float L = (float)cfg->swiglu_limit;
+    trex_pool *pool = ctx->pool;
+    trex_arena *ar = ctx->arena;
+    if (N == 0)
+        return;
+
+    const int64_t C = N < MOE_CHUNK ? N : MOE_CHUNK;
+    float *xg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float));
+    float *dyg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float));
+    float *dxg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float));
+    float *hg = trex_arena_xalloc(ar, (size_t)(C * I) * sizeof(float));
+    float *dhg = trex_arena_xalloc(ar, (size_t)(C * I) * sizeof(float));
+    float *dug = trex_arena_xalloc(ar, (size_t)(C * I) * sizeof(float));
+    float *dg = trex_arena_xalloc(ar, (size_t)(N * K) * sizeof(float));
+    float *dz = trex_arena_xalloc(ar, (size_t)(N * E) * sizeof(float));
+
+    /* Shared expert: writes dx. */
+    for (int64_t r0 = 0; r0 < N; r0 += C) {
+        const int64_t n = N - r0 < C ? N - r0 : C;
+        const float *xr = x + r0 * d, *dyr = dy + r0 * d;
+        swiglu_args sg = {.a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg, .du = dug,
+                          .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+        trex_linear_backward(pool, dhg, g->sw2, dyr, hg, w->sw2, n, I, d, false);
+        trex_pool_for(pool, n, grain_for(I * 16), swiglu_bwd_rows, &sg);
+        trex_linear_backward(pool, dx + r0 * d, g->sw1, dhg, xr, w->sw1, n, d, I, false);
+        trex_linear_backward(pool, dx + r0 * d, g->sw3, dug, xr, w->sw3, n, d, I, true);
+    }
+
+    /* Routed experts in index order: dx += scatter, dg per slot. */
+    for (int64_t e = 0; e < E; e++) {
+        for (int64_t p0 = c->off[e]; p0 < c->off[e + 1]; p0 += C) {
+            const int64_t n = c->off[e + 1] - p0 < C ? c->off[e + 1] - p0 : C;
+            const int32_t *perm = c->perm + p0;
+            gather_args ga = {perm, K, d, x, dy, xg, dyg};
+            trex_pool_for(pool, n, grain_for(2 * d), gather_rows, &ga);
+            swiglu_args sg = {.a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
+                              .du = dug, .perm = perm, .gw = c->gw, .dg = dg, .I = I, .L = L};
+            trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+            trex_linear_backward(pool, dhg, g->w2[e], dyg, hg, w->w2[e], n, I, d, false);
+            trex_pool_for(pool, n, grain_for(I * 24), swiglu_bwd_rows, &sg);
+            trex_linear_backward(pool, dxg, g->w1[e], dhg, xg, w->w1[e], n, d, I, false);
+            trex_linear_backward(pool, dxg, g->w3[e], dug, xg, w->w3[e], n, d, I, true);
+            gather_args sc = {perm, K, d, dxg, NULL, dx, NULL};
+            trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
+        }
+    }
+
+    /* Router: dz from the mixing weights and the balance loss, then gate and dx. The balance loss is
+     * (1/B) sum_b alpha sum_i f_bi (1/T) sum_t q_ti, so dL/dq_ti = bal_scale alpha f_bi / (B T). */
+    float *cbal = NULL;
+    if (!c->hash && alpha != 0.0 && bal_scale != 0.0) {
+        cbal = trex_arena_xalloc(ar, (size_t)(B * E) * sizeof(float));
+        const double k = bal_scale * alpha / ((double)B * (double)T);
+        for (int64_t q = 0; q < B * E; q++)
+            cbal[q] = (float)(k * (double)c->f[q]);
+    }
+    router_bwd_args rb = {c->z, c->s, dg, cbal, c->idx, dz, E, K, T,
+                          (float)cfg->routed_scaling_factor};
+    trex_pool_for(pool, N, grain_for(E * 8), router_bwd_rows, &rb);
+    trex_linear_backward(pool, dx, g->gate, dz, x, w->gate, N, d, E, true);
+}
