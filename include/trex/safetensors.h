@@ -29,7 +29,8 @@ typedef struct trex_st_entry {
 
 typedef struct trex_st_file trex_st_file;
 
-/* Opens and validates a file (the data is mapped read-only). */
+/* Opens and validates a file (the data is mapped read-only; entries are in header order; tensor data
+ * may be unaligned, read it through trex_convert_to_f32 or memcpy). */
 trex_code trex_st_open(trex_st_file **out, const char *path, trex_err *err);
 /* Validates an in-memory image; buf must outlive the handle. label names it in messages. */
 trex_code trex_st_open_mem(trex_st_file **out, const void *buf, size_t len, const char *label,
@@ -42,8 +43,11 @@ const trex_st_entry *trex_st_entry_at(const trex_st_file *f, int64_t i);  /* in 
 const trex_st_entry *trex_st_find(const trex_st_file *f, const char *name); /* NULL if absent */
 const void *trex_st_data(const trex_st_file *f, const trex_st_entry *e);
 const char *trex_st_metadata(const trex_st_file *f, const char *key);      /* NULL if absent */
+int64_t trex_st_metadata_count(const trex_st_file *f);
+/* The i-th metadata pair, in key order; strings live as long as f. */
+void trex_st_metadata_at(const trex_st_file *f, int64_t i, const char **key, const char **value);
 
-/* Reads tensor `name` into dst as float, converting from F32/F64/BF16/F16/F8_E4M3. The tensor must
+/* Reads tensor `name` into dst as float, converting from F32/F64/BF16/F16/F8_E4M3/F8_E8M0. The tensor must
  * exist (TREX_ENOTFOUND) and have exactly the given shape (TREX_EFORMAT otherwise); messages name the
  * file, the tensor, the expected and the actual shape or dtype. */
 trex_code trex_st_read_f32(const trex_st_file *f, const char *name, float *dst, int ndim,
@@ -59,8 +63,10 @@ trex_st_writer *trex_st_writer_create(void);
 void trex_st_writer_destroy(trex_st_writer *w);
 trex_code trex_st_writer_add(trex_st_writer *w, const char *name, trex_dtype dt, int ndim,
                              const int64_t *shape, const void *data, trex_err *err);
+/* Adds a "__metadata__" string pair; setting a key again replaces its value. */
 trex_code trex_st_writer_metadata(trex_st_writer *w, const char *key, const char *value, trex_err *err);
-/* Writes the file atomically (temporary name, fsync, rename). */
+/* Writes the file atomically (temporary name, fsync, rename), streaming each tensor from its buffer.
+ * Names must be unique (TREX_EINVAL names the duplicate). */
 trex_code trex_st_writer_write(trex_st_writer *w, const char *path, trex_err *err);
 
 #endif

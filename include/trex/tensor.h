@@ -40,6 +40,8 @@ size_t trex_dtype_size(trex_dtype dt);          /* bytes per element */
 const char *trex_dtype_name(trex_dtype dt);     /* safetensors name, e.g. "BF16" */
 /* Parses a safetensors dtype name; TREX_EFORMAT for an unknown one. */
 trex_code trex_dtype_parse(const char *name, trex_dtype *out);
+/* True for F32 F64 BF16 F16 F8_E4M3 F8_E8M0. */
+bool trex_dtype_is_float(trex_dtype dt);
 
 /* A contiguous row-major view of `data` (ndim <= TREX_MAX_DIMS, every shape[i] >= 0). */
 trex_tensor trex_tensor_make(void *data, trex_dtype dt, int ndim, const int64_t *shape);
@@ -55,6 +57,9 @@ uint16_t trex_f32_to_bf16(float f);
 float trex_f16_to_f32(uint16_t h);
 uint16_t trex_f32_to_f16(float f);
 float trex_f8e4m3_to_f32(uint8_t v);  /* OCP e4m3fn: bias 7, max 448, no inf, 0x7f/0xff NaN */
+/* Nearest even e4m3fn; like PyTorch's float8_e4m3fn cast, NaN, inf and magnitudes rounding above 448
+ * become NaN (0x7f with the sign), and values below half the smallest subnormal become signed zero. */
+uint8_t trex_f32_to_f8e4m3(float f);
 float trex_f8e8m0_to_f32(uint8_t v);  /* 2^(v-127); 255 is NaN */
 
 /* Converts n elements of dtype `dt` at src to float (any float dtype, or integer dtypes by value). */
