@@ -1,0 +1,1154 @@
+/* model/attention.c — the DeepSeek-V4 attention sub-layer (SWA / CSA / HCA), fp32 forward and backward.
+ *
+ * Implements trex_attn_forward / trex_attn_backward of model/layers.h exactly per MODEL_SPEC §3 and
+ * docs/model-conventions.md; the math and the backward derivations are in docs/attention.md.
+ *
+ * Shape of the computation (N tokens, every document on its own):
+ *   query    qr = RMSNorm_qnorm(x Wq_a^T); q = RoPE(rms_h(qr Wq_b^T))              [N, H, c]
+ *   kv       kv = RoPE(RMSNorm_kvnorm(x Wkv^T))                                     [N, c]
+ *   ratio>0  compressed entries C = RoPE(RMSNorm(pool(x Wc_kv^T, x Wc_gate^T + ape)))  [nc, c]
+ *   ratio 4  indexer: iq = RoPE(qr Wi_q^T), hw = x Wi_w^T / sqrt(cI nI), K^I = own compressor;
+ *            score I_ts = sum_h hw_th ReLU(iq_th . K^I_s); top-k in sparse mode
+ *   core     per query: one softmax over window kv + compressed entries + sink (K = V); inverse RoPE
+ *   output   y = (grouped wo_a) wo_b
+ *
+ * Memory stays O(N (window + k)) per layer: attention probabilities are never stored. The forward keeps
+ * the log-sum-exp of each (query, head) and the backward recomputes the probabilities twice, once on
+ * the query side (dq, d sink, indexer query gradients) and once on the key side (gradients of the
+ * shared kv / compressed / indexer-key vectors), so that every shared gradient row is summed by one
+ * thread in a fixed order (queries ascending, heads ascending): results are bitwise identical for any
+ * thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model/layers.h"
+#include "model/rope.h"
+
+#define AM_REAL float
+#define AM_SFX f
+#include "model/attention_math.h"
+
+#define QBLOCK 4  /* queries per work item of the query-side loops */
+#define KTILE 16  /* entries per work item of the key-side loops (fixed: independent of threads) */
+
+/* Sizes of one layer. */
+typedef struct attn_dims {
+    int64_t N, d, H, c, r, half, nope; /* nope = c - r: offset of the rotated dims in a head */
+    int64_t dc, G, dg, nwin;
+    int64_t m;          /* compress ratio, 0 for SWA */
+    int64_t wm;         /* compressor width multiplier: 2 iff m == 4 (overlap), else 1 */
+    bool csa;           /* m == 4: lightning indexer */
+    int64_t nI, cI, topk;
+    float eps;          /* rms_norm_eps */
+    float scale;        /* c^-1/2 */
+    float hscale;       /* (cI nI)^-1/2, indexer head weights */
+} attn_dims;
+
+/* Documents of the batch and their compressed entries. */
+typedef struct attn_docs {
+    int64_t nseg, maxlen, nc, maxnb;
+    int64_t *start, *len; /* [nseg] copies of the seqinfo segments */
+    int64_t *seg;         /* [N] document of each token */
+    int64_t *tpos;        /* [N] position of each token inside its document */
+    int64_t *cstart;      /* [nseg + 1] first compressed entry (global index) of each document */
+    int64_t *cseg;        /* [nc] document of each compressed entry */
+    int64_t *cpos;        /* [nc] RoPE position of each entry: i * m (local index i) */
+} attn_docs;
+
+/* One compressor (the layer's, or the indexer's) and what its backward needs. */
+typedef struct cmp_state {
+    int64_t cw;            /* output dims (c or cI) */
+    float *kt, *zt;        /* [N, wm*cw] projections; zt with ape added */
+    float *pooled, *rstd;  /* [nc, cw] before the norm, [nc] */
+    float *out;            /* [nc, cw] normalised and rotated entries */
+} cmp_state;
+
+struct trex_attn_cache {
+    attn_dims dm;
+    attn_docs docs;
+    bool sparse;          /* CSA top-k selection active */
+    bool kl;              /* indexer KL terms computed (ilse, mass valid) */
+    float *rcos, *rsin;   /* [maxlen, half] */
+    float *qa, *qa_rstd, *qr;  /* [N, dc], [N], [N, dc] */
+    float *q, *q_rstd;         /* [N, H*c] after RoPE, [N*H] */
+    float *kva, *kv_rstd, *kv; /* [N, c], [N], [N, c] after RoPE */
+    cmp_state cmp, icmp;
+    float *iq, *hw;            /* [N, nI*cI] after RoPE, [N, nI] scaled */
+    float *ilse, *mass;        /* [N] indexer log-sum-exp over the KL set, sum_s sum_h P */
+    int32_t *sel, *nsel;       /* [N, topk] ascending local entry indices, [N] counts (sparse) */
+    float *lse;                /* [N*H] including the sink */
+    float *o;                  /* [N, H*c] attention output after the inverse RoPE */
+    float *u;                  /* [N, G*dg] */
+};
+
+/* ---- small helpers ---------------------------------------------------------------------------- */
+
+static size_t lay(size_t *total, size_t bytes)
+{
+    size_t off = *total;
+    *total += (bytes + TREX_ALIGN - 1) / TREX_ALIGN * TREX_ALIGN;
+    return off;
+}
+
+/* Work item k of n -> block index, alternating from both ends so that contiguous thread chunks get a
+ * similar mix of cheap early and costly late queries. A bijection on [0, n). */
+static int64_t zigzag(int64_t k, int64_t n)
+{
+    return (k % 2 == 0) ? k / 2 : n - 1 - k / 2;
+}
+
+static float idx_score(float *a, const float *iq, const float *k, const float *hw, int64_t nI,
+                       int64_t cI)
+{
+    float s = 0.0f;
+    for (int64_t h = 0; h < nI; h++) {
+        float v = am_dot_f(iq + h * cI, k, cI);
+        if (a)
+            a[h] = v;
+        if (v > 0.0f)
+            s += hw[h] * v;
+    }
+    return s;
+}
+
+/* Indices of the k largest of score[0..n) (equal scores: the lower index wins), ascending into out.
+ * heap: k slots; mark: n bytes, zero on entry and on return. */
+static bool topk_worse(const float *score, int64_t a, int64_t b)
+{
+    return score[a] < score[b] || (score[a] == score[b] && a > b);
+}
+
+static void topk_sift(int64_t *heap, int64_t size, int64_t i, const float *score)
+{
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < size && topk_worse(score, heap[l], heap[w]))
+            w = l;
+        if (r < size && topk_worse(score, heap[r], heap[w]))
+            w = r;
+        if (w == i)
+            return;
+        int64_t tmp = heap[i];
+        heap[i] = heap[w];
+        heap[w] = tmp;
+        i = w;
+    }
+}
+
+static void topk_select(int64_t *out, const float *score, int64_t n, int64_t k, int64_t *heap,
+                        unsigned char *mark)
+{
+    TREX_ASSERT(k <= n);
+    if (k == n) {
+        for (int64_t i = 0; i < n; i++)
+            out[i] = i;
+        return;
+    }
+    if (k == 0)
+        return;
+    /* a min-heap on "better": the root is the worst of the k best seen so far */
+    for (int64_t i = 0; i < k; i++)
+        heap[i] = i;
+    for (int64_t i = k / 2 - 1; i >= 0; i--)
+        topk_sift(heap, k, i, score);
+    for (int64_t i = k; i < n; i++) {
+        if (topk_worse(score, heap[0], i)) {
+            heap[0] = i;
+            topk_sift(heap, k, 0, score);
+        }
+    }
+    for (int64_t i = 0; i < k; i++)
+        mark[heap[i]] = 1;
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (mark[i]) {
+            out[j++] = i;
+            mark[i] = 0;
+        }
+    }
+    TREX_ASSERT(j == k);
+}
+
+/* ---- RoPE over rows --------------------------------------------------------------------------- */
+
+typedef struct rope_task {
+    float *v;
+    int64_t nh, dim, off, half;
+    const int64_t *pos;
+    const float *ct, *st;
+    bool inverse;
+} rope_task;
+
+static void rope_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const rope_task *a = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *cs = a->ct + a->pos[r] * a->half, *sn = a->st + a->pos[r] * a->half;
+        for (int64_t h = 0; h < a->nh; h++)
+            trex_rope_rotate(a->v + (r * a->nh + h) * a->dim + a->off, cs, sn, a->half, a->inverse);
+    }
+}
+
+/* Rotates the last r dims of every vector of v [rows, nh, dim]; row i at table position pos[i]. */
+static void rope_apply(trex_pool *pool, float *v, int64_t rows, int64_t nh, int64_t dim,
+                       const attn_dims *dm, const int64_t *pos, const float *ct, const float *st,
+                       bool inverse)
+{
+    rope_task a = {v, nh, dim, dim - dm->r, dm->half, pos, ct, st, inverse};
+    int64_t work = nh * dm->r;
+    trex_pool_for(pool, rows, work >= 4096 ? 1 : 4096 / work, rope_rows, &a);
+}
+
+/* ---- compressor (MODEL_SPEC §3.4) ------------------------------------------------------------- */
+
+/* Row offsets into kt/zt ([N, wm*cw]) of the candidates of compressed entry e, in softmax order:
+ * with overlap (wm = 2) the previous block's tokens, first half of their features, then the block's
+ * own tokens, second half; block 0 has no previous part (its K = 0, Z = -inf candidates carry exactly
+ * zero weight, so they are left out). Without overlap the block's own tokens, all features. */
+static int64_t cmp_block_offsets(int64_t *off, const attn_docs *docs, int64_t m, int64_t wm,
+                                 int64_t cw, int64_t e)
+{
+    const int64_t s = docs->cseg[e], i = e - docs->cstart[s], s0 = docs->start[s];
+    const int64_t wc = wm * cw;
+    int64_t n = 0;
+    if (wm == 2 && i > 0)
+        for (int64_t j = 0; j < m; j++)
+            off[n++] = (s0 + (i - 1) * m + j) * wc;
+    for (int64_t j = 0; j < m; j++)
+        off[n++] = (s0 + i * m + j) * wc + (wm == 2 ? cw : 0);
+    return n;
+}
+
+typedef struct cmp_task {
+    const attn_docs *docs;
+    const cmp_state *s;
+    int64_t m, wm;
+    const float *dpooled;  /* backward: dL/dpooled [nc, cw] */
+    float *dkt, *dzt;      /* backward: [N, wm*cw], accumulated (rows are disjoint per block) */
+    char *scr;
+    size_t stride;
+} cmp_task;
+
+static size_t cmp_scratch_bytes(int64_t m, int64_t cw)
+{
+    size_t t = 0;
+    lay(&t, (size_t)(2 * m) * sizeof(int64_t));
+    for (int k = 0; k < 4; k++)
+        lay(&t, (size_t)(2 * m) * sizeof(float *));
+    lay(&t, (size_t)(3 * cw) * sizeof(float));
+    return t;
+}
+
+static void cmp_blocks(void *arg, int64_t e0, int64_t e1, int tid)
+{
+    const cmp_task *a = arg;
+    const int64_t m = a->m, cw = a->s->cw;
+    size_t t = 0;
+    char *w = a->scr + (size_t)tid * a->stride;
+    int64_t *off = (int64_t *)(w + lay(&t, (size_t)(2 * m) * sizeof(int64_t)));
+    const float **K = (const float **)(w + lay(&t, (size_t)(2 * m) * sizeof(float *)));
+    const float **Z = (const float **)(w + lay(&t, (size_t)(2 * m) * sizeof(float *)));
+    float **dK = (float **)(w + lay(&t, (size_t)(2 * m) * sizeof(float *)));
+    float **dZ = (float **)(w + lay(&t, (size_t)(2 * m) * sizeof(float *)));
+    float *ws = (float *)(w + lay(&t, (size_t)(3 * cw) * sizeof(float)));
+    for (int64_t e = e0; e < e1; e++) {
+        int64_t n = cmp_block_offsets(off, a->docs, m, a->wm, cw, e);
+        for (int64_t j = 0; j < n; j++) {
+            K[j] = a->s->kt + off[j];
+            Z[j] = a->s->zt + off[j];
+        }
+        if (a->dpooled) {
+            for (int64_t j = 0; j < n; j++) {
+                dK[j] = a->dkt + off[j];
+                dZ[j] = a->dzt + off[j];
+            }
+            am_pool_backward_f(dK, dZ, a->dpooled + e * cw, K, Z, n, cw, ws);
+        } else {
+            am_pool_forward_f(a->s->pooled + e * cw, K, Z, n, cw, ws);
+        }
+    }
+}
+
+static int64_t nthreads(const trex_ctx *ctx)
+{
+    return trex_pool_size(ctx->pool);
+}
+
+/* Projections, pooling, norm and RoPE of one compressor. Returns false when out of memory. */
+static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dims *dm,
+                               const attn_docs *docs, int64_t m, int64_t wm, int64_t cw,
+                               const float *x, const float *wkv, const float *wgate,
+                               const float *ape, const float *norm, const float *ct,
+                               const float *st)
+{
+    const int64_t N = dm->N, wc = wm * cw, nc = docs->nc;
+    s->cw = cw;
+    s->kt = trex_arena_alloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
+    s->zt = trex_arena_alloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
+    s->pooled = trex_arena_alloc(ctx->arena, (size_t)(nc * cw + 1) * sizeof(float));
+    s->rstd = trex_arena_alloc(ctx->arena, (size_t)(nc + 1) * sizeof(float));
+    s->out = trex_arena_alloc(ctx->arena, (size_t)(nc * cw + 1) * sizeof(float));
+    size_t stride = cmp_scratch_bytes(m, cw);
+    char *scr = trex_arena_alloc(ctx->arena, stride * (size_t)nthreads(ctx));
+    if (!s->kt || !s->zt || !s->pooled || !s->rstd || !s->out || !scr)
+        return false;
+    trex_linear_forward(ctx->pool, s->kt, x, wkv, N, dm->d, wc);
+    trex_linear_forward(ctx->pool, s->zt, x, wgate, N, dm->d, wc);
+    /* positional bias by offset inside the block, on every token of a complete block */
+    for (int64_t sg = 0; sg < docs->nseg; sg++) {
+        const int64_t nb = docs->cstart[sg + 1] - docs->cstart[sg];
+        for (int64_t l = 0; l < nb * m; l++) {
+            float *z = s->zt + (docs->start[sg] + l) * wc;
+            const float *ap = ape + (l % m) * wc;
+            for (int64_t f = 0; f < wc; f++)
+                z[f] += ap[f];
+        }
+    }
+    if (nc == 0)
+        return true;
+    cmp_task a = {docs, s, m, wm, NULL, NULL, NULL, scr, stride};
+    int64_t work = 2 * m * cw;
+    trex_pool_for(ctx->pool, nc, work >= 16384 ? 1 : 16384 / work, cmp_blocks, &a);
+    trex_rmsnorm_forward(ctx->pool, s->out, s->rstd, s->pooled, norm, nc, cw, dm->eps);
+    rope_apply(ctx->pool, s->out, nc, 1, cw, dm, docs->cpos, ct, st, false);
+    return true;
+}
+
+/* Backward of compressor_forward given dout = dL/d(out) [nc, cw] (overwritten). Weight gradients
+ * accumulate; dx accumulates when not NULL (the indexer's compressor sees a detached x). */
+static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const attn_dims *dm,
+                                const attn_docs *docs, int64_t m, int64_t wm, float *dout,
+                                float *dx, const float *x, const float *wkv, const float *wgate,
+                                const float *norm, float *gwkv, float *gwgate, float *gape,
+                                float *gnorm, const float *ct, const float *st)
+{
+    const int64_t N = dm->N, cw = s->cw, wc = wm * cw, nc = docs->nc;
+    if (nc == 0)
+        return;
+    rope_apply(ctx->pool, dout, nc, 1, cw, dm, docs->cpos, ct, st, true);
+    float *dpooled = trex_arena_xalloc(ctx->arena, (size_t)(nc * cw) * sizeof(float));
+    trex_rmsnorm_backward(ctx->pool, dpooled, gnorm, dout, s->pooled, norm, s->rstd, nc, cw, false);
+    float *dkt = trex_arena_xalloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
+    float *dzt = trex_arena_xalloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
+    size_t stride = cmp_scratch_bytes(m, cw);
+    char *scr = trex_arena_xalloc(ctx->arena, stride * (size_t)nthreads(ctx));
+    cmp_task a = {docs, s, m, wm, dpooled, dkt, dzt, scr, stride};
+    int64_t work = 2 * m * cw;
+    trex_pool_for(ctx->pool, nc, work >= 16384 ? 1 : 16384 / work, cmp_blocks, &a);
+    /* ape[j] collects the Z gradients of every token at offset j (documents, then tokens, in order) */
+    for (int64_t sg = 0; sg < docs->nseg; sg++) {
+        const int64_t nb = docs->cstart[sg + 1] - docs->cstart[sg];
+        for (int64_t l = 0; l < nb * m; l++) {
+            const float *dz = dzt + (docs->start[sg] + l) * wc;
+            float *ga = gape + (l % m) * wc;
+            for (int64_t f = 0; f < wc; f++)
+                ga[f] += dz[f];
+        }
+    }
+    trex_linear_backward(ctx->pool, dx, gwkv, dkt, x, wkv, N, dm->d, wc, true);
+    trex_linear_backward(ctx->pool, dx, gwgate, dzt, x, wgate, N, dm->d, wc, true);
+}
+
+/* ---- per-query attention (forward and query-side backward) ------------------------------------ */
+
+/* Per-thread scratch of the query loops. */
+typedef struct qscr {
+    size_t V, cidx, heap, z, o, scores, ps, mark, a, total;
+} qscr;
+
+static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse)
+{
+    qscr L = {0};
+    const int64_t maxset = (dm->csa && sparse) ? (dm->topk < docs->maxnb ? dm->topk : docs->maxnb)
+                                               : docs->maxnb;
+    const int64_t ne = dm->nwin + maxset + 1;
+    size_t t = 0;
+    L.V = lay(&t, (size_t)ne * sizeof(float *));
+    L.cidx = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(int64_t));
+    L.heap = lay(&t, (size_t)(dm->topk + 1) * sizeof(int64_t));
+    L.z = lay(&t, (size_t)(dm->H * ne) * sizeof(float));
+    L.o = lay(&t, (size_t)(dm->H * dm->c) * sizeof(float));
+    L.scores = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
+    L.ps = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
+    L.mark = lay(&t, (size_t)(docs->maxnb + 1));
+    L.a = lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
+    L.total = t;
+    return L;
+}
+
+typedef struct qtask {
+    const attn_dims *dm;
+    const attn_docs *docs;
+    const trex_attn_cache *c; /* q, kv, compressed entries, indexer, selections */
+    const float *sink;
+    bool select;              /* forward: choose top-k (CSA sparse) */
+    bool kl;                  /* KL terms (forward) / KL gradient (backward) */
+    /* forward outputs */
+    float *lse, *o, *ilse, *mass;
+    int32_t *sel, *nsel;
+    double *kl_t;
+    /* backward */
+    const float *gO, *D;
+    float *dq, *dsink_t, *diq, *dhw;
+    float il_scale;
+    int64_t nqb;
+    char *scr;
+    size_t stride;
+    qscr L;
+} qtask;
+
+/* Gathers the entries of query t: the window (same document) then the compressed set. Returns n and
+ * sets *nw (window count) and *ncs (compressed count); cidx receives the local entry indices. */
+static int64_t gather_entries(const qtask *a, int64_t t, const float **V, int64_t *cidx,
+                              float *scores, int64_t *heap, unsigned char *mark, int64_t *nw_out,
+                              int64_t *ncs_out)
+{
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    const trex_attn_cache *c = a->c;
+    const int64_t s = docs->seg[t], s0 = docs->start[s], p = t - s0;
+    const int64_t jlo = (t - dm->nwin + 1 > s0) ? t - dm->nwin + 1 : s0;
+    const int64_t nw = t - jlo + 1;
+    for (int64_t k = 0; k < nw; k++)
+        V[k] = c->kv + (jlo + k) * dm->c;
+    int64_t ncs = 0;
+    if (dm->m > 0) {
+        const int64_t vis = (p + 1) / dm->m, cb = docs->cstart[s];
+        if (dm->csa && scores) {
+            for (int64_t i = 0; i < vis; i++)
+                scores[i] = idx_score(NULL, c->iq + t * dm->nI * dm->cI,
+                                      c->icmp.out + (cb + i) * dm->cI, c->hw + t * dm->nI, dm->nI,
+                                      dm->cI);
+        }
+        if (dm->csa && c->sparse) {
+            if (a->select) {
+                ncs = dm->topk < vis ? dm->topk : vis;
+                topk_select(cidx, scores, vis, ncs, heap, mark);
+                for (int64_t i = 0; i < ncs; i++)
+                    a->sel[t * dm->topk + i] = (int32_t)cidx[i];
+                a->nsel[t] = (int32_t)ncs;
+            } else {
+                ncs = c->nsel[t];
+                for (int64_t i = 0; i < ncs; i++)
+                    cidx[i] = c->sel[t * dm->topk + i];
+            }
+        } else {
+            ncs = vis;
+            for (int64_t i = 0; i < vis; i++)
+                cidx[i] = i;
+        }
+        for (int64_t i = 0; i < ncs; i++)
+            V[nw + i] = c->cmp.out + (cb + cidx[i]) * dm->c;
+    }
+    *nw_out = nw;
+    *ncs_out = ncs;
+    return nw + ncs;
+}
+
+static void qfwd_one(const qtask *a, int64_t t, char *w)
+{
+    const attn_dims *dm = a->dm;
+    const trex_attn_cache *c = a->c;
+    const int64_t H = dm->H, hc = dm->H * dm->c;
+    const float **V = (const float **)(w + a->L.V);
+    int64_t *cidx = (int64_t *)(w + a->L.cidx), *heap = (int64_t *)(w + a->L.heap);
+    float *z = (float *)(w + a->L.z), *opre = (float *)(w + a->L.o);
+    float *scores = (float *)(w + a->L.scores), *ps = (float *)(w + a->L.ps);
+    unsigned char *mark = (unsigned char *)(w + a->L.mark);
+    const bool need_scores = dm->csa && (c->sparse || a->kl);
+    int64_t nw, ncs;
+    int64_t n = gather_entries(a, t, V, cidx, need_scores ? scores : NULL, heap, mark, &nw, &ncs);
+    am_sattn_forward_f(opre, a->lse + t * H, z, c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale);
+    /* inverse RoPE of the output at the query's position */
+    const int64_t pos = a->docs->tpos[t];
+    float *o = a->o + t * hc;
+    memcpy(o, opre, (size_t)hc * sizeof(float));
+    for (int64_t h = 0; h < H; h++)
+        trex_rope_rotate(o + h * dm->c + dm->nope, c->rcos + pos * dm->half,
+                         c->rsin + pos * dm->half, dm->half, true);
+    if (!(a->kl && dm->csa))
+        return;
+    a->ilse[t] = 0.0f;
+    a->mass[t] = 0.0f;
+    a->kl_t[t] = 0.0;
+    if (ncs == 0)
+        return;
+    /* p: the main attention's mass on each compressed entry, summed over heads; q: softmax of I */
+    const float *lse = a->lse + t * H;
+    float msum = 0.0f;
+    for (int64_t i = 0; i < ncs; i++) {
+        float s = 0.0f;
+        for (int64_t h = 0; h < H; h++)
+            s += expf(z[h * n + nw + i] - lse[h]);
+        ps[i] = s;
+        msum += s;
+    }
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < ncs; i++)
+        mx = scores[cidx[i]] > mx ? scores[cidx[i]] : mx;
+    double den = 0.0;
+    for (int64_t i = 0; i < ncs; i++)
+        den += exp((double)scores[cidx[i]] - mx);
+    const float ilse = (float)((double)mx + log(den));
+    a->ilse[t] = ilse;
+    a->mass[t] = msum;
+    double kl = 0.0;
+    if (msum > 0.0f) {
+        for (int64_t i = 0; i < ncs; i++) {
+            if (ps[i] > 0.0f) {
+                double pp = (double)ps[i] / (double)msum;
+                kl += pp * (log(pp) - ((double)scores[cidx[i]] - (double)ilse));
+            }
+        }
+    }
+    a->kl_t[t] = kl;
+}
+
+static void qbwd_one(const qtask *a, int64_t t, char *w)
+{
+    const attn_dims *dm = a->dm;
+    const trex_attn_cache *c = a->c;
+    const int64_t H = dm->H, hc = dm->H * dm->c;
+    const float **V = (const float **)(w + a->L.V);
+    int64_t *cidx = (int64_t *)(w + a->L.cidx);
+    float *P = (float *)(w + a->L.z), *av = (float *)(w + a->L.a);
+    int64_t nw, ncs;
+    int64_t n = gather_entries(a, t, V, cidx, NULL, NULL, NULL, &nw, &ncs);
+    const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
+    am_sattn_backward_query_f(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL, a->gO + t * hc,
+                              c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale, c->lse + t * H,
+                              a->D + t * H);
+    if (!kl)
+        return;
+    /* dKL/dI_s = il_scale (q_s - p_s); through the head weights and the ReLU into iq and hw */
+    const int64_t nI = dm->nI, cI = dm->cI, cb = a->docs->cstart[a->docs->seg[t]];
+    const float *iq = c->iq + t * nI * cI, *hw = c->hw + t * nI;
+    float *diq = a->diq + t * nI * cI, *dhw = a->dhw + t * nI;
+    for (int64_t i = 0; i < ncs; i++) {
+        float psum = 0.0f;
+        for (int64_t h = 0; h < H; h++)
+            psum += P[h * n + nw + i];
+        const float pp = psum / c->mass[t];
+        const float *k = c->icmp.out + (cb + cidx[i]) * cI;
+        const float sc = idx_score(av, iq, k, hw, nI, cI);
+        const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
+        for (int64_t h = 0; h < nI; h++) {
+            if (av[h] > 0.0f) {
+                dhw[h] += dI * av[h];
+                am_axpy_f(diq + h * cI, dI * hw[h], k, cI);
+            }
+        }
+    }
+}
+
+static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
+{
+    const qtask *a = arg;
+    char *w = a->scr + (size_t)tid * a->stride;
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t b = zigzag(k, a->nqb);
+        const int64_t t1 = (b + 1) * QBLOCK < a->dm->N ? (b + 1) * QBLOCK : a->dm->N;
+        for (int64_t t = b * QBLOCK; t < t1; t++) {
+            if (fwd)
+                qfwd_one(a, t, w);
+            else
+                qbwd_one(a, t, w);
+        }
+    }
+}
+
+static void qfwd_items(void *arg, int64_t k0, int64_t k1, int tid)
+{
+    qloop(arg, k0, k1, tid, true);
+}
+
+static void qbwd_items(void *arg, int64_t k0, int64_t k1, int tid)
+{
+    qloop(arg, k0, k1, tid, false);
+}
+
+/* ---- key-side backward ------------------------------------------------------------------------ */
+
+typedef struct ktask {
+    const attn_dims *dm;
+    const attn_docs *docs;
+    const trex_attn_cache *c;
+    const float *gO, *D;
+    float *dkv;             /* [N, c] */
+    float *dC, *dik;        /* [nc, c], [nc, cI] */
+    bool kl;
+    float il_scale;
+    const int64_t *tiles;   /* compressed tiles: (document, i0, i1) triples */
+    int64_t ntiles;
+    char *scr;              /* per thread: KTILE entry lists, psum, indexer head scores */
+    size_t stride;
+} ktask;
+
+typedef struct kscr {
+    const float **V;
+    float **dV;
+    float *psum, *av;
+    int64_t *ent;
+} kscr;
+
+static size_t kscr_bytes(const attn_dims *dm)
+{
+    size_t t = 0;
+    lay(&t, KTILE * sizeof(float *));
+    lay(&t, KTILE * sizeof(float *));
+    lay(&t, KTILE * sizeof(float));
+    lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
+    lay(&t, KTILE * sizeof(int64_t));
+    return t;
+}
+
+static kscr kscr_get(const ktask *a, int tid)
+{
+    char *w = a->scr + (size_t)tid * a->stride;
+    size_t t = 0;
+    kscr k;
+    k.V = (const float **)(w + lay(&t, KTILE * sizeof(float *)));
+    k.dV = (float **)(w + lay(&t, KTILE * sizeof(float *)));
+    k.psum = (float *)(w + lay(&t, KTILE * sizeof(float)));
+    k.av = (float *)(w + lay(&t, (size_t)(a->dm->nI + 1) * sizeof(float)));
+    k.ent = (int64_t *)(w + lay(&t, KTILE * sizeof(int64_t)));
+    return k;
+}
+
+/* Window entries: tile of KTILE consecutive tokens; each entry gathers from the queries that see it
+ * (same document, t - nwin < j <= t), queries ascending, heads ascending. */
+static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
+{
+    const ktask *a = arg;
+    const attn_dims *dm = a->dm;
+    const int64_t N = dm->N, H = dm->H, c = dm->c, hc = H * c;
+    kscr ks = kscr_get(a, tid);
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t j0 = k * KTILE, j1 = (j0 + KTILE < N) ? j0 + KTILE : N;
+        const int64_t tmax = (j1 - 1 + dm->nwin - 1 < N - 1) ? j1 - 1 + dm->nwin - 1 : N - 1;
+        for (int64_t t = j0; t <= tmax; t++) {
+            const int64_t jlo = (t - dm->nwin + 1 > j0) ? t - dm->nwin + 1 : j0;
+            const int64_t jhi = (t < j1 - 1) ? t : j1 - 1;
+            int64_t n = 0;
+            for (int64_t j = jlo; j <= jhi; j++) {
+                if (a->docs->seg[j] != a->docs->seg[t])
+                    continue;
+                ks.V[n] = a->c->kv + j * c;
+                ks.dV[n++] = a->dkv + j * c;
+            }
+            am_sattn_backward_entries_f(ks.dV, ks.psum, ks.V, n, a->c->q + t * hc, a->gO + t * hc,
+                                        H, c, dm->scale, a->c->lse + t * H, a->D + t * H);
+        }
+    }
+}
+
+/* Compressed entries of one document, tile [i0, i1): the queries that attend them, ascending. Also
+ * the KL gradient into the indexer keys of the same entries (the KL set is the attended set):
+ * dK^I_s += sum_h dI_ts hw_th [a_ths > 0] iq_th. */
+static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n)
+{
+    const attn_dims *dm = a->dm;
+    const trex_attn_cache *c = a->c;
+    const int64_t H = dm->H, hc = H * dm->c;
+    for (int64_t i = 0; i < n; i++) {
+        ks->V[i] = c->cmp.out + ks->ent[i] * dm->c;
+        ks->dV[i] = a->dC + ks->ent[i] * dm->c;
+    }
+    am_sattn_backward_entries_f(ks->dV, ks->psum, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
+                                dm->c, dm->scale, c->lse + t * H, a->D + t * H);
+    if (!a->kl || !(c->mass[t] > 0.0f))
+        return;
+    const int64_t nI = dm->nI, cI = dm->cI;
+    const float *iq = c->iq + t * nI * cI, *hw = c->hw + t * nI;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t e = ks->ent[i];
+        const float pp = ks->psum[i] / c->mass[t];
+        const float sc = idx_score(ks->av, iq, c->icmp.out + e * cI, hw, nI, cI);
+        const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
+        for (int64_t h = 0; h < nI; h++)
+            if (ks->av[h] > 0.0f)
+                am_axpy_f(a->dik + e * cI, dI * hw[h], iq + h * cI, cI);
+    }
+}
+
+static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
+{
+    const ktask *a = arg;
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    const trex_attn_cache *c = a->c;
+    kscr ks = kscr_get(a, tid);
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t *tile = a->tiles + 3 * zigzag(k, a->ntiles);
+        const int64_t s = tile[0], i0 = tile[1], i1 = tile[2];
+        const int64_t s0 = docs->start[s], L = docs->len[s], cb = docs->cstart[s];
+        for (int64_t t = s0 + (i0 + 1) * dm->m - 1; t < s0 + L; t++) {
+            int64_t n = 0;
+            if (dm->csa && c->sparse) {
+                const int32_t *sel = c->sel + t * dm->topk;
+                const int64_t ns = c->nsel[t];
+                int64_t lo = 0, hi = ns; /* first selected index >= i0 */
+                while (lo < hi) {
+                    int64_t mid = lo + (hi - lo) / 2;
+                    if (sel[mid] < i0)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                for (int64_t q = lo; q < ns && sel[q] < i1; q++)
+                    ks.ent[n++] = cb + sel[q];
+            } else {
+                const int64_t vis = (t - s0 + 1) / dm->m;
+                const int64_t ib = vis < i1 ? vis : i1;
+                for (int64_t i = i0; i < ib; i++)
+                    ks.ent[n++] = cb + i;
+            }
+            if (n > 0)
+                kcmp_query(a, t, &ks, n);
+        }
+    }
+}
+
+/* ---- weightless per-head RMS backward (q) ----------------------------------------------------- */
+
+typedef struct qnorm_task {
+    float *dq;             /* in: dL/dq after RoPE; out: dL/d(q before the norm) */
+    const float *q, *rstd; /* q after RoPE, 1/rms per (token, head) */
+    const attn_dims *dm;
+    const int64_t *tpos;
+    const float *ct, *st;
+} qnorm_task;
+
+/* q = R(y), y = u * rs. With g = dL/dq, rotation-invariance of dot products gives
+ * dL/du = rs (R^-1 g - y mean(g.q)) = R^-1 [rs (g - q mean(g.q))] on the rotated dims. */
+static void qnorm_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const qnorm_task *a = arg;
+    const attn_dims *dm = a->dm;
+    const int64_t c = dm->c;
+    for (int64_t t = t0; t < t1; t++) {
+        for (int64_t h = 0; h < dm->H; h++) {
+            const int64_t row = t * dm->H + h;
+            float *g = a->dq + row * c;
+            const float *q = a->q + row * c, rs = a->rstd[row];
+            const float mean = am_dot_f(g, q, c) / (float)c;
+            for (int64_t i = 0; i < c; i++)
+                g[i] = rs * (g[i] - q[i] * mean);
+            trex_rope_rotate(g + dm->nope, a->ct + a->tpos[t] * dm->half,
+                             a->st + a->tpos[t] * dm->half, dm->half, true);
+        }
+    }
+}
+
+/* ---- validation ------------------------------------------------------------------------------- */
+
+static trex_code dims_init(attn_dims *dm, const trex_config *cfg, int layer, int64_t N,
+                           trex_err *err)
+{
+    if (layer < 0 || layer >= trex_config_n_blocks(cfg) || layer >= cfg->n_compress_ratios)
+        return trex_err_set(err, TREX_EINVAL, "attention: layer %d out of range (config has %lld)",
+                            layer, (long long)trex_config_n_blocks(cfg));
+    memset(dm, 0, sizeof *dm);
+    dm->N = N;
+    dm->d = cfg->hidden_size;
+    dm->H = cfg->num_attention_heads;
+    dm->c = cfg->head_dim;
+    dm->r = cfg->qk_rope_head_dim;
+    dm->half = dm->r / 2;
+    dm->nope = dm->c - dm->r;
+    dm->dc = cfg->q_lora_rank;
+    dm->G = cfg->o_groups;
+    dm->dg = cfg->o_lora_rank;
+    dm->nwin = cfg->sliding_window;
+    dm->m = trex_config_ratio(cfg, layer);
+    dm->wm = dm->m == 4 ? 2 : 1;
+    dm->csa = dm->m == 4;
+    dm->nI = dm->csa ? cfg->index_n_heads : 0;
+    dm->cI = dm->csa ? cfg->index_head_dim : 0;
+    dm->topk = dm->csa ? cfg->index_topk : 0;
+    dm->eps = (float)cfg->rms_norm_eps;
+    dm->scale = (float)(1.0 / sqrt((double)dm->c));
+    dm->hscale = dm->csa ? (float)(1.0 / sqrt((double)dm->cI * (double)dm->nI)) : 0.0f;
+    if (dm->d < 1 || dm->H < 1 || dm->c < 1 || dm->dc < 1 || dm->G < 1 || dm->dg < 1)
+        return trex_err_set(err, TREX_EINVAL, "attention: hidden_size, num_attention_heads, "
+                            "head_dim, q_lora_rank, o_groups and o_lora_rank must be >= 1");
+    if (dm->r < 2 || dm->r % 2 != 0 || dm->r > dm->c)
+        return trex_err_set(err, TREX_EINVAL, "attention: qk_rope_head_dim %lld must be even, >= 2 "
+                            "and <= head_dim %lld", (long long)dm->r, (long long)dm->c);
+    if (dm->H % dm->G != 0)
+        return trex_err_set(err, TREX_EINVAL, "attention: num_attention_heads %lld is not a "
+                            "multiple of o_groups %lld", (long long)dm->H, (long long)dm->G);
+    if (dm->nwin < 1)
+        return trex_err_set(err, TREX_EINVAL, "attention: sliding_window must be >= 1");
+    if (dm->m < 0)
+        return trex_err_set(err, TREX_EINVAL, "attention: compress_ratios[%d] = %lld is negative",
+                            layer, (long long)dm->m);
+    if (cfg->num_key_value_heads != 1)
+        return trex_err_set(err, TREX_EINVAL, "attention: num_key_value_heads must be 1 (one shared "
+                            "K=V head)");
+    if (!(cfg->rms_norm_eps >= 0.0))
+        return trex_err_set(err, TREX_EINVAL, "attention: rms_norm_eps must be >= 0");
+    if (dm->m > 0 && !(cfg->compress_rope_theta > 0.0))
+        return trex_err_set(err, TREX_EINVAL, "attention: compress_rope_theta must be > 0");
+    if (dm->m == 0 && !(cfg->rope_theta > 0.0))
+        return trex_err_set(err, TREX_EINVAL, "attention: rope_theta must be > 0");
+    if (dm->m > 0 && cfg->yarn &&
+        !(cfg->rope_factor > 0.0 && cfg->rope_original_max_pos > 0 && cfg->rope_beta_fast > 0.0 &&
+          cfg->rope_beta_slow > 0.0))
+        return trex_err_set(err, TREX_EINVAL, "attention: rope_scaling (yarn) needs factor, "
+                            "original_max_position_embeddings, beta_fast and beta_slow > 0");
+    if (dm->csa && (dm->nI < 1 || dm->cI < dm->r || dm->topk < 1))
+        return trex_err_set(err, TREX_EINVAL, "attention: a ratio-4 layer needs index_n_heads >= 1, "
+                            "index_head_dim >= qk_rope_head_dim and index_topk >= 1");
+    return TREX_OK;
+}
+
+static bool docs_init(attn_docs *dc, trex_arena *ar, const trex_seqinfo *seq, int64_t m)
+{
+    const int64_t N = seq->B * seq->T, ns = seq->nseg;
+    TREX_ASSERT(seq->B >= 1 && seq->T >= 1 && ns >= 1 && seq->seg_start && seq->seg_len);
+    dc->nseg = ns;
+    dc->start = trex_arena_alloc(ar, (size_t)ns * sizeof(int64_t));
+    dc->len = trex_arena_alloc(ar, (size_t)ns * sizeof(int64_t));
+    dc->seg = trex_arena_alloc(ar, (size_t)N * sizeof(int64_t));
+    dc->tpos = trex_arena_alloc(ar, (size_t)N * sizeof(int64_t));
+    dc->cstart = trex_arena_alloc(ar, (size_t)(ns + 1) * sizeof(int64_t));
+    if (!dc->start || !dc->len || !dc->seg || !dc->tpos || !dc->cstart)
+        return false;
+    int64_t next = 0, nc = 0;
+    dc->maxlen = 0;
+    dc->maxnb = 0;
+    for (int64_t s = 0; s < ns; s++) {
+        const int64_t st = seq->seg_start[s], ln = seq->seg_len[s];
+        /* segments tile the batch in order and never cross a row */
+        TREX_ASSERT(st == next && ln >= 1 && st + ln <= N && st / seq->T == (st + ln - 1) / seq->T);
+        dc->start[s] = st;
+        dc->len[s] = ln;
+        for (int64_t t = st; t < st + ln; t++) {
+            dc->seg[t] = s;
+            dc->tpos[t] = t - st;
+            TREX_ASSERT(!seq->pos || seq->pos[t] == t - st);
+        }
+        const int64_t nb = m > 0 ? ln / m : 0;
+        dc->cstart[s] = nc;
+        nc += nb;
+        dc->maxlen = ln > dc->maxlen ? ln : dc->maxlen;
+        dc->maxnb = nb > dc->maxnb ? nb : dc->maxnb;
+        next = st + ln;
+    }
+    TREX_ASSERT(next == N);
+    dc->cstart[ns] = nc;
+    dc->nc = nc;
+    dc->cseg = trex_arena_alloc(ar, (size_t)(nc + 1) * sizeof(int64_t));
+    dc->cpos = trex_arena_alloc(ar, (size_t)(nc + 1) * sizeof(int64_t));
+    if (!dc->cseg || !dc->cpos)
+        return false;
+    for (int64_t s = 0; s < ns; s++) {
+        for (int64_t e = dc->cstart[s]; e < dc->cstart[s + 1]; e++) {
+            dc->cseg[e] = s;
+            dc->cpos[e] = (e - dc->cstart[s]) * m;
+        }
+    }
+    return true;
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+
+#define FALLOC(p, count)                                                                  \
+    do {                                                                                  \
+        (p) = trex_arena_alloc(ar, (size_t)((count) + 1) * sizeof *(p));                  \
+        if (!(p))                                                                         \
+            goto oom;                                                                     \
+    } while (0)
+
+trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int layer,
+                            const trex_seqinfo *seq, float *y, const float *x, const trex_attn_w *w,
+                            bool sparse, trex_attn_cache **cache, trex_indexer_loss *il,
+                            trex_err *err)
+{
+    TREX_ASSERT(ctx && ctx->arena && cfg && seq && y && x && w);
+    TREX_ASSERT(ctx->par.tp_size <= 1 && ctx->par.cp_size <= 1); /* no sharded attention yet */
+    if (cache)
+        *cache = NULL;
+    if (il) {
+        il->kl_sum = 0.0;
+        il->count = 0;
+    }
+    trex_arena *ar = ctx->arena;
+    trex_pool *pool = ctx->pool;
+    trex_attn_cache *C = trex_arena_alloc(ar, sizeof *C);
+    if (!C)
+        goto oom;
+    attn_dims *dm = &C->dm;
+    TREX_TRY(dims_init(dm, cfg, layer, seq->B * seq->T, err));
+    TREX_ASSERT(w->wq_a && w->q_norm && w->wq_b && w->wkv && w->kv_norm && w->wo_a && w->wo_b &&
+                w->attn_sink);
+    TREX_ASSERT(dm->m == 0 || (w->cmp_wkv && w->cmp_wgate && w->cmp_ape && w->cmp_norm));
+    TREX_ASSERT(!dm->csa || (w->idx_wq_b && w->idx_weights_proj && w->idx_cmp_wkv &&
+                             w->idx_cmp_wgate && w->idx_cmp_ape && w->idx_cmp_norm));
+    attn_docs *docs = &C->docs;
+    if (!docs_init(docs, ar, seq, dm->m))
+        goto oom;
+    const int64_t N = dm->N, d = dm->d, H = dm->H, c = dm->c, hc = H * c, dc = dm->dc;
+    C->sparse = dm->csa && sparse;
+    C->kl = dm->csa && il != NULL;
+    const bool run_indexer = C->sparse || C->kl;
+
+    /* RoPE table up to the longest document */
+    float *freq;
+    FALLOC(freq, dm->half);
+    trex_rope_layer_freqs(freq, cfg, (int)dm->m);
+    FALLOC(C->rcos, docs->maxlen * dm->half);
+    FALLOC(C->rsin, docs->maxlen * dm->half);
+    trex_rope_table(C->rcos, C->rsin, freq, dm->half, docs->maxlen);
+
+    /* query path */
+    FALLOC(C->qa, N * dc);
+    FALLOC(C->qa_rstd, N);
+    FALLOC(C->qr, N * dc);
+    trex_linear_forward(pool, C->qa, x, w->wq_a, N, d, dc);
+    trex_rmsnorm_forward(pool, C->qr, C->qa_rstd, C->qa, w->q_norm, N, dc, dm->eps);
+    FALLOC(C->q, N * hc);
+    FALLOC(C->q_rstd, N * H);
+    trex_linear_forward(pool, C->q, C->qr, w->wq_b, N, dc, hc);
+    trex_rmsnorm_forward(pool, C->q, C->q_rstd, C->q, NULL, N * H, c, dm->eps);
+    rope_apply(pool, C->q, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
+
+    /* window kv path */
+    FALLOC(C->kva, N * c);
+    FALLOC(C->kv_rstd, N);
+    FALLOC(C->kv, N * c);
+    trex_linear_forward(pool, C->kva, x, w->wkv, N, d, c);
+    trex_rmsnorm_forward(pool, C->kv, C->kv_rstd, C->kva, w->kv_norm, N, c, dm->eps);
+    rope_apply(pool, C->kv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, false);
+
+    /* compressed entries */
+    if (dm->m > 0 &&
+        !compressor_forward(ctx, &C->cmp, dm, docs, dm->m, dm->wm, c, x, w->cmp_wkv, w->cmp_wgate,
+                            w->cmp_ape, w->cmp_norm, C->rcos, C->rsin))
+        goto oom;
+
+    /* lightning indexer */
+    if (run_indexer) {
+        const int64_t nI = dm->nI, cI = dm->cI;
+        FALLOC(C->iq, N * nI * cI);
+        FALLOC(C->hw, N * nI);
+        trex_linear_forward(pool, C->iq, C->qr, w->idx_wq_b, N, dc, nI * cI);
+        rope_apply(pool, C->iq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, false);
+        trex_linear_forward(pool, C->hw, x, w->idx_weights_proj, N, d, nI);
+        for (int64_t i = 0; i < N * nI; i++)
+            C->hw[i] *= dm->hscale;
+        if (!compressor_forward(ctx, &C->icmp, dm, docs, 4, 2, cI, x, w->idx_cmp_wkv,
+                                w->idx_cmp_wgate, w->idx_cmp_ape, w->idx_cmp_norm, C->rcos,
+                                C->rsin))
+            goto oom;
+    }
+
+    /* core attention, query by query */
+    FALLOC(C->lse, N * H);
+    FALLOC(C->o, N * hc);
+    double *kl_t = NULL;
+    if (C->kl) {
+        FALLOC(C->ilse, N);
+        FALLOC(C->mass, N);
+        FALLOC(kl_t, N);
+    }
+    if (C->sparse) {
+        FALLOC(C->sel, N * dm->topk);
+        FALLOC(C->nsel, N);
+    }
+    qtask qa = {0};
+    qa.dm = dm;
+    qa.docs = docs;
+    qa.c = C;
+    qa.sink = w->attn_sink;
+    qa.select = C->sparse;
+    qa.kl = C->kl;
+    qa.lse = C->lse;
+    qa.o = C->o;
+    qa.ilse = C->ilse;
+    qa.mass = C->mass;
+    qa.sel = C->sel;
+    qa.nsel = C->nsel;
+    qa.kl_t = kl_t;
+    qa.nqb = (N + QBLOCK - 1) / QBLOCK;
+    qa.L = qscr_layout(dm, docs, C->sparse);
+    qa.stride = qa.L.total;
+    FALLOC(qa.scr, qa.stride * (size_t)nthreads(ctx));
+    trex_pool_for(pool, qa.nqb, 1, qfwd_items, &qa);
+
+    /* grouped low-rank output projection */
+    const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
+    FALLOC(C->u, N * G * dg);
+    for (int64_t gi = 0; gi < G; gi++)
+        trex_gemm(pool, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
+                  w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
+    trex_linear_forward(pool, y, C->u, w->wo_b, N, G * dg, d);
+
+    if (il && C->kl) {
+        /* queries ascending: a fixed order whatever the thread count */
+        for (int64_t t = 0; t < N; t++) {
+            il->kl_sum += kl_t[t];
+            if (docs->tpos[t] + 1 >= 4)
+                il->count++;
+        }
+    }
+    if (cache)
+        *cache = C;
+    return TREX_OK;
+oom:
+    return trex_err_set(err, TREX_ENOMEM, "attention layer %d: out of memory in the activation "
+                        "arena (%zu bytes in use); shorten the sequence or add memory",
+                        layer, trex_arena_used(ar));
+}
+
+/* ---- backward --------------------------------------------------------------------------------- */
+
+#define XALLOC(count) trex_arena_xalloc(ctx->arena, (size_t)((count) + 1) * sizeof(float))
+
+void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
+                        const trex_seqinfo *seq, float *dx, const float *dy, const float *x,
+                        const trex_attn_w *w, trex_attn_w *g, const trex_attn_cache *cache,
+                        double il_scale)
+{
+    TREX_ASSERT(ctx && ctx->arena && cfg && seq && dx && dy && x && w && g && cache);
+    const trex_attn_cache *C = cache;
+    const attn_dims *dm = &C->dm;
+    const attn_docs *docs = &C->docs;
+    TREX_ASSERT(dm->N == seq->B * seq->T && dm->m == trex_config_ratio(cfg, layer));
+    TREX_ASSERT(il_scale == 0.0 || C->kl || !dm->csa); /* KL gradient: needs the forward's KL terms */
+    trex_pool *pool = ctx->pool;
+    const int64_t N = dm->N, d = dm->d, H = dm->H, c = dm->c, hc = H * c, dc = dm->dc;
+    const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
+    const bool kl = C->kl && il_scale != 0.0;
+
+    /* output projections */
+    float *du = XALLOC(N * G * dg);
+    trex_linear_backward(pool, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
+    float *gO = XALLOC(N * hc);
+    for (int64_t gi = 0; gi < G; gi++) {
+        trex_gemm(pool, false, false, N, gin, dg, 1.0f, du + gi * dg, G * dg,
+                  w->wo_a + gi * dg * gin, gin, 0.0f, gO + gi * gin, hc);
+        trex_gemm(pool, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg, C->o + gi * gin, hc,
+                  1.0f, g->wo_a + gi * dg * gin, gin);
+    }
+    /* D = g.o is rotation-invariant: take it in the output frame, then rotate g back to the frame
+     * of the attention output before its inverse RoPE (the backward of R^-1 is R). */
+    float *D = XALLOC(N * H);
+    for (int64_t t = 0; t < N; t++)
+        am_sattn_delta_f(D + t * H, gO + t * hc, C->o + t * hc, H, c);
+    rope_apply(pool, gO, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
+
+    /* query side: dq, d sink, indexer query-side gradients */
+    float *dq = XALLOC(N * hc), *dsink_t = XALLOC(N * H);
+    float *diq = NULL, *dhw = NULL;
+    if (kl) {
+        diq = XALLOC(N * dm->nI * dm->cI);
+        dhw = XALLOC(N * dm->nI);
+    }
+    qtask qa = {0};
+    qa.dm = dm;
+    qa.docs = docs;
+    qa.c = C;
+    qa.sink = w->attn_sink;
+    qa.kl = kl;
+    qa.gO = gO;
+    qa.D = D;
+    qa.dq = dq;
+    qa.dsink_t = dsink_t;
+    qa.diq = diq;
+    qa.dhw = dhw;
+    qa.il_scale = (float)il_scale;
+    qa.nqb = (N + QBLOCK - 1) / QBLOCK;
+    qa.L = qscr_layout(dm, docs, C->sparse);
+    qa.stride = qa.L.total;
+    qa.scr = trex_arena_xalloc(ctx->arena, qa.stride * (size_t)nthreads(ctx));
+    trex_pool_for(pool, qa.nqb, 1, qbwd_items, &qa);
+    for (int64_t h = 0; h < H; h++) {
+        double s = 0.0;
+        for (int64_t t = 0; t < N; t++)
+            s += dsink_t[t * H + h];
+        g->attn_sink[h] += (float)s;
+    }
+
+    /* key side: window kv, compressed entries, indexer keys */
+    float *dkv = XALLOC(N * c);
+    ktask ka = {0};
+    ka.dm = dm;
+    ka.docs = docs;
+    ka.c = C;
+    ka.gO = gO;
+    ka.D = D;
+    ka.dkv = dkv;
+    ka.kl = kl;
+    ka.il_scale = (float)il_scale;
+    ka.stride = kscr_bytes(dm);
+    ka.scr = trex_arena_xalloc(ctx->arena, ka.stride * (size_t)nthreads(ctx));
+    trex_pool_for(pool, (N + KTILE - 1) / KTILE, 1, kwin_items, &ka);
+    float *dC = NULL, *dik = NULL;
+    if (dm->m > 0 && docs->nc > 0) {
+        dC = XALLOC(docs->nc * c);
+        if (kl)
+            dik = XALLOC(docs->nc * dm->cI);
+        int64_t nt = 0;
+        for (int64_t s = 0; s < docs->nseg; s++)
+            nt += (docs->cstart[s + 1] - docs->cstart[s] + KTILE - 1) / KTILE;
+        int64_t *tiles = trex_arena_xalloc(ctx->arena, (size_t)(3 * nt) * sizeof(int64_t));
+        int64_t k = 0;
+        for (int64_t s = 0; s < docs->nseg; s++) {
+            const int64_t nb = docs->cstart[s + 1] - docs->cstart[s];
+            for (int64_t i0 = 0; i0 < nb; i0 += KTILE) {
+                tiles[3 * k] = s;
+                tiles[3 * k + 1] = i0;
+                tiles[3 * k + 2] = i0 + KTILE < nb ? i0 + KTILE : nb;
+                k++;
+            }
+        }
+        ka.dC = dC;
+        ka.dik = dik;
+        ka.tiles = tiles;
+        ka.ntiles = nt;
+        trex_pool_for(pool, nt, 1, kcmp_items, &ka);
+    }
+
+    /* q path: per-head RMS and RoPE, wq_b, q_norm, wq_a (dx is written here) */
+    qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin};
+    trex_pool_for(pool, N, (4096 / (hc > 0 ? hc : 1)) + 1, qnorm_rows, &qn);
+    float *dqr = XALLOC(N * dc), *dqa = XALLOC(N * dc);
+    trex_linear_backward(pool, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
+    trex_rmsnorm_backward(pool, dqa, g->q_norm, dqr, C->qa, w->q_norm, C->qa_rstd, N, dc, false);
+    trex_linear_backward(pool, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
+
+    /* kv path */
+    rope_apply(pool, dkv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, true);
+    float *dkva = XALLOC(N * c);
+    trex_rmsnorm_backward(pool, dkva, g->kv_norm, dkv, C->kva, w->kv_norm, C->kv_rstd, N, c, false);
+    trex_linear_backward(pool, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
+
+    /* compressor */
+    if (dC)
+        compressor_backward(ctx, &C->cmp, dm, docs, dm->m, dm->wm, dC, dx, x, w->cmp_wkv,
+                            w->cmp_wgate, w->cmp_norm, g->cmp_wkv, g->cmp_wgate, g->cmp_ape,
+                            g->cmp_norm, C->rcos, C->rsin);
+
+    /* indexer (KL only; its inputs x and qr are detached) */
+    if (kl) {
+        const int64_t nI = dm->nI, cI = dm->cI;
+        rope_apply(pool, diq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, true);
+        trex_linear_backward(pool, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc, nI * cI,
+                             false);
+        for (int64_t i = 0; i < N * nI; i++)
+            dhw[i] *= dm->hscale;
+        trex_linear_backward(pool, NULL, g->idx_weights_proj, dhw, x, w->idx_weights_proj, N, d,
+                             nI, false);
+        if (dik)
+            compressor_backward(ctx, &C->icmp, dm, docs, 4, 2, dik, NULL, x, w->idx_cmp_wkv,
+                                w->idx_cmp_wgate, w->idx_cmp_norm, g->idx_cmp_wkv,
+                                g->idx_cmp_wgate, g->idx_cmp_ape, g->idx_cmp_norm, C->rcos,
+                                C->rsin);
+    }
+}
