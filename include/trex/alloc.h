@@ -45,6 +45,18 @@ void *trex_arena_alloc(trex_arena *a, size_t bytes);
 /* Like trex_arena_alloc but aborts with a message when out of memory (for use inside a step). */
 void *trex_arena_xalloc(trex_arena *a, size_t bytes);
 void trex_arena_reset(trex_arena *a);
+
+/* A position in an arena. Rewinding to it releases, for reuse, every block carved after it (scratch
+ * that a layer needs only inside one call); blocks carved before it stay valid. Marks must be
+ * rewound in LIFO order, and a reset invalidates them. */
+typedef struct trex_arena_mark {
+    void *chunk;       /* private: the chunk being carved when the mark was taken */
+    size_t chunk_used; /* private: its bump offset then */
+    size_t used;       /* private: trex_arena_used then */
+} trex_arena_mark;
+
+trex_arena_mark trex_arena_mark_get(const trex_arena *a);
+void trex_arena_rewind(trex_arena *a, trex_arena_mark m);
 size_t trex_arena_used(const trex_arena *a);      /* bytes handed out since the last reset */
 size_t trex_arena_reserved(const trex_arena *a);  /* bytes held from the system */
 

@@ -243,6 +243,27 @@ void trex_arena_reset(trex_arena *a)
         a->cur->used = 0;
 }
 
+trex_arena_mark trex_arena_mark_get(const trex_arena *a)
+{
+    TREX_ASSERT(a);
+    trex_arena_mark m = {a->cur, a->cur ? a->cur->used : 0, a->used};
+    return m;
+}
+
+void trex_arena_rewind(trex_arena *a, trex_arena_mark m)
+{
+    TREX_ASSERT(a && m.used <= a->used);
+    arena_chunk *c = m.chunk ? m.chunk : a->first;
+    if (!c)
+        return; /* nothing was ever carved */
+    /* The mark's chunk keeps its old offset; every chunk after it is empty again. */
+    c->used = m.chunk ? m.chunk_used : 0;
+    for (arena_chunk *n = c->next; n; n = n->next)
+        n->used = 0;
+    a->cur = c;
+    a->used = m.used;
+}
+
 size_t trex_arena_used(const trex_arena *a)
 {
     TREX_ASSERT(a);
