@@ -1025,6 +1025,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     const int64_t N = dm->N, d = dm->d, H = dm->H, c = dm->c, hc = H * c, dc = dm->dc;
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
     const bool kl = C->kl && il_scale != 0.0;
+    /* Everything this call carves from the arena is scratch: give it back on the way out. */
+    const trex_arena_mark scratch = trex_arena_mark_get(ctx->arena);
 
     /* output projections */
     float *du = XALLOC(N * G * dg);
@@ -1151,4 +1153,5 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                                 g->idx_cmp_wgate, g->idx_cmp_ape, g->idx_cmp_norm, C->rcos,
                                 C->rsin);
     }
+    trex_arena_rewind(ctx->arena, scratch);
 }
