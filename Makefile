@@ -4,7 +4,7 @@
 #   make asan       only the ASan+UBSan build and its tests
 #   make demo       install missing dependencies, build, run the main job on an embedded default
 #   make fuzz       build the libFuzzer targets (clang) into $(BUILD)/fuzz
-# BUILD=dir puts every output under dir (several builds can coexist).
+# BUILD=dir puts every output under dir (several builds can coexist); OPT="-O1 -g" sets optimisation.
 
 BUILD   ?= build
 CC      ?= cc
@@ -13,11 +13,11 @@ WERROR  ?= -Werror
 SAN     ?=
 
 CPPFLAGS += -Iinclude -Isrc -I/usr/include/coin -D_GNU_SOURCE
-CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes $(WERROR) \
+OPT      ?= -O2 -g
+override CFLAGS += $(OPT) -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes $(WERROR) \
             -fno-strict-aliasing -pthread
 ifeq ($(SAN),1)
-CFLAGS   += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+override CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=address,undefined
 endif
 LDLIBS   += -lcjson -lglpk -lCbcSolver -lCbc -lpcre2-8 -lm -pthread
@@ -40,9 +40,9 @@ $(BUILD)/obj/%.o: %.c
 
 # ISA leaves (STYLE.md rule 9): their flags apply to their folder alone; only the dispatch table
 # (src/kernels/dispatch.c) reaches them, after checking that the CPU and the OS support the ISA.
-$(BUILD)/obj/src/kernels/x86/avx2/%.o: CFLAGS += -mavx2 -mfma
-$(BUILD)/obj/src/kernels/x86/avx512/%.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
-$(BUILD)/obj/src/kernels/x86/amx/%.o: CFLAGS += -mamx-tile -mamx-bf16 -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
+$(BUILD)/obj/src/kernels/x86/avx2/%.o: override CFLAGS += -mavx2 -mfma
+$(BUILD)/obj/src/kernels/x86/avx512/%.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
+$(BUILD)/obj/src/kernels/x86/amx/%.o: override CFLAGS += -mamx-tile -mamx-bf16 -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -63,7 +63,7 @@ test-run: all
 	bash tests/run.sh $(BUILD)
 
 asan:
-	$(MAKE) BUILD=$(BUILD)/asan SAN=1 CFLAGS="-O1 -g" all
+	$(MAKE) BUILD=$(BUILD)/asan SAN=1 OPT="-O1 -g" all
 	ASAN_ONLY=1 bash tests/run.sh $(BUILD)/asan
 
 demo:

@@ -57,7 +57,7 @@ else
   run_tree "$build" 0
   if [ -n "$asan" ]; then
     echo "building the ASan+UBSan tree in $asan ..."
-    if make -s BUILD="$asan" SAN=1 CFLAGS="-O1 -g" all >"$logdir/asan-build.log" 2>&1; then
+    if make -s -j2 BUILD="$asan" SAN=1 OPT="-O1 -g" all >"$logdir/asan-build.log" 2>&1; then
       ASAN_OPTIONS=detect_leaks=1 run_tree "$asan" 1
     else
       tail -n 30 "$logdir/asan-build.log"; total_fail=$((total_fail + 1)); failed_names+=("asan-build")

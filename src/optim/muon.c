@@ -1,0 +1,73 @@
+/* optim/muon.c — hybrid Newton–Schulz orthogonalisation (MODEL_SPEC §9) on the reference fp32 GEMM.
+ *
+ * X0 = M / ||M||_F, then X <- aX + b(XX^T)X + c(XX^T)^2 X: 8 iterations with (3.4445, -4.7750, 2.0315),
+ * which push every singular value above ~1e-4 of the norm into roughly [0.7, 1.2] quickly, then 2 with
+ * (2, -1.5, 0.5), which converge them to 1 (p(1) = 1, p'(1) = 0). The Gram matrix is taken on the
+ * small side: for a wide X [n, m] (n <= m) A = XX^T [n, n] and X <- aX + BX; for a tall one A = X^TX
+ * [m, m] and X <- aX + XB (B = bA + cA^2 is symmetric, so this is the transpose of the wide form).
+ * Every GEMM sums in a fixed order, so the result does not depend on the pool. */
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+#include "trex/optim.h"
+#include "trex/status.h"
+
+#define NS_ITERS 10
+#define NS_FAST 8 /* iterations with the fast (non-convergent) coefficients */
+
+static const float ns_fast[3] = {3.4445f, -4.7750f, 2.0315f};
+static const float ns_final[3] = {2.0f, -1.5f, 0.5f};
+
+static size_t align16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+size_t trex_muon_workspace(int64_t n, int64_t m)
+{
+    TREX_ASSERT(n >= 0 && m >= 0);
+    const size_t r = (size_t)(n < m ? n : m);
+    return align16((size_t)n * (size_t)m) + 2 * align16(r * r);
+}
+
+void trex_muon_orthogonalize(trex_pool *pool, float *x, int64_t n, int64_t m, float *ws)
+{
+    TREX_ASSERT(x && ws && n >= 0 && m >= 0);
+    const int64_t numel = n * m;
+    double ss = 0.0;
+    for (int64_t k = 0; k < numel; k++)
+        ss += (double)x[k] * (double)x[k];
+    if (!(ss > 0.0))
+        return; /* zero (or empty) stays as it is */
+    const double norm = sqrt(ss);
+    for (int64_t k = 0; k < numel; k++)
+        x[k] = (float)((double)x[k] / norm);
+
+    const bool tall = n > m;
+    const int64_t r = tall ? m : n;
+    float *y = ws;
+    float *A = y + align16((size_t)numel);
+    float *B = A + align16((size_t)(r * r));
+    float *cur = x, *nxt = y;
+    for (int it = 0; it < NS_ITERS; it++) {
+        const float *c3 = it < NS_FAST ? ns_fast : ns_final;
+        if (tall) /* A = X^T X */
+            trex_gemm(pool, true, false, r, r, n, 1.0f, cur, m, cur, m, 0.0f, A, r);
+        else /* A = X X^T */
+            trex_gemm(pool, false, true, r, r, m, 1.0f, cur, m, cur, m, 0.0f, A, r);
+        for (int64_t k = 0; k < r * r; k++)
+            B[k] = c3[1] * A[k];
+        trex_gemm(pool, false, false, r, r, r, c3[2], A, r, A, r, 1.0f, B, r); /* B = bA + cA^2 */
+        for (int64_t k = 0; k < numel; k++)
+            nxt[k] = c3[0] * cur[k];
+        if (tall) /* Y = aX + X B */
+            trex_gemm(pool, false, false, n, m, m, 1.0f, cur, m, B, r, 1.0f, nxt, m);
+        else /* Y = aX + B X */
+            trex_gemm(pool, false, false, n, m, n, 1.0f, B, r, cur, m, 1.0f, nxt, m);
+        float *t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    TREX_ASSERT(cur == x); /* an even number of iterations ends in x */
+}
