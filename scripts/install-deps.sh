@@ -7,6 +7,11 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# Node.js and npm run the tokenizer parity test's oracle (the Hugging Face tokenizers library);
+# a machine that already has them from elsewhere keeps its own.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}"
 sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
