@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# tests/test_or_cli.sh — `trex data or-*` end to end: or-evalcheck on the shared eval rows, or-gen of a few
+# hundred samples verified 100% by or-verify, byte-identical output for 1 and 3 workers, manifest
+# invariants, or-stats, and the failure paths (malformed eval row, tampered sample, bad flags).
+# Needs TREX (the trex binary). The eval rows must sit at ../shared/or/eval relative to the repo root.
+set -u
+TREX=${TREX:-build/trex}
+PY=${PYTHON:-/usr/bin/python3}
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# 1. eval rows
+EVAL=../shared/or/eval
+if [ ! -f "$EVAL/b4o_feasible_glpk.jsonl" ] || [ ! -f "$EVAL/nl4opt_glpk.jsonl" ]; then
+  bad "eval rows missing: expected $EVAL/b4o_feasible_glpk.jsonl and nl4opt_glpk.jsonl (the shared folder must sit next to the repo)"
+else
+  if "$TREX" data or-evalcheck --quiet "$EVAL"/b4o_feasible_glpk.jsonl "$EVAL"/nl4opt_glpk.jsonl >"$tmp/eval.log" 2>&1; then
+    ok
+  else
+    bad "or-evalcheck: $(grep -E 'FAIL|passed' "$tmp/eval.log" | head -5)"
+  fi
+  grep -q "or-evalcheck: [1-9][0-9]* passed, 0 failed" "$tmp/eval.log" && ok || bad "or-evalcheck summary: $(tail -1 "$tmp/eval.log")"
+fi
+
+# 2. a malformed eval row is reported with its id and fails the run
+printf '%s\n' '{"id":"bad/1","reference_lp":"Minimize\n obj: x[\nEnd\n","answer":1}' \
+  '{"id":"bad/2","reference_lp":"Minimize\n obj: x\nSubject To\n c: x >= 2\nEnd\n","answer":3}' \
+  '{"id":"good/3","reference_lp":"Minimize\n obj: x\nSubject To\n c: x >= 2\nEnd\n","answer":2}' \
+  '{"reference_lp":"x"}' >"$tmp/bad.jsonl"
+if "$TREX" data or-evalcheck "$tmp/bad.jsonl" >"$tmp/bad.log" 2>&1; then bad "or-evalcheck accepted bad rows"; else ok; fi
+grep -q "FAIL bad/1" "$tmp/bad.log" && grep -q "FAIL bad/2" "$tmp/bad.log" && grep -q "ok   good/3" "$tmp/bad.log" \
+  && grep -q "FAIL line 4" "$tmp/bad.log" && ok || bad "bad eval rows not reported by id: $(cat "$tmp/bad.log")"
+
+# 3. or-gen + or-verify (100%)
+if "$TREX" data or-gen --quiet --seed 5 --sft 200 --cpt 200 --workers 2 --out "$tmp/g2" 2>"$tmp/gen.log"; then ok; else bad "or-gen failed: $(tail -3 "$tmp/gen.log")"; fi
+[ "$(wc -l <"$tmp/g2/sft.jsonl")" = 200 ] && [ "$(wc -l <"$tmp/g2/cpt.jsonl")" = 200 ] && ok || bad "or-gen line counts"
+if "$TREX" data or-verify --quiet "$tmp/g2/sft.jsonl" "$tmp/g2/cpt.jsonl" >"$tmp/ver.log" 2>&1; then ok; else bad "or-verify: $(grep REJECT "$tmp/ver.log" | head -5)"; fi
+grep -q "or-verify: 400 passed, 0 failed" "$tmp/ver.log" && ok || bad "or-verify summary: $(tail -1 "$tmp/ver.log")"
+ls -a "$tmp/g2" | grep -q -e '\.tmp' -e 'or-gen-tmp' && bad "temporary files left behind" || ok
+
+# 4. determinism across worker counts
+"$TREX" data or-gen --quiet --seed 5 --sft 40 --cpt 30 --workers 1 --out "$tmp/w1" 2>/dev/null
+"$TREX" data or-gen --quiet --seed 5 --sft 40 --cpt 30 --workers 3 --out "$tmp/w3" 2>/dev/null
+for f in sft.jsonl cpt.jsonl manifest.json; do cmp -s "$tmp/w1/$f" "$tmp/w3/$f" && ok || bad "$f differs between 1 and 3 workers"; done
+"$TREX" data or-gen --quiet --seed 6 --sft 40 --cpt 30 --workers 2 --out "$tmp/w6" 2>/dev/null
+cmp -s "$tmp/w1/sft.jsonl" "$tmp/w6/sft.jsonl" && bad "different seeds gave the same output" || ok
+
+# 5. manifest invariants and row schema
+if "$PY" - "$tmp/g2" <<'PYEOF'
+import json, sys
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+errs = []
+for kind, n, by in (("sft", 200, "by_task"), ("cpt", 200, "by_doc_type")):
+    k = m[kind]
+    if sum(k[by].values()) != n: errs.append(kind + " " + by + " sum")
+    if sum(k["by_family"].values()) != n: errs.append(kind + " family sum")
+    f = k["funnel"]
+    # every attempt ends written or rejected (run-level rejections are counted once, like the others)
+    if f["attempted"] != f["written"] + f["rejected_total"]:
+        errs.append(kind + " funnel does not add up")
+    fams = k["by_family"].values()
+    if kind == "sft" and max(fams) - min(fams) > 1: errs.append("sft families unbalanced")
+want = {"formulate": 50, "code": 50, "solve": 60, "analyze": 40}
+if m["sft"]["by_task"] != want: errs.append("task shares %s" % m["sft"]["by_task"])
+for line in open(d + "/sft.jsonl"):
+    r = json.loads(line); md = r["metadata"]
+    for key in ("task", "family", "objective", "status"):
+        if key not in md: errs.append("missing " + key)
+    roles = [x["role"] for x in r["messages"]]
+    if roles != ["system", "user", "assistant"]: errs.append("roles %s" % roles)
+    a = r["messages"][-1]["content"]
+    if md["task"] == "code" and (a.count("```lp") != 1 or not a.startswith("```lp")): errs.append("code fence")
+    if md["task"] == "solve" and not a.rstrip("\n").split("\n")[-1].startswith("Optimal objective value: "): errs.append("solve last line")
+    if (md["objective"] is None) != (md["status"] != "optimal"): errs.append("objective/status")
+for line in open(d + "/cpt.jsonl"):
+    r = json.loads(line)
+    if len(r["text"]) < 400: errs.append("short cpt")
+if errs: print("\n".join(errs[:10]))
+sys.exit(1 if errs else 0)
+PYEOF
+then ok; else bad "manifest/row invariants"; fi
+
+# 6. a tampered sample is rejected by or-verify
+"$PY" - "$tmp/g2/sft.jsonl" "$tmp/tampered.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+out = []
+for r in rows:
+    if r["metadata"]["task"] == "solve":
+        r["metadata"]["objective"] = r["metadata"]["objective"] + 1
+        out.append(r); break
+for r in rows:
+    if r["metadata"]["task"] == "code":
+        r["messages"][-1]["content"] = r["messages"][-1]["content"].replace(" <= ", " >= ", 1)
+        out.append(r); break
+open(sys.argv[2], "w").write("".join(json.dumps(r) + "\n" for r in out))
+PYEOF
+if "$TREX" data or-verify --quiet "$tmp/tampered.jsonl" >"$tmp/t.log" 2>&1; then bad "tampered samples accepted"; else ok; fi
+[ "$(grep -c REJECT "$tmp/t.log")" = 2 ] && ok || bad "expected 2 rejections: $(cat "$tmp/t.log")"
+
+# 7. a killed run leaves no partial output under the final names
+"$TREX" data or-gen --quiet --seed 8 --sft 3000 --cpt 3000 --workers 2 --out "$tmp/killed" 2>/dev/null &
+gpid=$!
+sleep 1
+exec 3>&2 2>/dev/null   # keep bash's "Killed" job notice out of the log
+kill -9 "$gpid"
+wait "$gpid"
+sleep 0.5
+exec 2>&3 3>&-
+[ ! -e "$tmp/killed/sft.jsonl" ] && [ ! -e "$tmp/killed/cpt.jsonl" ] && [ ! -e "$tmp/killed/manifest.json" ] && ok \
+  || bad "a killed or-gen left output files"
+pgrep -f "or-gen --quiet --seed 8 --sft 3000" >/dev/null && bad "workers outlived a killed or-gen" || ok
+
+# 8. or-stats and bad flags
+"$TREX" data or-stats "$tmp/g2" >"$tmp/stats.md" 2>&1 && grep -q "| formulate | 50 |" "$tmp/stats.md" && ok || bad "or-stats"
+"$TREX" data or-gen --sft 10 >/dev/null 2>&1; [ $? = 2 ] && ok || bad "missing --out is not a usage error"
+"$TREX" data or-gen --sft -1 --out "$tmp/x" >/dev/null 2>&1; [ $? = 1 ] && ok || bad "negative --sft accepted"
+"$TREX" data nope >/dev/null 2>&1; [ $? = 2 ] && ok || bad "unknown subcommand"
+"$TREX" data or-stats "$tmp/missing" >/dev/null 2>&1; [ $? = 1 ] && ok || bad "or-stats on a missing folder"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
