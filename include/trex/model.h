@@ -1,0 +1,89 @@
+/* trex/model.h — the whole DeepSeek-V4 model: forward, losses and backward over a batch.
+ *
+ * The model is embedding -> hc_mult residual streams -> num_hidden_layers blocks (each an attention
+ * and a MoE sub-layer wrapped in mHC) -> hc_head -> norm -> head, plus the MTP block (MODEL_SPEC §2, §5,
+ * §6). Batches, documents, positions, the four losses and their weights follow
+ * docs/model-conventions.md exactly. Everything runs in fp32 on local shards (a single process today).
+ *
+ * Usage:
+ *   trex_model *m;  trex_model_create(&m, &weights, pool, &mem, &err);
+ *   trex_model_forward(m, &batch, &opts, grads, NULL, NULL, &losses, &err);
+ *   trex_model_backward(m);   // grads: fp32 [layout.n_float], same offsets as weights.f; added to
+ *   trex_model_destroy(m);
+ * Activations live in one arena (region "acts") that grows on the first step and is reused after.
+ * Results are bitwise the same for any number of threads. */
+#ifndef TREX_MODEL_H
+#define TREX_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "trex/alloc.h"
+#include "trex/config.h"
+#include "trex/params.h"
+#include "trex/pool.h"
+#include "trex/status.h"
+
+/* A batch of B rows of T tokens, row-major [B, T]. loss_mask marks target tokens (NULL: all 1);
+ * doc_ids splits rows into documents, maximal runs of equal ids (NULL: one document per row). */
+typedef struct trex_batch {
+    int64_t B, T;
+    const int32_t *tokens;
+    const uint8_t *loss_mask;
+    const int32_t *doc_ids;
+} trex_batch;
+
+typedef struct trex_model_opts {
+    bool sparse;           /* CSA layers attend the indexer's top-k (else every visible entry) */
+    double mtp_weight;     /* lambda of loss_mtp in loss */
+    double balance_weight; /* alpha of the sequence-wise balance loss */
+    double indexer_weight; /* w_I of loss_indexer in loss */
+    int64_t head_chunk_rows; /* rows of logits the head holds at once (0: about 64 MiB worth) */
+} trex_model_opts;
+
+/* dense, mtp_weight 0.3, balance_weight 1e-4, indexer_weight 1.0 (docs/model-conventions.md),
+ * automatic head chunks. */
+trex_model_opts trex_model_opts_default(void);
+
+/* The losses of one forward pass (token means over the batch; see docs/model-conventions.md). */
+typedef struct trex_losses {
+    double loss;                        /* main + mtp_weight*mtp + balance + indexer_weight*indexer */
+    double main, mtp, balance, indexer; /* mtp is unweighted */
+    int64_t main_targets, mtp_targets;  /* number of targets each mean runs over */
+} trex_losses;
+
+typedef struct trex_model trex_model;
+
+/* A model over loaded or initialised weights (kept by pointer, not copied; must outlive the model).
+ * pool may be NULL (serial); mem receives the activation accounting (may be NULL).
+ * TREX_EINVAL when the config holds values the engine does not handle (the message names the field). */
+trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *pool, trex_mem *mem,
+                            trex_err *err);
+void trex_model_destroy(trex_model *m);
+
+/* Checks a batch against the config: B >= 1, T >= 2, every token id in [0, vocab_size), loss_mask
+ * values 0 or 1. label names the batch's source in messages (e.g. its file), which name the tensor,
+ * the position [b, t] and the value. */
+trex_code trex_model_check_batch(const trex_config *cfg, const trex_batch *b, const char *label,
+                                 trex_err *err);
+
+/* Runs the forward pass and the losses. The batch is checked first.
+ * grads: NULL for a forward pass only; else an fp32 buffer of layout.n_float elements at the weights'
+ * offsets into which this pass and the following trex_model_backward ADD d loss / d param (the head's
+ * gradient is already added here, while its logits are at hand). Non-trainable tensors (ffn.gate.bias)
+ * receive nothing.
+ * logits [B, T, V] and mtp_logits [B, T-1, V] receive the logits when not NULL (the head otherwise
+ * runs in row chunks and never holds them whole). */
+trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_model_opts *opts,
+                             float *grads, float *logits, float *mtp_logits, trex_losses *out,
+                             trex_err *err);
+
+/* The rest of the backward pass of the last forward, which must have been given grads (once per
+ * forward). The batch passed to the forward must still be alive. */
+void trex_model_backward(trex_model *m);
+
+/* Bytes of activations the last step held (the arena's high-water mark) and reserved. */
+size_t trex_model_arena_used(const trex_model *m);
+size_t trex_model_arena_reserved(const trex_model *m);
+
+#endif

@@ -1,0 +1,861 @@
+/* model/model.c — the whole DeepSeek-V4 model: embedding, blocks, hc_head, head, MTP, the four losses,
+ * and the backward pass (MODEL_SPEC §2, §5, §6; docs/model-conventions.md).
+ *
+ * Data flow of a forward pass over N = B*T tokens (all fp32):
+ *   X_0 [N, n, d] = E[token] copied into the n streams
+ *   block l: X_l -> (HC_pre, attn_norm, attention, HC_post) -> Xmid_l -> (HC_pre, ffn_norm, MoE, HC_post)
+ *            -> X_{l+1}
+ *   hc_head(X_L) -> norm -> head -> cross-entropy against token t+1 (in row chunks)
+ *   MTP over Nm = B*(T-1) positions i: Z_k = e_proj enorm(E[token i+1]) + h_proj hnorm(X_L[i, k]),
+ *            the MTP block (layer index num_hidden_layers), mtp.0.hc_head -> mtp.0.norm -> head,
+ *            cross-entropy against token i+2.
+ * With backward, every block keeps its input streams, the per-token mHC state and the sub-layer
+ * outputs y; the normed sub-layer inputs are recomputed in the backward. The head never holds the
+ * [N, V] logits unless the caller asks for them: it runs in row chunks, and when gradients are wanted
+ * the forward takes the cross-entropy gradient of each chunk while its logits are at hand (the head's
+ * weight gradient and d loss/d hn are ready before the backward starts). Every reduction over tokens (embedding gradient,
+ * norm weights, head) runs in a fixed order, so results do not depend on the thread count. */
+#include "trex/model.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model/layers.h"
+#include "model/mhc.h"
+
+/* Logits held at once by the chunked head: about this many floats (64 MiB). */
+#define HEAD_CHUNK_FLOATS ((int64_t)16 << 20)
+
+/* ---- weight views ------------------------------------------------------------------------------ */
+
+typedef struct block_w {
+    trex_mhc_w hc[2]; /* attn, ffn */
+    float *norm[2];   /* attn_norm, ffn_norm */
+    trex_attn_w attn;
+    trex_moe_w moe;
+} block_w;
+
+typedef struct model_w {
+    float *embed, *head, *norm;
+    trex_mhc_w hc_head;
+    float *e_proj, *h_proj, *enorm, *hnorm, *mtp_norm; /* MTP (NULL without it) */
+    trex_mhc_w mtp_hc_head;
+    block_w *blk; /* [nblocks] */
+} model_w;
+
+typedef struct binder {
+    const trex_layout *lay;
+    float *f;
+    int32_t *i;
+    const char *cfgname;
+    trex_err *err;
+    trex_code rc;
+} binder;
+
+static const trex_param *bind_find(binder *b, const char *name)
+{
+    const trex_param *p = trex_layout_find(b->lay, name);
+    if (!p && b->rc == TREX_OK)
+        b->rc = trex_err_set(b->err, TREX_ENOTFOUND,
+                             "config %s: tensor '%s' is missing from the parameter layout — the layout and "
+                             "the model disagree (a bug: report it)", b->cfgname, name);
+    return p;
+}
+
+static float *bind_f(binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static float *bind_f(binder *b, const char *fmt, ...)
+{
+    char name[TREX_PARAM_NAME + 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const trex_param *p = bind_find(b, name);
+    if (!p || !b->f)
+        return NULL;
+    TREX_ASSERT(!p->is_int);
+    return b->f + p->offset;
+}
+
+static const int32_t *bind_i(binder *b, const char *name)
+{
+    const trex_param *p = bind_find(b, name);
+    if (!p || !b->i)
+        return NULL;
+    TREX_ASSERT(p->is_int);
+    return b->i + p->offset;
+}
+
+/* Fills the views of block l (prefix "layers.l" or "mtp.0"). grads: no gate_bias, no tid2eid. */
+static void bind_block(binder *b, const trex_config *cfg, int64_t l, block_w *bw, float **eptr,
+                       bool grads)
+{
+    char p[32];
+    if (l < cfg->num_hidden_layers)
+        snprintf(p, sizeof p, "layers.%" PRId64, l);
+    else
+        snprintf(p, sizeof p, "mtp.0");
+    static const char *const sub[2] = {"attn", "ffn"};
+    for (int s = 0; s < 2; s++) {
+        bw->hc[s].fn = bind_f(b, "%s.hc_%s_fn", p, sub[s]);
+        bw->hc[s].scale = bind_f(b, "%s.hc_%s_scale", p, sub[s]);
+        bw->hc[s].base = bind_f(b, "%s.hc_%s_base", p, sub[s]);
+        bw->norm[s] = bind_f(b, "%s.%s_norm.weight", p, sub[s]);
+    }
+    trex_attn_w *a = &bw->attn;
+    memset(a, 0, sizeof *a);
+    a->wq_a = bind_f(b, "%s.attn.wq_a.weight", p);
+    a->q_norm = bind_f(b, "%s.attn.q_norm.weight", p);
+    a->wq_b = bind_f(b, "%s.attn.wq_b.weight", p);
+    a->wkv = bind_f(b, "%s.attn.wkv.weight", p);
+    a->kv_norm = bind_f(b, "%s.attn.kv_norm.weight", p);
+    a->wo_a = bind_f(b, "%s.attn.wo_a.weight", p);
+    a->wo_b = bind_f(b, "%s.attn.wo_b.weight", p);
+    a->attn_sink = bind_f(b, "%s.attn.attn_sink", p);
+    const int ratio = trex_config_ratio(cfg, l);
+    if (ratio > 0) {
+        a->cmp_wkv = bind_f(b, "%s.attn.compressor.wkv.weight", p);
+        a->cmp_wgate = bind_f(b, "%s.attn.compressor.wgate.weight", p);
+        a->cmp_ape = bind_f(b, "%s.attn.compressor.ape", p);
+        a->cmp_norm = bind_f(b, "%s.attn.compressor.norm.weight", p);
+    }
+    if (ratio == 4) {
+        a->idx_wq_b = bind_f(b, "%s.attn.indexer.wq_b.weight", p);
+        a->idx_weights_proj = bind_f(b, "%s.attn.indexer.weights_proj.weight", p);
+        a->idx_cmp_wkv = bind_f(b, "%s.attn.indexer.compressor.wkv.weight", p);
+        a->idx_cmp_wgate = bind_f(b, "%s.attn.indexer.compressor.wgate.weight", p);
+        a->idx_cmp_ape = bind_f(b, "%s.attn.indexer.compressor.ape", p);
+        a->idx_cmp_norm = bind_f(b, "%s.attn.indexer.compressor.norm.weight", p);
+    }
+    trex_moe_w *m = &bw->moe;
+    memset(m, 0, sizeof *m);
+    const int64_t E = cfg->n_routed_experts;
+    m->gate = bind_f(b, "%s.ffn.gate.weight", p);
+    if (!grads) {
+        if (trex_config_is_hash(cfg, l)) {
+            char name[64];
+            snprintf(name, sizeof name, "%s.ffn.gate.tid2eid", p);
+            m->tid2eid = bind_i(b, name);
+        } else {
+            m->gate_bias = bind_f(b, "%s.ffn.gate.bias", p);
+        }
+    }
+    m->w1 = eptr;
+    m->w2 = eptr + E;
+    m->w3 = eptr + 2 * E;
+    for (int64_t e = 0; e < E; e++) {
+        m->w1[e] = bind_f(b, "%s.ffn.experts.%" PRId64 ".w1.weight", p, e);
+        m->w2[e] = bind_f(b, "%s.ffn.experts.%" PRId64 ".w2.weight", p, e);
+        m->w3[e] = bind_f(b, "%s.ffn.experts.%" PRId64 ".w3.weight", p, e);
+    }
+    m->sw1 = bind_f(b, "%s.ffn.shared_experts.w1.weight", p);
+    m->sw2 = bind_f(b, "%s.ffn.shared_experts.w2.weight", p);
+    m->sw3 = bind_f(b, "%s.ffn.shared_experts.w3.weight", p);
+}
+
+static trex_code bind_model(model_w *mw, const trex_config *cfg, const trex_layout *lay, float *f,
+                            int32_t *ip, float **eptrs, bool grads, trex_err *err)
+{
+    binder b = {lay, f, ip, cfg->name, err, TREX_OK};
+    const int64_t L = cfg->num_hidden_layers, nb = trex_config_n_blocks(cfg);
+    mw->embed = bind_f(&b, "embed.weight");
+    mw->head = bind_f(&b, "head.weight");
+    mw->norm = bind_f(&b, "norm.weight");
+    mw->hc_head.fn = bind_f(&b, "hc_head_fn");
+    mw->hc_head.scale = bind_f(&b, "hc_head_scale");
+    mw->hc_head.base = bind_f(&b, "hc_head_base");
+    if (nb > L) {
+        mw->e_proj = bind_f(&b, "mtp.0.e_proj.weight");
+        mw->h_proj = bind_f(&b, "mtp.0.h_proj.weight");
+        mw->enorm = bind_f(&b, "mtp.0.enorm.weight");
+        mw->hnorm = bind_f(&b, "mtp.0.hnorm.weight");
+        mw->mtp_norm = bind_f(&b, "mtp.0.norm.weight");
+        mw->mtp_hc_head.fn = bind_f(&b, "mtp.0.hc_head_fn");
+        mw->mtp_hc_head.scale = bind_f(&b, "mtp.0.hc_head_scale");
+        mw->mtp_hc_head.base = bind_f(&b, "mtp.0.hc_head_base");
+    }
+    for (int64_t l = 0; l < nb; l++)
+        bind_block(&b, cfg, l, &mw->blk[l], eptrs + l * 3 * cfg->n_routed_experts, grads);
+    return b.rc;
+}
+
+/* ---- the model and the state of the last forward ----------------------------------------------- */
+
+typedef struct sub_saved {
+    const float *X;       /* input streams [N, n, d] (for the ffn sub-layer: recomputed, see below) */
+    float *state;         /* [N, mhc state] */
+    float *y;             /* sub-layer output [N, d] */
+    trex_attn_cache *ac;
+    trex_moe_cache *mc;
+} sub_saved;
+
+typedef struct block_saved {
+    sub_saved s[2];
+    trex_indexer_loss il;
+} block_saved;
+
+typedef struct seq_buf {
+    trex_seqinfo info;
+    int32_t *tokens, *pos;
+    int64_t *seg_start, *seg_len;
+} seq_buf;
+
+/* The head + cross-entropy of one predictor (main or MTP) over R rows. */
+typedef struct head_pass {
+    int64_t R;
+    int32_t *tgt;    /* [R] target token, -1 for none */
+    int64_t count;   /* rows with a target */
+    float *hstate;   /* [R, head state] */
+    float *h, *rstd; /* [R, d] collapsed streams, [R] their norm factor */
+    float *hn;       /* [R, d] normed */
+    double *lse;     /* [R] log-sum-exp of the logits */
+    float *dhn;      /* [R, d] d loss / d hn, made by the forward when gradients are wanted */
+} head_pass;
+
+
+struct trex_model {
+    const trex_config *cfg;
+    const trex_weights *weights;
+    trex_ctx ctx;
+    trex_mem *mem;
+    trex_arena *arena;
+    int64_t nblocks;
+    bool mtp;
+    model_w w, g;
+    block_w *blk_w, *blk_g;
+    float **eptr_w, **eptr_g;
+
+    /* the last forward */
+    bool have_pass; /* a backward may follow */
+    float *grads;   /* where the backward adds (NULL: forward only) */
+    trex_model_opts opts;
+    const int32_t *tokens;
+    int64_t B, T, N, Nm;
+    seq_buf seq, seqm;
+    block_saved *bs; /* [nblocks] */
+    float *X0, *XL;
+    head_pass hp, hpm;
+    float *chunk; /* [head chunk rows, V] logits of one chunk, shared by both heads and the backward */
+    /* MTP inputs */
+    float *Xm, *hh, *hh_rstd, *ein, *ee, *ee_rstd, *Z0, *ZL;
+};
+
+trex_model_opts trex_model_opts_default(void)
+{
+    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0};
+    return o;
+}
+
+trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *pool, trex_mem *mem,
+                            trex_err *err)
+{
+    *out = NULL;
+    const trex_config *cfg = w->cfg;
+    TREX_TRY(trex_mhc_check(cfg, err));
+    if (cfg->num_nextn_predict_layers < 0 || cfg->num_nextn_predict_layers > 1)
+        return trex_err_set(err, TREX_EINVAL,
+                            "config %s: num_nextn_predict_layers: %" PRId64 " — trex supports 0 or 1",
+                            cfg->name, cfg->num_nextn_predict_layers);
+    trex_code rc = TREX_ENOMEM;
+    trex_model *m = calloc(1, sizeof *m);
+    if (!m)
+        goto oom;
+    m->cfg = cfg;
+    m->weights = w;
+    m->mem = mem;
+    m->nblocks = trex_config_n_blocks(cfg);
+    m->mtp = m->nblocks > cfg->num_hidden_layers;
+    m->ctx.pool = pool;
+    m->ctx.par = (trex_par){0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    m->arena = trex_arena_create(mem, TREX_REGION_ACTS, (size_t)64 << 20);
+    m->ctx.arena = m->arena;
+    const size_t ne = (size_t)(m->nblocks * 3 * cfg->n_routed_experts);
+    m->blk_w = calloc((size_t)m->nblocks, sizeof *m->blk_w);
+    m->blk_g = calloc((size_t)m->nblocks, sizeof *m->blk_g);
+    m->eptr_w = calloc(ne ? ne : 1, sizeof *m->eptr_w);
+    m->eptr_g = calloc(ne ? ne : 1, sizeof *m->eptr_g);
+    m->bs = calloc((size_t)m->nblocks, sizeof *m->bs);
+    if (!m->arena || !m->blk_w || !m->blk_g || !m->eptr_w || !m->eptr_g || !m->bs)
+        goto oom;
+    m->w.blk = m->blk_w;
+    m->g.blk = m->blk_g;
+    rc = bind_model(&m->w, cfg, &w->layout, w->f, w->i, m->eptr_w, false, err);
+    if (rc != TREX_OK)
+        goto fail;
+    *out = m;
+    return TREX_OK;
+oom:
+    rc = trex_err_set(err, TREX_ENOMEM, "config %s: out of memory creating the model", cfg->name);
+fail:
+    trex_model_destroy(m);
+    return rc;
+}
+
+void trex_model_destroy(trex_model *m)
+{
+    if (!m)
+        return;
+    if (m->arena)
+        trex_arena_destroy(m->arena);
+    free(m->blk_w);
+    free(m->blk_g);
+    free(m->eptr_w);
+    free(m->eptr_g);
+    free(m->bs);
+    free(m);
+}
+
+size_t trex_model_arena_used(const trex_model *m)
+{
+    return trex_arena_used(m->arena);
+}
+
+size_t trex_model_arena_reserved(const trex_model *m)
+{
+    return trex_arena_reserved(m->arena);
+}
+
+trex_code trex_model_check_batch(const trex_config *cfg, const trex_batch *b, const char *label,
+                                 trex_err *err)
+{
+    if (b->B < 1 || b->T < 2)
+        return trex_err_set(err, TREX_EINVAL,
+                            "%s: tokens: shape [%" PRId64 ", %" PRId64 "] — a batch needs B >= 1 rows of "
+                            "T >= 2 tokens (the model predicts token t+1 from tokens 0..t)",
+                            label, b->B, b->T);
+    if (b->B > INT32_MAX / b->T)
+        return trex_err_set(err, TREX_ERANGE,
+                            "%s: tokens: shape [%" PRId64 ", %" PRId64 "] holds more than 2^31-1 tokens — "
+                            "split the batch", label, b->B, b->T);
+    const int64_t N = b->B * b->T;
+    for (int64_t i = 0; i < N; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= cfg->vocab_size)
+            return trex_err_set(err, TREX_ERANGE,
+                                "%s: tokens: token id %" PRId32 " at [%" PRId64 ", %" PRId64 "] (flat index %"
+                                PRId64 ") is outside [0, %" PRId64 ") — the batch does not match config %s "
+                                "(vocab_size)", label, b->tokens[i], i / b->T, i % b->T, i, cfg->vocab_size,
+                                cfg->name);
+    if (b->loss_mask)
+        for (int64_t i = 0; i < N; i++)
+            if (b->loss_mask[i] > 1)
+                return trex_err_set(err, TREX_ERANGE,
+                                    "%s: loss_mask: value %u at [%" PRId64 ", %" PRId64 "] — loss_mask "
+                                    "holds 0 or 1", label, (unsigned)b->loss_mask[i], i / b->T, i % b->T);
+    return TREX_OK;
+}
+
+/* Documents of rows of Tr tokens taken from positions 0..Tr-1 of each source row of T tokens; the
+ * token of flat row position (b, t) is tokens[b*T + t + tok_shift]. */
+static void seq_build(seq_buf *s, int64_t B, int64_t Tr, int64_t T, const int32_t *tokens,
+                      const int32_t *doc, int64_t tok_shift)
+{
+    int64_t nseg = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < Tr; t++) {
+            const int64_t src = b * T + t, flat = b * Tr + t;
+            s->tokens[flat] = tokens[src + tok_shift];
+            if (t == 0 || (doc && doc[src] != doc[src - 1])) {
+                s->seg_start[nseg] = flat;
+                s->seg_len[nseg] = 0;
+                nseg++;
+            }
+            s->seg_len[nseg - 1]++;
+            s->pos[flat] = (int32_t)(flat - s->seg_start[nseg - 1]);
+        }
+    s->info.B = B;
+    s->info.T = Tr;
+    s->info.tokens = s->tokens;
+    s->info.pos = s->pos;
+    s->info.nseg = nseg;
+    s->info.seg_start = s->seg_start;
+    s->info.seg_len = s->seg_len;
+}
+
+/* ---- head and cross-entropy in row chunks ------------------------------------------------------ */
+
+static int64_t head_chunk_rows(const trex_model *m, int64_t R)
+{
+    int64_t rc = m->opts.head_chunk_rows > 0 ? m->opts.head_chunk_rows : HEAD_CHUNK_FLOATS / m->cfg->vocab_size;
+    rc = rc < 1 ? 1 : rc;
+    return rc < R ? rc : R;
+}
+
+typedef struct ce_job {
+    const float *logits; /* rows of the chunk */
+    float *dlogits;      /* backward: receives scale * (softmax - onehot) (may equal logits) */
+    int64_t V, r0;
+    const int32_t *tgt;
+    double *lse, *nll;
+    float scale;
+} ce_job;
+
+static void ce_fwd_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const ce_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *l = j->logits + i * j->V;
+        float mx = l[0];
+        for (int64_t v = 1; v < j->V; v++)
+            mx = l[v] > mx ? l[v] : mx;
+        double s = 0.0;
+        for (int64_t v = 0; v < j->V; v++)
+            s += exp((double)l[v] - (double)mx);
+        const double lse = (double)mx + log(s);
+        const int64_t r = j->r0 + i;
+        j->lse[r] = lse;
+        j->nll[r] = j->tgt[r] >= 0 ? lse - (double)l[j->tgt[r]] : 0.0;
+    }
+}
+
+static void ce_bwd_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const ce_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t r = j->r0 + i;
+        const float *l = j->logits + i * j->V;
+        float *dl = j->dlogits + i * j->V;
+        const int32_t t = j->tgt[r];
+        if (t < 0) {
+            memset(dl, 0, (size_t)j->V * sizeof *dl);
+            continue;
+        }
+        const double lse = j->lse[r];
+        for (int64_t v = 0; v < j->V; v++)
+            dl[v] = j->scale * (float)exp((double)l[v] - lse);
+        dl[t] -= j->scale;
+    }
+}
+
+/* Logits of rows [0, R) of hn, their log-sum-exp and the summed loss over rows with a target.
+ * out [R, V] receives the logits when not NULL. chunk [rc, V] holds one chunk of logits (or, when out
+ * is given, of their gradient). With dW (gradients wanted), the loss gradient is taken right here,
+ * chunk by chunk, while the logits are at hand: hp->dhn = d(scale * sum nll)/d hn and dW += the
+ * head's gradient — the [R, V] logits are never needed again. */
+static double head_forward(trex_model *m, head_pass *hp, const float *W, float *out, float *chunk,
+                           double *nll, float *dW, float scale)
+{
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, R = hp->R;
+    const int64_t rc = head_chunk_rows(m, R);
+    for (int64_t r0 = 0; r0 < R; r0 += rc) {
+        const int64_t rows = R - r0 < rc ? R - r0 : rc;
+        float *L = out ? out + r0 * V : chunk;
+        trex_linear_forward(m->ctx.pool, L, hp->hn + r0 * d, W, rows, d, V);
+        ce_job j = {L, chunk, V, r0, hp->tgt, hp->lse, nll, scale};
+        trex_pool_for(m->ctx.pool, rows, 1, ce_fwd_rows, &j);
+        if (!dW)
+            continue;
+        bool any = false;
+        for (int64_t r = r0; r < r0 + rows && !any; r++)
+            any = hp->tgt[r] >= 0;
+        if (!any || scale == 0.0f) {
+            memset(hp->dhn + r0 * d, 0, (size_t)(rows * d) * sizeof(float));
+            continue;
+        }
+        trex_pool_for(m->ctx.pool, rows, 1, ce_bwd_rows, &j);
+        trex_linear_backward(m->ctx.pool, hp->dhn + r0 * d, dW, chunk, hp->hn + r0 * d, W, rows, d, V, false);
+    }
+    double s = 0.0;
+    for (int64_t r = 0; r < R; r++)
+        s += nll[r];
+    return s;
+}
+
+/* ---- blocks ------------------------------------------------------------------------------------ */
+
+typedef struct fwd_tmp {
+    float *x_in, *xn, *y, *state; /* [N, d] x3, [N, mhc state] (used when nothing is kept) */
+} fwd_tmp;
+
+/* One block over N tokens: Xin -> Xmid -> Xout. bs: where to keep what the backward needs (NULL:
+ * forward only, then y and state come from tmp). Adds the balance loss into *bal. */
+static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq, int64_t N,
+                               const float *Xin, float *Xmid, float *Xout, block_saved *bs,
+                               const fwd_tmp *tmp, double *bal, trex_indexer_loss *il, trex_err *err)
+{
+    const trex_config *cfg = m->cfg;
+    const block_w *w = &m->w.blk[l];
+    const int64_t d = cfg->hidden_size;
+    for (int s = 0; s < 2; s++) {
+        const float *Xs = s == 0 ? Xin : Xmid;
+        float *Xo = s == 0 ? Xmid : Xout;
+        float *state = tmp->state, *y = tmp->y;
+        if (bs) {
+            sub_saved *ss = &bs->s[s];
+            ss->X = s == 0 ? Xs : NULL;
+            ss->state = trex_arena_alloc(m->arena, (size_t)(N * trex_mhc_state_size(cfg->hc_mult)) * sizeof(float));
+            ss->y = trex_arena_alloc(m->arena, (size_t)(N * d) * sizeof(float));
+            if (!ss->state || !ss->y)
+                return trex_err_set(err, TREX_ENOMEM,
+                                    "block %" PRId64 ": out of memory keeping activations for %" PRId64
+                                    " tokens — use a smaller batch", l, N);
+            state = ss->state;
+            y = ss->y;
+        }
+        trex_mhc_pre_forward(&m->ctx, cfg, N, tmp->x_in, state, Xs, &w->hc[s]);
+        trex_rmsnorm_forward(m->ctx.pool, tmp->xn, NULL, tmp->x_in, w->norm[s], N, d,
+                             (float)cfg->rms_norm_eps);
+        if (s == 0) {
+            TREX_TRY(trex_attn_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->attn, m->opts.sparse,
+                                       bs ? &bs->s[0].ac : NULL, il, err));
+        } else {
+            trex_moe_stats st = {0.0, NULL};
+            TREX_TRY(trex_moe_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->moe,
+                                      m->opts.balance_weight, bs ? &bs->s[1].mc : NULL, &st, err));
+            if (!trex_config_is_hash(cfg, l))
+                *bal += st.balance_loss;
+        }
+        trex_mhc_post_forward(&m->ctx, cfg, N, Xo, y, Xs, state);
+    }
+    return TREX_OK;
+}
+
+typedef struct bwd_tmp {
+    float *dA, *dB;                    /* [N, n, d] */
+    float *dy, *dxn, *dx_in, *x_in, *xn; /* [N, d] */
+    float *rstd;                       /* [N] */
+    float *dstate;                     /* [N, mhc dstate] */
+    float *Xmid;                       /* [N, n, d] the block's middle streams, recomputed */
+} bwd_tmp;
+
+/* Backward of block l: t->dA holds dL/dXout on entry and dL/dXin on return. */
+static void block_backward(trex_model *m, int64_t l, const trex_seqinfo *seq, int64_t N,
+                           const bwd_tmp *t)
+{
+    const trex_config *cfg = m->cfg;
+    const block_w *w = &m->w.blk[l];
+    block_w *g = &m->g.blk[l];
+    const block_saved *bs = &m->bs[l];
+    const int64_t d = cfg->hidden_size;
+    double il_scale = 0.0;
+    if (bs->il.count > 0)
+        il_scale = m->opts.indexer_weight / (double)bs->il.count;
+    /* Xmid = HC_post(y_attn, Xin) again, bit for bit as the forward made it (it is not kept) */
+    trex_mhc_post_forward(&m->ctx, cfg, N, t->Xmid, bs->s[0].y, bs->s[0].X, bs->s[0].state);
+    for (int s = 1; s >= 0; s--) {
+        const sub_saved *ss = &bs->s[s];
+        const float *Xs = s == 1 ? t->Xmid : ss->X;
+        float *dXo = s == 1 ? t->dA : t->dB, *dX = s == 1 ? t->dB : t->dA;
+        trex_mhc_post_backward(&m->ctx, cfg, N, dX, t->dy, t->dstate, dXo, ss->y, Xs, ss->state);
+        trex_mhc_pre_collapse(&m->ctx, cfg, N, t->x_in, ss->state, Xs);
+        trex_rmsnorm_forward(m->ctx.pool, t->xn, t->rstd, t->x_in, w->norm[s], N, d,
+                             (float)cfg->rms_norm_eps);
+        if (s == 1)
+            trex_moe_backward(&m->ctx, cfg, (int)l, seq, t->dxn, t->dy, t->xn, &w->moe, &g->moe, ss->mc,
+                              m->opts.balance_weight, 1.0);
+        else
+            trex_attn_backward(&m->ctx, cfg, (int)l, seq, t->dxn, t->dy, t->xn, &w->attn, &g->attn, ss->ac,
+                               il_scale);
+        trex_rmsnorm_backward(m->ctx.pool, t->dx_in, g->norm[s], t->dxn, t->x_in, w->norm[s], t->rstd, N,
+                              d, false);
+        trex_mhc_pre_backward(&m->ctx, cfg, N, dX, &g->hc[s], t->dstate, t->dx_in, Xs, &w->hc[s],
+                              ss->state);
+    }
+}
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+
+#define ALLOC(ptr, count)                                                                          \
+    do {                                                                                           \
+        size_t bytes_ = (size_t)(count) * sizeof *(ptr);                                           \
+        (ptr) = trex_arena_alloc(m->arena, bytes_ ? bytes_ : 1);                                   \
+        if (!(ptr)) {                                                                              \
+            rc = trex_err_set(err, TREX_ENOMEM,                                                    \
+                              "out of memory for the activations of %" PRId64 " x %" PRId64        \
+                              " tokens — use a smaller batch", b->B, b->T);                        \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Targets of the main head (position t predicts t+1) and the MTP head (position i predicts i+2). */
+static void build_targets(trex_model *m, const trex_batch *b)
+{
+    const int64_t B = b->B, T = b->T;
+    m->hp.count = m->hpm.count = 0;
+    for (int64_t r = 0; r < B; r++)
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t i = r * T + t;
+            const int32_t *doc = b->doc_ids;
+            bool ok = t + 1 < T && (!b->loss_mask || b->loss_mask[i + 1]) && (!doc || doc[i + 1] == doc[i]);
+            m->hp.tgt[i] = ok ? b->tokens[i + 1] : -1;
+            m->hp.count += ok;
+            if (m->mtp && t + 1 < T) {
+                const int64_t k = r * (T - 1) + t;
+                bool okm = t + 2 < T && (!b->loss_mask || b->loss_mask[i + 2]) &&
+                           (!doc || (doc[i] == doc[i + 1] && doc[i + 1] == doc[i + 2]));
+                m->hpm.tgt[k] = okm ? b->tokens[i + 2] : -1;
+                m->hpm.count += okm;
+            }
+        }
+}
+
+static trex_code head_pass_alloc(trex_model *m, head_pass *hp, int64_t R, const trex_batch *b,
+                                 trex_err *err)
+{
+    trex_code rc = TREX_OK;
+    const int64_t d = m->cfg->hidden_size;
+    hp->R = R;
+    ALLOC(hp->tgt, R);
+    ALLOC(hp->hstate, R * trex_mhc_head_state_size(m->cfg->hc_mult));
+    ALLOC(hp->h, R * d);
+    ALLOC(hp->rstd, R);
+    ALLOC(hp->hn, R * d);
+    ALLOC(hp->lse, R);
+fail:
+    return rc;
+}
+
+/* hc_head -> norm -> head over the streams X of hp->R rows; returns the summed loss in *sum. */
+static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const trex_mhc_w *hcw,
+                          const float *normw, float *logits, float scale, const trex_batch *b,
+                          double *sum, trex_err *err)
+{
+    trex_code rc = TREX_OK;
+    const int64_t d = m->cfg->hidden_size, R = hp->R;
+    double *nll;
+    trex_mhc_head_forward(&m->ctx, m->cfg, R, hp->h, hp->hstate, X, hcw);
+    trex_rmsnorm_forward(m->ctx.pool, hp->hn, hp->rstd, hp->h, normw, R, d, (float)m->cfg->rms_norm_eps);
+    ALLOC(nll, R);
+    if (m->grads)
+        ALLOC(hp->dhn, R * d);
+    *sum = head_forward(m, hp, m->w.head, logits, m->chunk, nll, m->grads ? m->g.head : NULL, scale);
+fail:
+    return rc;
+}
+
+trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_model_opts *opts,
+                             float *grads, float *logits, float *mtp_logits, trex_losses *out,
+                             trex_err *err)
+{
+    const trex_config *cfg = m->cfg;
+    const bool backward = grads != NULL;
+    trex_code rc = trex_model_check_batch(cfg, b, "batch", err);
+    if (rc != TREX_OK)
+        return rc;
+    m->have_pass = false;
+    m->grads = grads;
+    if (grads) {
+        trex_code brc = bind_model(&m->g, cfg, &m->weights->layout, grads, NULL, m->eptr_g, true, err);
+        TREX_ASSERT(brc == TREX_OK); /* the same layout bound the weights in trex_model_create */
+    }
+    trex_arena_reset(m->arena);
+    memset(m->bs, 0, (size_t)m->nblocks * sizeof *m->bs);
+    memset(out, 0, sizeof *out);
+    m->opts = opts ? *opts : trex_model_opts_default();
+    m->tokens = b->tokens;
+    const int64_t B = b->B, T = b->T, N = B * T, Nm = B * (T - 1);
+    const int64_t d = cfg->hidden_size, n = cfg->hc_mult, nd = n * d, L = cfg->num_hidden_layers;
+    m->B = B, m->T = T, m->N = N, m->Nm = m->mtp ? Nm : 0;
+
+    /* documents, positions and targets */
+    ALLOC(m->seq.tokens, N);
+    ALLOC(m->seq.pos, N);
+    ALLOC(m->seq.seg_start, N);
+    ALLOC(m->seq.seg_len, N);
+    seq_build(&m->seq, B, T, T, b->tokens, b->doc_ids, 0);
+    TREX_TRY(head_pass_alloc(m, &m->hp, N, b, err));
+    if (m->mtp) {
+        ALLOC(m->seqm.tokens, Nm);
+        ALLOC(m->seqm.pos, Nm);
+        ALLOC(m->seqm.seg_start, Nm);
+        ALLOC(m->seqm.seg_len, Nm);
+        seq_build(&m->seqm, B, T - 1, T, b->tokens, b->doc_ids, 1);
+        TREX_TRY(head_pass_alloc(m, &m->hpm, Nm, b, err));
+    }
+    build_targets(m, b);
+    m->chunk = NULL;
+    if (backward || !logits || (m->mtp && !mtp_logits)) /* (with gradients it holds dlogits) */
+        ALLOC(m->chunk, head_chunk_rows(m, N) * cfg->vocab_size);
+
+    /* scratch of the blocks */
+    fwd_tmp tmp;
+    ALLOC(tmp.x_in, N * d);
+    ALLOC(tmp.xn, N * d);
+    tmp.y = tmp.state = NULL;
+    if (!backward) {
+        ALLOC(tmp.y, N * d);
+        ALLOC(tmp.state, N * trex_mhc_state_size(n));
+    }
+
+    /* embedding into n streams, then the main blocks */
+    float *Xa, *Xb = NULL;
+    ALLOC(m->X0, N * nd);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t k = 0; k < n; k++)
+            memcpy(m->X0 + (i * n + k) * d, m->w.embed + (int64_t)b->tokens[i] * d, (size_t)d * sizeof(float));
+    double bal = 0.0;
+    float *X = m->X0;
+    ALLOC(Xb, N * nd); /* the middle streams of every block (recomputed in the backward) */
+    for (int64_t l = 0; l < L; l++) {
+        float *Xout;
+        if (backward) {
+            ALLOC(Xout, N * nd);
+        } else {
+            Xout = X; /* Xin -> Xb -> back into the same buffer */
+        }
+        Xa = X;
+        rc = block_forward(m, l, &m->seq.info, N, Xa, Xb, Xout, backward ? &m->bs[l] : NULL, &tmp, &bal,
+                           &m->bs[l].il, err);
+        if (rc != TREX_OK)
+            goto fail;
+        X = Xout;
+    }
+    m->XL = X;
+
+    double sum_main = 0.0, sum_mtp = 0.0;
+    const float scale_main = m->hp.count ? (float)(1.0 / (double)m->hp.count) : 0.0f;
+    rc = head_run(m, &m->hp, m->XL, &m->w.hc_head, m->w.norm, logits, scale_main, b, &sum_main, err);
+    if (rc != TREX_OK)
+        goto fail;
+
+    if (m->mtp) {
+        const int64_t Tm = T - 1;
+        ALLOC(m->Xm, Nm * nd);
+        ALLOC(m->hh, Nm * nd);
+        ALLOC(m->hh_rstd, Nm * n);
+        ALLOC(m->ein, Nm * d);
+        ALLOC(m->ee, Nm * d);
+        ALLOC(m->ee_rstd, Nm);
+        ALLOC(m->Z0, Nm * nd);
+        float *Pe;
+        ALLOC(Pe, Nm * d);
+        for (int64_t r = 0; r < B; r++)
+            memcpy(m->Xm + r * Tm * nd, m->XL + r * T * nd, (size_t)(Tm * nd) * sizeof(float));
+        for (int64_t i = 0; i < Nm; i++)
+            memcpy(m->ein + i * d, m->w.embed + (int64_t)m->seqm.tokens[i] * d, (size_t)d * sizeof(float));
+        const float eps = (float)cfg->rms_norm_eps;
+        trex_rmsnorm_forward(m->ctx.pool, m->hh, m->hh_rstd, m->Xm, m->w.hnorm, Nm * n, d, eps);
+        trex_rmsnorm_forward(m->ctx.pool, m->ee, m->ee_rstd, m->ein, m->w.enorm, Nm, d, eps);
+        trex_linear_forward(m->ctx.pool, m->Z0, m->hh, m->w.h_proj, Nm * n, d, d);
+        trex_linear_forward(m->ctx.pool, Pe, m->ee, m->w.e_proj, Nm, d, d);
+        for (int64_t i = 0; i < Nm; i++)
+            for (int64_t k = 0; k < n; k++) {
+                float *z = m->Z0 + (i * n + k) * d;
+                const float *pe = Pe + i * d;
+                for (int64_t c = 0; c < d; c++)
+                    z[c] += pe[c];
+            }
+        float *Zmid = Xb, *ZL; /* Xb: free scratch of at least Nm * nd floats */
+        ALLOC(ZL, Nm * nd);
+        rc = block_forward(m, L, &m->seqm.info, Nm, m->Z0, Zmid, ZL, backward ? &m->bs[L] : NULL, &tmp, &bal,
+                           &m->bs[L].il, err);
+        if (rc != TREX_OK)
+            goto fail;
+        m->ZL = ZL;
+        const float scale_mtp = m->hpm.count ? (float)(m->opts.mtp_weight / (double)m->hpm.count) : 0.0f;
+        rc = head_run(m, &m->hpm, m->ZL, &m->w.mtp_hc_head, m->w.mtp_norm, mtp_logits, scale_mtp, b, &sum_mtp,
+                      err);
+        if (rc != TREX_OK)
+            goto fail;
+    }
+
+    /* losses (docs/model-conventions.md) */
+    out->main_targets = m->hp.count;
+    out->mtp_targets = m->mtp ? m->hpm.count : 0;
+    out->main = m->hp.count ? sum_main / (double)m->hp.count : 0.0;
+    out->mtp = m->mtp && m->hpm.count ? sum_mtp / (double)m->hpm.count : 0.0;
+    out->balance = bal;
+    out->indexer = 0.0;
+    for (int64_t l = 0; l < m->nblocks; l++)
+        if (trex_config_ratio(cfg, l) == 4 && m->bs[l].il.count > 0)
+            out->indexer += m->bs[l].il.kl_sum / (double)m->bs[l].il.count;
+    out->loss = out->main + m->opts.mtp_weight * out->mtp + out->balance +
+                m->opts.indexer_weight * out->indexer;
+    m->have_pass = backward;
+    return TREX_OK;
+fail:
+    m->have_pass = false;
+    return rc;
+}
+
+/* ---- backward ---------------------------------------------------------------------------------- */
+
+/* dE[token] += sum over rows of the rows of dx (serially, in row order). */
+static void embed_backward(float *dE, const int32_t *tokens, const float *dx, int64_t rows,
+                           int64_t nstreams, int64_t d)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        float *de = dE + (int64_t)tokens[i] * d;
+        for (int64_t k = 0; k < nstreams; k++) {
+            const float *g = dx + (i * nstreams + k) * d;
+            for (int64_t c = 0; c < d; c++)
+                de[c] += g[c];
+        }
+    }
+}
+
+/* Gradient through norm(hc_head(X)) given dhn: adds into dX. */
+static void head_collapse_backward(trex_model *m, const head_pass *hp, const float *X,
+                                   const trex_mhc_w *hcw, trex_mhc_w *hcg, const float *normw, float *dnorm,
+                                   const float *dhn, float *dX, const bwd_tmp *t)
+{
+    const int64_t d = m->cfg->hidden_size;
+    trex_rmsnorm_backward(m->ctx.pool, t->dy, dnorm, dhn, hp->h, normw, hp->rstd, hp->R, d, false);
+    trex_mhc_head_backward(&m->ctx, m->cfg, hp->R, dX, hcg, t->dstate, t->dy, X, hcw, hp->hstate);
+}
+
+void trex_model_backward(trex_model *m)
+{
+    TREX_ASSERT(m->have_pass && m->grads);
+    m->have_pass = false;
+    const trex_config *cfg = m->cfg;
+    const int64_t N = m->N, Nm = m->Nm, T = m->T, B = m->B;
+    const int64_t d = cfg->hidden_size, n = cfg->hc_mult, nd = n * d, L = cfg->num_hidden_layers;
+    trex_arena *ar = m->arena;
+    bwd_tmp t;
+    t.dA = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
+    t.dB = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
+    t.dy = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
+    t.dxn = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
+    t.dx_in = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
+    t.x_in = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
+    t.xn = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
+    t.rstd = trex_arena_xalloc(ar, (size_t)N * sizeof(float));
+    t.dstate = trex_arena_xalloc(ar, (size_t)(N * trex_mhc_dstate_size(n)) * sizeof(float));
+    t.Xmid = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
+    float *dXL = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float)); /* zeroed */
+
+    if (m->mtp) {
+        /* MTP head -> MTP block -> e_proj / h_proj -> enorm / hnorm */
+        memset(t.dA, 0, (size_t)(Nm * nd) * sizeof(float));
+        head_collapse_backward(m, &m->hpm, m->ZL, &m->w.mtp_hc_head, &m->g.mtp_hc_head, m->w.mtp_norm,
+                               m->g.mtp_norm, m->hpm.dhn, t.dA, &t);
+        block_backward(m, L, &m->seqm.info, Nm, &t);
+        float *dZ0 = t.dA, *dPe = t.dy, *dee = t.dxn, *dXm = t.dB, *dhh = t.dB;
+        for (int64_t i = 0; i < Nm; i++) {
+            float *pe = dPe + i * d;
+            memcpy(pe, dZ0 + i * nd, (size_t)d * sizeof(float));
+            for (int64_t k = 1; k < n; k++) {
+                const float *z = dZ0 + (i * n + k) * d;
+                for (int64_t c = 0; c < d; c++)
+                    pe[c] += z[c];
+            }
+        }
+        trex_linear_backward(m->ctx.pool, dee, m->g.e_proj, dPe, m->ee, m->w.e_proj, Nm, d, d, false);
+        trex_linear_backward(m->ctx.pool, dhh, m->g.h_proj, dZ0, m->hh, m->w.h_proj, Nm * n, d, d, false);
+        /* hnorm: dXm may not alias dhh; use dA (dZ0 is consumed) */
+        trex_rmsnorm_backward(m->ctx.pool, t.dA, m->g.hnorm, dhh, m->Xm, m->w.hnorm, m->hh_rstd, Nm * n, d,
+                              false);
+        dXm = t.dA;
+        for (int64_t r = 0; r < B; r++)
+            for (int64_t i = 0; i < (T - 1) * nd; i++)
+                dXL[r * T * nd + i] += dXm[r * (T - 1) * nd + i];
+        trex_rmsnorm_backward(m->ctx.pool, t.dx_in, m->g.enorm, dee, m->ein, m->w.enorm, m->ee_rstd, Nm, d,
+                              false);
+        embed_backward(m->g.embed, m->seqm.tokens, t.dx_in, Nm, 1, d);
+    }
+
+    /* main head -> hc_head -> blocks L-1 .. 0 -> embedding */
+    head_collapse_backward(m, &m->hp, m->XL, &m->w.hc_head, &m->g.hc_head, m->w.norm, m->g.norm, m->hp.dhn,
+                           dXL, &t);
+    memcpy(t.dA, dXL, (size_t)(N * nd) * sizeof(float));
+    for (int64_t l = L - 1; l >= 0; l--)
+        block_backward(m, l, &m->seq.info, N, &t);
+    embed_backward(m->g.embed, m->tokens, t.dA, N, n, d);
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# tests/test_determinism.sh — `trex model run --backward` on dsv4-tiny gives byte-identical output files
+# (logits, losses, every gradient) with 1 thread, 2 threads and TREX_THREADS=2, in dense and sparse
+# mode; and bad batches are refused with exit status 1 and a message naming the file and the tensor.
+# Env: TREX (the trex binary, default build/trex), PYTHON (only to write the small batch files).
+set -u
+TREX=${TREX:-build/trex}
+PY=${PYTHON:-python3}
+CFG=configs/dsv4-tiny.json
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Batches written with the standard library only (safetensors: u64 header length, JSON, data).
+"$PY" - "$tmp" <<'EOF' || { echo "cannot write the batch files"; echo "0 passed, 1 failed"; exit 1; }
+import json, struct, sys
+out = sys.argv[1]
+def save(path, tensors):
+    hdr, blobs, off = {}, [], 0
+    for name, (dtype, shape, fmt, vals) in tensors.items():
+        b = struct.pack("<%d%s" % (len(vals), fmt), *vals)
+        hdr[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(b)]}
+        blobs.append(b); off += len(b)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+B, T, V = 2, 128, 4096
+tok = [(i * 2654435761 + 12345) % V for i in range(B * T)]
+doc = [0] * T + [1] * 70 + [2] * (T - 70)          # row 1 holds two documents
+mask = [0 if i % 17 == 3 else 1 for i in range(B * T)]
+save(out + "/batch.safetensors", {"tokens": ("I32", [B, T], "i", tok), "doc_ids": ("I32", [B, T], "i", doc),
+                                  "loss_mask": ("U8", [B, T], "B", mask)})
+badtok = list(tok); badtok[T + 7] = V
+save(out + "/bad_token.safetensors", {"tokens": ("I32", [B, T], "i", badtok)})
+save(out + "/bad_dtype.safetensors", {"tokens": ("I64", [B, T], "q", tok)})
+save(out + "/short.safetensors", {"tokens": ("I32", [B, 1], "i", tok[:B])})
+save(out + "/no_tokens.safetensors", {"doc_ids": ("I32", [B, T], "i", doc)})
+save(out + "/bad_mask.safetensors", {"tokens": ("I32", [B, T], "i", tok), "loss_mask": ("U8", [B, T - 1], "B", mask[:B * (T - 1)])})
+EOF
+
+if ! "$TREX" model init --config "$CFG" --seed 3 --out "$tmp/w.safetensors" >/dev/null 2>"$tmp/init.err"; then
+  cat "$tmp/init.err"; echo "0 passed, 1 failed"; exit 1
+fi
+
+run() {  # run OUT MODE [extra args...]; env passes through
+  local out=$1 mode=$2; shift 2
+  "$TREX" model run --config "$CFG" --weights "$tmp/w.safetensors" --batch "$tmp/batch.safetensors" \
+    --out "$out" --backward --indexer-mode "$mode" "$@" >"$out.log" 2>&1
+}
+
+for mode in dense sparse; do
+  if run "$tmp/$mode-t1.st" $mode --threads 1; then ok; else bad "$mode --threads 1: $(tail -n 3 "$tmp/$mode-t1.st.log")"; continue; fi
+  if run "$tmp/$mode-t2.st" $mode --threads 2; then ok; else bad "$mode --threads 2"; continue; fi
+  if TREX_THREADS=2 run "$tmp/$mode-env.st" $mode; then ok; else bad "$mode TREX_THREADS=2"; continue; fi
+  grep -q "threads 2" "$tmp/$mode-env.st.log" && ok || bad "$mode: TREX_THREADS=2 was not used"
+  cmp -s "$tmp/$mode-t1.st" "$tmp/$mode-t2.st" && ok || bad "$mode: --threads 1 and --threads 2 outputs differ"
+  cmp -s "$tmp/$mode-t1.st" "$tmp/$mode-env.st" && ok || bad "$mode: --threads 1 and TREX_THREADS=2 outputs differ"
+  grep -E "^loss " "$tmp/$mode-t1.st.log"
+done
+# the two modes differ (top-k prunes at T = 128: 32 compressed blocks, k = 16)
+cmp -s "$tmp/dense-t1.st" "$tmp/sparse-t1.st" && bad "dense and sparse outputs are identical" || ok
+
+expect_error() {  # expect_error BATCH PATTERN...
+  local b=$1; shift
+  "$TREX" model run --config "$CFG" --weights "$tmp/w.safetensors" --batch "$tmp/$b" --out "$tmp/x.st" \
+    >"$tmp/err.out" 2>"$tmp/err.txt"
+  local rc=$?
+  if [ $rc -ne 1 ]; then bad "$b: exit status $rc, expected 1"; return; fi
+  for p in "$@"; do
+    grep -q -- "$p" "$tmp/err.txt" || { bad "$b: message lacks '$p': $(cat "$tmp/err.txt")"; return; }
+  done
+  [ ! -e "$tmp/x.st" ] || { bad "$b: an output file was written"; return; }
+  ok
+}
+expect_error bad_token.safetensors "trex: error:" "bad_token.safetensors" "tokens" "4096" "\[1, 7\]"
+expect_error bad_dtype.safetensors "trex: error:" "bad_dtype.safetensors" "tokens" "I32"
+expect_error short.safetensors "trex: error:" "short.safetensors" "tokens" "T >= 2"
+expect_error no_tokens.safetensors "trex: error:" "no_tokens.safetensors" "tokens"
+expect_error bad_mask.safetensors "trex: error:" "bad_mask.safetensors" "loss_mask"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,469 @@
+/* tests/test_model.c — the whole model (model/model.c) on a small hand-made config.
+ *
+ *  - gradient check: for every trainable tensor, the directional derivative of `loss` along a random
+ *    sign vector from the backward pass against fp32 central differences, and single coordinates
+ *    (the largest gradient entries) of several tensors;
+ *  - packed == unpacked: a row holding two documents gives the same logits, MTP logits and
+ *    main/MTP losses as each document alone;
+ *  - bad input: token id out of range, T < 2, loss_mask values;
+ *  - the head's row chunking and the thread count change no bit of losses or gradients. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "check.h"
+#include "trex/config.h"
+#include "trex/model.h"
+#include "trex/params.h"
+#include "trex/pool.h"
+
+static const char *const CONFIG_JSON =
+    "{\"vocab_size\": 64, \"hidden_size\": 32, \"num_hidden_layers\": 3, \"num_attention_heads\": 2,"
+    " \"num_key_value_heads\": 1, \"head_dim\": 16, \"qk_rope_head_dim\": 8, \"q_lora_rank\": 16,"
+    " \"o_groups\": 2, \"o_lora_rank\": 8, \"sliding_window\": 4, \"compress_ratios\": [0, 4, 8, 0],"
+    " \"compress_rope_theta\": 160000, \"rope_theta\": 10000,"
+    " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 16, \"original_max_position_embeddings\": 65536,"
+    " \"beta_fast\": 32, \"beta_slow\": 1}, \"max_position_embeddings\": 1048576,"
+    " \"index_n_heads\": 2, \"index_head_dim\": 16, \"index_topk\": 2, \"n_routed_experts\": 4,"
+    " \"n_shared_experts\": 1, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16,"
+    " \"routed_scaling_factor\": 1.5, \"scoring_func\": \"sqrtsoftplus\", \"num_hash_layers\": 1,"
+    " \"swiglu_limit\": 10.0, \"hidden_act\": \"silu\", \"hc_mult\": 4, \"hc_sinkhorn_iters\": 20,"
+    " \"hc_eps\": 1e-6, \"rms_norm_eps\": 1e-6, \"num_nextn_predict_layers\": 1,"
+    " \"tie_word_embeddings\": false, \"bos_token_id\": 0, \"eos_token_id\": 1,"
+    " \"initializer_range\": 0.1}";
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static double urand(void) /* [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+/* Moves the parameters that init leaves constant (norm weights 1, hc base 0, hc scale 0.01, sink 0,
+ * gate bias 0) to generic values, so that every path carries gradient. */
+static void perturb(trex_weights *w)
+{
+    for (int64_t i = 0; i < w->layout.count; i++) {
+        const trex_param *p = &w->layout.params[i];
+        if (p->is_int)
+            continue;
+        float *x = w->f + p->offset;
+        for (int64_t k = 0; k < p->numel; k++) {
+            switch (p->kind) {
+            case TREX_P_NORM: x[k] = (float)(1.0 + 0.3 * urand()); break;
+            case TREX_P_HC_BASE: x[k] = (float)(0.5 * urand()); break;
+            case TREX_P_HC_SCALE: x[k] = (float)(0.3 + 0.4 * urand()); break;
+            case TREX_P_ATTN_SINK: x[k] = (float)(0.5 * urand()); break;
+            case TREX_P_GATE_BIAS: x[k] = (float)(0.05 * urand()); break;
+            default: break;
+            }
+        }
+    }
+}
+
+enum { B = 2, T = 16 };
+
+typedef struct fixture {
+    trex_config cfg;
+    trex_weights w;
+    trex_model *m1, *m2; /* 1 and 2 threads */
+    trex_pool *p1, *p2;
+    int32_t tokens[B * T], doc[B * T];
+    uint8_t mask[B * T];
+    trex_batch batch;
+    trex_model_opts opts;
+} fixture;
+
+static double loss_at(fixture *f)
+{
+    trex_losses ls;
+    trex_err err;
+    trex_code rc = trex_model_forward(f->m2, &f->batch, &f->opts, NULL, NULL, NULL, &ls, &err);
+    TREX_ASSERT(rc == TREX_OK);
+    return ls.loss;
+}
+
+/* Checks every trainable tensor (only_indexer: only the indexer's tensors) by directional and
+ * single-coordinate differences, with f->opts as they are. */
+static void test_gradients(fixture *f, bool only_indexer, const char *label)
+{
+    const trex_layout *lay = &f->w.layout;
+    trex_losses ls;
+    trex_err err;
+    float *g = calloc((size_t)lay->n_float, sizeof *g);
+    TREX_ASSERT(g);
+    CHECK(trex_model_forward(f->m2, &f->batch, &f->opts, g, NULL, NULL, &ls, &err) == TREX_OK, "forward: %s",
+          err.msg);
+    trex_model_backward(f->m2);
+    printf("%s: losses: loss %.6f main %.6f mtp %.6f balance %.6g indexer %.6g (targets %lld / %lld)\n", label, ls.loss,
+           ls.main, ls.mtp, ls.balance, ls.indexer, (long long)ls.main_targets, (long long)ls.mtp_targets);
+    CHECK(ls.balance > 0 && ls.indexer > 0 && ls.mtp > 0, "every loss term is computed");
+    CHECK(fabs(ls.loss - (ls.main + f->opts.mtp_weight * ls.mtp + ls.balance + f->opts.indexer_weight * ls.indexer)) <
+              1e-9, "loss = main + lambda mtp + balance + w_I indexer");
+    CHECK(ls.main_targets == 2 * (T - 1) - 3, "main targets: %lld", (long long)ls.main_targets);
+
+    int nchecked = 0, nbad = 0;
+    double worst = 0.0;
+    const char *worst_name = "-";
+    float *v = malloc(sizeof(float) * 65536);
+    TREX_ASSERT(v);
+    for (int64_t i = 0; i < lay->count; i++) {
+        const trex_param *p = &lay->params[i];
+        if (!p->trainable || p->is_int || (only_indexer && !strstr(p->name, ".indexer.")))
+            continue;
+        TREX_ASSERT(p->numel <= 65536);
+        float *x = f->w.f + p->offset;
+        const float *gp = g + p->offset;
+        double rms = 0.0;
+        for (int64_t k = 0; k < p->numel; k++)
+            rms += (double)x[k] * x[k];
+        rms = sqrt(rms / (double)p->numel);
+        double dot = 0.0, gn = 0.0;
+        for (int64_t k = 0; k < p->numel; k++) {
+            v[k] = urand() < 0 ? -1.0f : 1.0f;
+            dot += (double)gp[k] * v[k];
+            gn += fabs((double)gp[k]);
+        }
+        /* A step that crosses a routing or top-k switch shows up as a difference that depends on the
+         * step; such a tensor is retried with smaller steps, and must agree at one of them. */
+        double fd = 0.0, an = 0.0, err_ = 0.0, tol = 0.0;
+        for (int attempt = 0; attempt < 3; attempt++) {
+        const double h = (attempt == 0 ? 2e-3 : attempt == 1 ? 5e-4 : 2e-4) * (rms > 0.05 ? rms : 0.05);
+        /* x +- h v, restored exactly afterwards */
+        float *save = malloc(sizeof(float) * (size_t)p->numel);
+        TREX_ASSERT(save);
+        memcpy(save, x, sizeof(float) * (size_t)p->numel);
+        for (int64_t k = 0; k < p->numel; k++)
+            x[k] = save[k] + (float)h * v[k];
+        double lp = loss_at(f);
+        for (int64_t k = 0; k < p->numel; k++)
+            x[k] = save[k] - (float)h * v[k];
+        double lm = loss_at(f);
+        /* the step actually taken, in fp32 */
+        double hp = 0.0;
+        for (int64_t k = 0; k < p->numel; k++)
+            hp += ((double)(save[k] + (float)h * v[k]) - (double)(save[k] - (float)h * v[k])) * gp[k];
+        memcpy(x, save, sizeof(float) * (size_t)p->numel);
+        free(save);
+        fd = (lp - lm) / (2.0 * h), an = hp / (2.0 * h);
+        tol = 2e-4 + 3e-2 * fmax(fabs(fd), fabs(an)) + 1e-3 * gn / sqrt((double)p->numel);
+        err_ = fabs(fd - an);
+        if (err_ <= tol)
+            break;
+        }
+        nchecked++;
+        if (err_ > tol) {
+            nbad++;
+            printf("  %-48s fd %.6e  backward %.6e  (|g|_1 %.3e)\n", p->name, fd, an, gn);
+        }
+        if (fmax(fabs(fd), fabs(an)) > 1e-3 && err_ / fmax(fabs(fd), fabs(an)) > worst) {
+            worst = err_ / fmax(fabs(fd), fabs(an));
+            worst_name = p->name;
+        }
+        CHECK(err_ <= tol, "directional derivative of loss along %s: fd %.6e vs backward %.6e (dot %.6e)",
+              p->name, fd, an, dot);
+    }
+    printf("%s: directional gradient check: %d tensors, %d outside tolerance, worst relative error %.3g (%s)\n",
+           label, nchecked, nbad, worst, worst_name);
+
+    /* single coordinates: the largest gradient entry of several tensors */
+    static const char *const names[] = {
+        "embed.weight", "head.weight", "hc_head_fn", "hc_head_scale", "layers.0.hc_attn_fn",
+        "layers.0.hc_attn_scale", "layers.1.hc_ffn_base", "layers.1.attn.wq_b.weight",
+        "layers.1.attn.compressor.ape", "layers.1.attn.indexer.wq_b.weight",
+        "layers.1.attn.indexer.weights_proj.weight", "layers.1.attn.indexer.compressor.ape",
+        "layers.1.attn.indexer.compressor.wkv.weight", "layers.2.attn.wkv.weight",
+        "layers.2.attn.compressor.wgate.weight", "layers.0.ffn.gate.weight", "layers.2.ffn.gate.weight",
+        "layers.2.ffn.experts.1.w2.weight", "mtp.0.e_proj.weight", "mtp.0.h_proj.weight", "mtp.0.hnorm.weight",
+        "mtp.0.hc_head_fn", "mtp.0.attn.attn_sink", "norm.weight"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const trex_param *p = trex_layout_find(lay, names[k]);
+        CHECK(p != NULL, "tensor %s in the layout", names[k]);
+        if (!p || (only_indexer && !strstr(p->name, ".indexer.")))
+            continue;
+        int64_t best = 0;
+        for (int64_t e = 1; e < p->numel; e++)
+            if (fabsf(g[p->offset + e]) > fabsf(g[p->offset + best]))
+                best = e;
+        float *x = f->w.f + p->offset + best, save = *x;
+        const float h = 1e-2f * fmaxf(fabsf(save), 0.1f);
+        *x = save + h;
+        float hplus = *x - save;
+        double lp = loss_at(f);
+        *x = save - h;
+        float hminus = save - *x;
+        double lm = loss_at(f);
+        *x = save;
+        const double fd = (lp - lm) / ((double)hplus + (double)hminus), an = g[p->offset + best];
+        CHECK(fabs(fd - an) <= 1e-4 + 3e-2 * fabs(an), "d loss / d %s[%lld]: fd %.6e vs backward %.6e", names[k],
+              (long long)best, fd, an);
+        printf("  coordinate %-40s [%5lld]: fd % .6e  backward % .6e\n", names[k], (long long)best, fd, an);
+    }
+    free(v);
+    free(g);
+}
+
+/* Logits of two documents packed into one row against each document alone. */
+static void test_packed(fixture *f)
+{
+    enum { L1 = 8, L2 = 8, TT = L1 + L2 };
+    const int64_t V = f->cfg.vocab_size;
+    int32_t tok[TT], doc[TT];
+    for (int i = 0; i < TT; i++) {
+        tok[i] = (int32_t)((i * 37 + 11) % V);
+        doc[i] = i < L1 ? 7 : 3;
+    }
+    float *lp = malloc(sizeof(float) * TT * V), *mp = malloc(sizeof(float) * (TT - 1) * V);
+    float *la = malloc(sizeof(float) * L1 * V), *ma = malloc(sizeof(float) * (L1 - 1) * V);
+    float *lb = malloc(sizeof(float) * L2 * V), *mb = malloc(sizeof(float) * (L2 - 1) * V);
+    TREX_ASSERT(lp && mp && la && ma && lb && mb);
+    trex_model_opts o = f->opts;
+    trex_losses sp, sa, sb;
+    trex_err err;
+    trex_batch bp = {1, TT, tok, NULL, doc}, ba = {1, L1, tok, NULL, NULL}, bb = {1, L2, tok + L1, NULL, NULL};
+    CHECK(trex_model_forward(f->m1, &bp, &o, NULL, lp, mp, &sp, &err) == TREX_OK, "packed: %s", err.msg);
+    CHECK(trex_model_forward(f->m1, &ba, &o, NULL, la, ma, &sa, &err) == TREX_OK, "doc a: %s", err.msg);
+    CHECK(trex_model_forward(f->m1, &bb, &o, NULL, lb, mb, &sb, &err) == TREX_OK, "doc b: %s", err.msg);
+    double e1 = 0.0, e2 = 0.0;
+    for (int64_t i = 0; i < L1 * V; i++)
+        e1 = fmax(e1, fabs((double)lp[i] - la[i]));
+    for (int64_t i = 0; i < L2 * V; i++)
+        e1 = fmax(e1, fabs((double)lp[L1 * V + i] - lb[i]));
+    for (int64_t i = 0; i < (L1 - 1) * V; i++)
+        e2 = fmax(e2, fabs((double)mp[i] - ma[i]));
+    for (int64_t i = 0; i < (L2 - 1) * V; i++)
+        e2 = fmax(e2, fabs((double)mp[L1 * V + i] - mb[i]));
+    printf("packed vs alone: max |logit diff| %.3g, max |mtp logit diff| %.3g\n", e1, e2);
+    CHECK(e1 < 2e-5, "packed logits equal each document alone (max diff %.3g)", e1);
+    CHECK(e2 < 2e-5, "packed MTP logits equal each document alone (max diff %.3g)", e2);
+    CHECK(sp.main_targets == sa.main_targets + sb.main_targets, "main targets add up");
+    CHECK(sp.mtp_targets == sa.mtp_targets + sb.mtp_targets, "mtp targets add up");
+    CHECK_NEAR(sp.main, 0.5 * (sa.main + sb.main), 1e-5, "packed loss_main = mean of the two documents");
+    CHECK_NEAR(sp.mtp, 0.5 * (sa.mtp + sb.mtp), 1e-5, "packed loss_mtp = mean of the two documents");
+    free(lp), free(mp), free(la), free(ma), free(lb), free(mb);
+}
+
+static void test_bad_input(fixture *f)
+{
+    trex_err err;
+    trex_losses ls;
+    int32_t tok[B * T];
+    memcpy(tok, f->tokens, sizeof tok);
+    tok[T + 5] = (int32_t)f->cfg.vocab_size;
+    trex_batch b = {B, T, tok, NULL, NULL};
+    trex_code rc = trex_model_check_batch(&f->cfg, &b, "x.safetensors", &err);
+    CHECK(rc == TREX_ERANGE && strstr(err.msg, "x.safetensors") && strstr(err.msg, "tokens") &&
+              strstr(err.msg, "[1, 5]") && strstr(err.msg, "64"),
+          "token id = vocab_size rejected with file, tensor, place and value: %s", err.msg);
+    rc = trex_model_forward(f->m1, &b, &f->opts, NULL, NULL, NULL, &ls, &err);
+    CHECK(rc == TREX_ERANGE, "forward rejects an out-of-range token");
+    tok[T + 5] = -1;
+    CHECK(trex_model_check_batch(&f->cfg, &b, "x", &err) == TREX_ERANGE, "negative token id rejected");
+    trex_batch b1 = {B, 1, f->tokens, NULL, NULL};
+    CHECK(trex_model_check_batch(&f->cfg, &b1, "x", &err) == TREX_EINVAL, "T = 1 rejected: %s", err.msg);
+    uint8_t mask[B * T];
+    memset(mask, 1, sizeof mask);
+    mask[3] = 2;
+    trex_batch b2 = {B, T, f->tokens, mask, NULL};
+    CHECK(trex_model_check_batch(&f->cfg, &b2, "x", &err) == TREX_ERANGE && strstr(err.msg, "loss_mask"),
+          "loss_mask value 2 rejected");
+}
+
+/* The thread count changes no bit; the head's row chunking changes only the order of the head
+ * gradient's sums; a second step reuses the arena. */
+static void test_bits(fixture *f)
+{
+    const int64_t n = f->w.layout.n_float;
+    float *g1 = calloc((size_t)n, sizeof *g1), *g2 = calloc((size_t)n, sizeof *g2);
+    TREX_ASSERT(g1 && g2);
+    trex_losses l1, l2;
+    trex_err err;
+    trex_model_opts o = f->opts;
+    CHECK(trex_model_forward(f->m1, &f->batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "fwd 1");
+    trex_model_backward(f->m1);
+    CHECK(trex_model_forward(f->m2, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "fwd 2");
+    trex_model_backward(f->m2);
+    CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "losses: same bits with 1 and 2 threads");
+    CHECK(memcmp(g1, g2, sizeof(float) * (size_t)n) == 0, "gradients: same bits with 1 and 2 threads");
+
+    memset(g2, 0, sizeof(float) * (size_t)n);
+    o.head_chunk_rows = 5;
+    CHECK(trex_model_forward(f->m2, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "fwd 3");
+    trex_model_backward(f->m2);
+    CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "losses: same bits with the head in chunks of 5 rows");
+    double mx = 0.0, gmax = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)g1[i] - g2[i]));
+        gmax = fmax(gmax, fabs((double)g1[i]));
+    }
+    CHECK(mx <= 1e-6 * gmax, "gradients with the head in chunks of 5 rows: max diff %.3g (max |g| %.3g)", mx, gmax);
+
+    /* asking for the logits as well changes nothing */
+    memset(g2, 0, sizeof(float) * (size_t)n);
+    float *lg = malloc(sizeof(float) * B * T * (size_t)f->cfg.vocab_size);
+    float *mlg = malloc(sizeof(float) * B * (T - 1) * (size_t)f->cfg.vocab_size);
+    TREX_ASSERT(lg && mlg);
+    CHECK(trex_model_forward(f->m2, &f->batch, &f->opts, g2, lg, mlg, &l2, &err) == TREX_OK, "fwd logits");
+    trex_model_backward(f->m2);
+    CHECK(memcmp(&l1, &l2, sizeof l1) == 0 && memcmp(g1, g2, sizeof(float) * (size_t)n) == 0,
+          "losses and gradients: same bits when the logits are written too");
+    free(lg);
+    free(mlg);
+
+    memset(g2, 0, sizeof(float) * (size_t)n);
+    size_t reserved = trex_model_arena_reserved(f->m1);
+    CHECK(trex_model_forward(f->m1, &f->batch, &f->opts, g2, NULL, NULL, &l2, &err) == TREX_OK, "fwd 4");
+    trex_model_backward(f->m1);
+    CHECK(memcmp(g1, g2, sizeof(float) * (size_t)n) == 0, "second step: same gradients");
+    CHECK(trex_model_arena_reserved(f->m1) == reserved, "second step: the arena did not grow");
+    free(g1);
+    free(g2);
+}
+
+/* A config without the MTP block: loss_mtp is 0, mtp_logits are not touched, gradients are finite
+ * and match central differences along a random direction for a few tensors. */
+static void test_no_mtp(void)
+{
+    char json[4096];
+    snprintf(json, sizeof json, "%s", CONFIG_JSON);
+    char *p = strstr(json, "\"compress_ratios\": [0, 4, 8, 0]");
+    TREX_ASSERT(p);
+    memcpy(p, "\"compress_ratios\": [0, 4, 8]   ", strlen("\"compress_ratios\": [0, 4, 8, 0]"));
+    p = strstr(json, "\"num_nextn_predict_layers\": 1");
+    TREX_ASSERT(p);
+    p[strlen("\"num_nextn_predict_layers\": ")] = '0';
+    static fixture f;
+    trex_err err;
+    cJSON *j = cJSON_Parse(json);
+    TREX_ASSERT(j);
+    trex_code rc = trex_config_from_json(&f.cfg, j, "test-config-no-mtp", &err);
+    cJSON_Delete(j);
+    CHECK(rc == TREX_OK, "config without MTP: %s", err.msg);
+    if (rc != TREX_OK)
+        return;
+    trex_mem mem;
+    memset(&mem, 0, sizeof mem);
+    rc = trex_weights_init(&f.w, &f.cfg, 9, &mem, &err);
+    CHECK(rc == TREX_OK, "weights: %s", err.msg);
+    if (rc != TREX_OK)
+        return;
+    perturb(&f.w);
+    f.p2 = trex_pool_create(2);
+    TREX_ASSERT(f.p2);
+    CHECK(trex_model_create(&f.m2, &f.w, f.p2, &mem, &err) == TREX_OK, "model: %s", err.msg);
+    for (int i = 0; i < B * T; i++)
+        f.tokens[i] = (int32_t)((i * 29 + 3) % f.cfg.vocab_size);
+    f.batch = (trex_batch){B, T, f.tokens, NULL, NULL};
+    f.opts = trex_model_opts_default();
+    f.opts.indexer_weight = 0.0;
+    float *g = calloc((size_t)f.w.layout.n_float, sizeof *g);
+    float mtp_logits[4] = {7, 7, 7, 7};
+    trex_losses ls;
+    TREX_ASSERT(g);
+    CHECK(trex_model_forward(f.m2, &f.batch, &f.opts, g, NULL, mtp_logits, &ls, &err) == TREX_OK, "fwd: %s",
+          err.msg);
+    trex_model_backward(f.m2);
+    CHECK(ls.mtp == 0.0 && ls.mtp_targets == 0 && mtp_logits[0] == 7.0f, "no MTP: no MTP loss or logits");
+    CHECK(ls.main_targets == B * (T - 1), "no MTP: main targets %lld", (long long)ls.main_targets);
+    bool finite = true;
+    for (int64_t i = 0; i < f.w.layout.n_float; i++)
+        finite &= isfinite(g[i]);
+    CHECK(finite, "no MTP: gradients are finite");
+    static const char *const names[] = {"embed.weight", "layers.0.hc_attn_fn", "layers.2.ffn.gate.weight",
+                                        "hc_head_base", "head.weight"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const trex_param *q = trex_layout_find(&f.w.layout, names[k]);
+        CHECK(q != NULL, "%s", names[k]);
+        if (!q)
+            continue;
+        float *x = f.w.f + q->offset, *save = malloc(sizeof(float) * (size_t)q->numel);
+        TREX_ASSERT(save);
+        memcpy(save, x, sizeof(float) * (size_t)q->numel);
+        double an = 0.0;
+        const float h = 1e-3f;
+        for (int64_t e = 0; e < q->numel; e++) {
+            float v = (e * 7 + k) % 3 == 0 ? -1.0f : 1.0f;
+            an += (double)g[q->offset + e] * v;
+            x[e] = save[e] + h * v;
+        }
+        double lp = loss_at(&f);
+        for (int64_t e = 0; e < q->numel; e++)
+            x[e] = save[e] - h * ((e * 7 + k) % 3 == 0 ? -1.0f : 1.0f);
+        double lm = loss_at(&f);
+        memcpy(x, save, sizeof(float) * (size_t)q->numel);
+        free(save);
+        double fd = (lp - lm) / (2.0 * h);
+        CHECK(fabs(fd - an) <= 1e-3 + 3e-2 * fabs(fd), "no MTP: direction along %s: fd %.6e vs %.6e", names[k], fd,
+              an);
+    }
+    free(g);
+    trex_model_destroy(f.m2);
+    trex_weights_free(&f.w);
+    trex_pool_destroy(f.p2);
+}
+
+int main(void)
+{
+    static fixture f;
+    trex_err err;
+    cJSON *j = cJSON_Parse(CONFIG_JSON);
+    TREX_ASSERT(j);
+    trex_code rc = trex_config_from_json(&f.cfg, j, "test-config", &err);
+    cJSON_Delete(j);
+    CHECK(rc == TREX_OK, "config: %s", err.msg);
+    if (rc != TREX_OK)
+        return check_summary();
+    trex_mem mem;
+    memset(&mem, 0, sizeof mem);
+    rc = trex_weights_init(&f.w, &f.cfg, 5, &mem, &err);
+    CHECK(rc == TREX_OK, "weights: %s", err.msg);
+    if (rc != TREX_OK)
+        return check_summary();
+    perturb(&f.w);
+    f.p1 = trex_pool_create(1);
+    f.p2 = trex_pool_create(2);
+    TREX_ASSERT(f.p1 && f.p2);
+    CHECK(trex_model_create(&f.m1, &f.w, f.p1, &mem, &err) == TREX_OK, "model: %s", err.msg);
+    CHECK(trex_model_create(&f.m2, &f.w, f.p2, &mem, &err) == TREX_OK, "model: %s", err.msg);
+    for (int i = 0; i < B * T; i++) {
+        f.tokens[i] = (int32_t)((uint64_t)(urand() * 1e6 + 1e6) % (uint64_t)f.cfg.vocab_size);
+        f.mask[i] = 1;
+        f.doc[i] = i < T ? 0 : (i < T + 9 ? 4 : 5); /* row 1: two documents, 9 + 7 tokens */
+    }
+    f.mask[3] = 0;
+    f.mask[T + 12] = 0;
+    f.batch = (trex_batch){B, T, f.tokens, f.mask, f.doc};
+    f.opts = trex_model_opts_default();
+    f.opts.balance_weight = 0.05; /* large enough to see its gradient */
+    f.opts.indexer_weight = 0.7;
+
+    test_bad_input(&f);
+    test_packed(&f);
+    test_bits(&f);
+    /* The indexer's inputs and the attention probabilities in its loss are detached
+     * (docs/model-conventions.md), so grad.* is d loss/d param only with indexer_weight 0 for the
+     * rest of the model; the indexer's own tensors feed nothing but loss_indexer in dense mode. */
+    trex_model_opts keep = f.opts;
+    f.opts.indexer_weight = 0.0;
+    test_gradients(&f, false, "dense, indexer_weight 0");
+    f.opts = keep;
+    test_gradients(&f, true, "dense, indexer tensors");
+    f.opts.indexer_weight = 0.0;
+    f.opts.sparse = true;
+    test_gradients(&f, false, "sparse, indexer_weight 0");
+    f.opts = keep;
+
+    trex_model_destroy(f.m1);
+    trex_model_destroy(f.m2);
+    trex_weights_free(&f.w);
+    trex_pool_destroy(f.p1);
+    trex_pool_destroy(f.p2);
+    test_no_mtp();
+    return check_summary();
+}
