@@ -38,15 +38,16 @@ run_test() {   # run_test LABEL CMD...
 }
 
 run_tree() {   # run_tree BUILD ASAN(0|1)
-  local b=$1 san=$2 t
+  local b=$1 san=$2 t prefix=""
+  [ "$san" = 1 ] && prefix="asan:"
   for t in "$b"/tests/test_*; do
     [ -x "$t" ] || continue
-    run_test "${san/1/asan:}${san/0/}$(basename "$t")" "$t"
+    run_test "$prefix$(basename "$t")" "$t"
   done
   for t in tests/test_*.sh; do
     [ -f "$t" ] || continue
     if [ "$san" = 1 ] && ! grep -q '^# asan: yes' "$t"; then continue; fi
-    run_test "${san/1/asan:}${san/0/}$(basename "$t")" env TREX="$b/trex" BUILD="$b" PYTHON=/usr/bin/python3 bash "$t"
+    run_test "$prefix$(basename "$t")" env TREX="$b/trex" BUILD="$b" PYTHON=/usr/bin/python3 bash "$t"
   done
 }
 
