@@ -239,7 +239,8 @@ static trex_code list_steps(const char *run, step_list *out, trex_err *err)
         memset(out, 0, sizeof *out);
         return rc;
     }
-    qsort(out->v, out->n, sizeof *out->v, cmp_desc);
+    if (out->n > 0) /* qsort's array argument may not be NULL, even for zero elements */
+        qsort(out->v, out->n, sizeof *out->v, cmp_desc);
     return TREX_OK;
 }
 
