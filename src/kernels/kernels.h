@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "trex/pool.h"
+#include "trex/tensor.h"
 
 /* C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T.
  * A is [M,K] (lda >= K) or, with ta, stored as [K,M] (lda >= M); B is [K,N] (ldb >= N) or, with tb,
@@ -36,5 +37,57 @@ void trex_rmsnorm_forward(trex_pool *pool, float *y, float *rstd, const float *x
                           int64_t n, int64_t dim, float eps);
 void trex_rmsnorm_backward(trex_pool *pool, float *dx, float *dw, const float *dy, const float *x,
                            const float *w, const float *rstd, int64_t n, int64_t dim, bool acc);
+
+/* ---- bf16 mixed precision (kernels/ref/gemm_blocked.c, dispatched to AVX-512 / AMX leaves) ------------
+ * bf16 values are uint16_t bit patterns (the top half of an fp32). The GEMMs below take bf16 inputs, or
+ * fp32 inputs that are rounded to bf16 (nearest even, as trex_f32_to_bf16) while being packed, and sum
+ * in fp32 into an fp32 C. Subnormal bf16 inputs count as zero on every ISA (as AMX does). Each element
+ * of C is summed by one thread over the whole of K in an order fixed by the ISA (not by the thread count
+ * or the schedule), so results are bit-identical for any pool; they may differ between ISAs by fp32
+ * rounding. Every thread of the pool works on large products. The packed panels live in a workspace:
+ * pass one (trex_gemm_ws_create) to keep its memory between calls, or NULL to allocate and free it per
+ * call. Design and measured speed: docs/kernels.md, docs/perf.md. */
+
+/* A growable workspace for the bf16 GEMMs: packed panels (about 24 MiB of B at most, plus about 1 MiB
+ * of A per pool thread) and a few small arrays, kept between calls. One per thread that calls GEMMs
+ * concurrently. Create returns NULL when out of memory; a GEMM that cannot grow it aborts with a
+ * message. */
+typedef struct trex_gemm_ws trex_gemm_ws;
+trex_gemm_ws *trex_gemm_ws_create(void);
+void trex_gemm_ws_destroy(trex_gemm_ws *ws);
+size_t trex_gemm_ws_bytes(const trex_gemm_ws *ws); /* bytes held now */
+
+/* n values, bit-exact with trex_f32_to_bf16 / trex_bf16_to_f32 (subnormals and NaNs included). */
+void trex_cvt_f32_bf16(uint16_t *dst, const float *src, int64_t n);
+void trex_cvt_bf16_f32(float *dst, const uint16_t *src, int64_t n);
+
+/* C[M,N] = alpha * op(A) op(B) + beta * C with the conventions of trex_gemm (ta: A stored [K,M];
+ * tb: B stored [N,K]; beta == 0 ignores the old C, NaNs included), A and B bf16. */
+void trex_gemm_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t M, int64_t N,
+                    int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B,
+                    int64_t ldb, float beta, float *C, int64_t ldc);
+/* The same with fp32 A and B, rounded to bf16 while packed (what fp32 activations need). */
+void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* One problem of a grouped GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, A/B/C as in trex_gemm_bf16
+ * (A and B of the call's input type). M, N or K may be 0. */
+typedef struct trex_gemm_problem {
+    int64_t M, N, K;
+    const void *A;
+    int64_t lda;
+    const void *B;
+    int64_t ldb;
+    float *C;
+    int64_t ldc;
+} trex_gemm_problem;
+
+/* Every problem of the list in one call (MoE experts over tokens permuted by expert), with shared
+ * input type (TREX_BF16, or TREX_F32 rounded to bf16 while packing), transposes, alpha and beta. The
+ * rows of blocks of C of all problems form one list that the pool's threads take from as they become
+ * free, so large and small problems share every thread. The C matrices must not overlap. */
+void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
+                       float alpha, float beta, const trex_gemm_problem *probs, int64_t count);
 
 #endif

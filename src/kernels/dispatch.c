@@ -1,0 +1,290 @@
+/* kernels/dispatch.c — CPU feature detection and the one kernel dispatch table.
+ *
+ * Detection reads CPUID (leaf 1; leaf 7 subleaves 0 and 1), XCR0 through XGETBV (only when the OS set
+ * OSXSAVE) and, on Linux, asks for the AMX tile-data permission with arch_prctl(ARCH_REQ_XCOMP_PERM,
+ * XFEATURE_XTILEDATA): without it the first tile instruction would kill the process with SIGILL. A level
+ * is available only when the CPU has every feature its leaves are compiled for *and* the OS saves the
+ * matching register state. The tables are static const; init points `active` at one of them, once. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* syscall() */
+#endif
+#include "kernels/dispatch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm_panels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define TREX_X86 1
+#include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(TREX_X86)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#define ARCH_GET_XCOMP_PERM_ 0x1022
+#define ARCH_REQ_XCOMP_PERM_ 0x1023
+#define XFEATURE_XTILEDATA_ 18
+
+static const char *const isa_names[TREX_ISA_COUNT] = {"ref", "avx2", "avx512", "amx"};
+
+const char *trex_isa_name(trex_isa isa)
+{
+    return isa >= 0 && isa < TREX_ISA_COUNT ? isa_names[isa] : "?";
+}
+
+bool trex_isa_parse(const char *s, trex_isa *out)
+{
+    for (int i = 0; i < TREX_ISA_COUNT; i++)
+        if (s && !strcmp(s, isa_names[i])) {
+            *out = (trex_isa)i;
+            return true;
+        }
+    return false;
+}
+
+/* ---- the tables -------------------------------------------------------------------------------------- */
+
+static const trex_kernel_table table_ref = {
+    .isa = TREX_ISA_REF,
+    .gemm_name = "ref",
+    .pack_name = "ref",
+    .cvt_name = "ref",
+    .gemm_ukr = trex_gemm_ukr_ref,
+    .pack_a_bf16 = trex_pack_a_bf16_ref,
+    .pack_a_f32 = trex_pack_a_f32_ref,
+    .pack_b_bf16 = trex_pack_b_bf16_ref,
+    .pack_b_f32 = trex_pack_b_f32_ref,
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
+};
+
+/* No AVX2 leaf exists yet: the level is recognised (and capped to) but runs the reference entries. */
+static const trex_kernel_table table_avx2 = {
+    .isa = TREX_ISA_AVX2,
+    .gemm_name = "ref",
+    .pack_name = "ref",
+    .cvt_name = "ref",
+    .gemm_ukr = trex_gemm_ukr_ref,
+    .pack_a_bf16 = trex_pack_a_bf16_ref,
+    .pack_a_f32 = trex_pack_a_f32_ref,
+    .pack_b_bf16 = trex_pack_b_bf16_ref,
+    .pack_b_f32 = trex_pack_b_f32_ref,
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
+};
+
+#ifdef TREX_X86
+static const trex_kernel_table table_avx512 = {
+    .isa = TREX_ISA_AVX512,
+    .gemm_name = "avx512-vdpbf16ps",
+    .pack_name = "avx512",
+    .cvt_name = "avx512",
+    .gemm_ukr = trex_gemm_ukr_avx512,
+    .gemm_end = trex_gemm_end_avx512,
+    .pack_a_bf16 = trex_pack_a_bf16_avx512,
+    .pack_a_f32 = trex_pack_a_f32_avx512,
+    .pack_b_bf16 = trex_pack_b_bf16_avx512,
+    .pack_b_f32 = trex_pack_b_f32_avx512,
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,
+    .peak_f32_fma = trex_peak_f32_fma_avx512,
+    .peak_bf16_dp = trex_peak_bf16_dp_avx512,
+};
+
+static const trex_kernel_table table_amx = {
+    .isa = TREX_ISA_AMX,
+    .gemm_name = "amx-tdpbf16ps",
+    .pack_name = "avx512",
+    .cvt_name = "avx512",
+    .gemm_ukr = trex_gemm_ukr_amx,
+    .gemm_begin = trex_gemm_begin_amx,
+    .gemm_end = trex_gemm_end_amx,
+    .pack_a_bf16 = trex_pack_a_bf16_avx512,
+    .pack_a_f32 = trex_pack_a_f32_avx512,
+    .pack_b_bf16 = trex_pack_b_bf16_avx512,
+    .pack_b_f32 = trex_pack_b_f32_avx512,
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,
+    .peak_f32_fma = trex_peak_f32_fma_avx512,
+    .peak_bf16_dp = trex_peak_bf16_dp_avx512,
+    .peak_bf16_amx = trex_peak_bf16_amx,
+};
+#endif
+
+static const trex_kernel_table *table_of(trex_isa isa)
+{
+    switch (isa) {
+#ifdef TREX_X86
+    case TREX_ISA_AMX:
+        return &table_amx;
+    case TREX_ISA_AVX512:
+        return &table_avx512;
+#endif
+    case TREX_ISA_AVX2:
+        return &table_avx2;
+    default:
+        return &table_ref;
+    }
+}
+
+/* ---- detection --------------------------------------------------------------------------------------- */
+
+#ifdef TREX_X86
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static void detect(trex_cpu_features *f)
+{
+    memset(f, 0, sizeof *f);
+    f->best = TREX_ISA_REF;
+#ifdef TREX_X86
+    f->x86 = true;
+    unsigned a, b, c, d;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf < 1)
+        return;
+    __cpuid(1, a, b, c, d);
+    f->cpu_fma = c & (1u << 12);
+    f->os_xsave = c & (1u << 27);
+    f->cpu_avx = c & (1u << 28);
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        unsigned sub_max = a;
+        f->cpu_avx2 = b & (1u << 5);
+        f->cpu_avx512f = b & (1u << 16);
+        f->cpu_avx512dq = b & (1u << 17);
+        f->cpu_avx512bw = b & (1u << 30);
+        f->cpu_avx512vl = b & (1u << 31);
+        f->cpu_amx_bf16 = d & (1u << 22);
+        f->cpu_amx_tile = d & (1u << 24);
+        if (sub_max >= 1) {
+            __cpuid_count(7, 1, a, b, c, d);
+            f->cpu_avx512bf16 = a & (1u << 5);
+        }
+    }
+    if (f->os_xsave) {
+        f->xcr0 = read_xcr0();
+        f->os_avx = (f->xcr0 & 0x6) == 0x6;
+        f->os_avx512 = f->os_avx && (f->xcr0 & 0xe0) == 0xe0;
+        f->os_amx = (f->xcr0 & 0x60000) == 0x60000;
+    }
+    if (f->cpu_amx_tile && f->os_amx) {
+#ifdef __linux__
+        if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) == 0) {
+            unsigned long bits = 0;
+            f->amx_perm = syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM_, &bits) == 0 &&
+                          (bits & (1ul << XFEATURE_XTILEDATA_));
+        } else {
+            f->amx_perm_errno = errno;
+        }
+#else
+        f->amx_perm = false; /* no known way to ask: stay off AMX */
+#endif
+    }
+    bool avx2 = f->cpu_avx && f->cpu_avx2 && f->cpu_fma && f->os_avx;
+    bool avx512 = avx2 && f->cpu_avx512f && f->cpu_avx512bw && f->cpu_avx512vl && f->cpu_avx512bf16 &&
+                  f->os_avx512;
+    bool amx = avx512 && f->cpu_amx_tile && f->cpu_amx_bf16 && f->os_amx && f->amx_perm;
+    f->best = amx ? TREX_ISA_AMX : avx512 ? TREX_ISA_AVX512 : avx2 ? TREX_ISA_AVX2 : TREX_ISA_REF;
+#endif
+}
+
+/* ---- the once-filled state --------------------------------------------------------------------------- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static struct {
+    trex_cpu_features features;
+    const trex_kernel_table *active;
+    trex_code code;
+    char msg[TREX_ERR_MSG];
+} state;
+
+static void log_choice(const trex_kernel_table *t, const char *cap)
+{
+    const trex_cpu_features *f = &state.features;
+    fprintf(stderr,
+            "trex: kernels: cpu avx2=%d avx512f/bw/vl/dq=%d%d%d%d avx512_bf16=%d amx_tile=%d "
+            "amx_bf16=%d; os xcr0=0x%llx (avx=%d avx512=%d amx=%d); amx permission=%s\n",
+            f->cpu_avx2, f->cpu_avx512f, f->cpu_avx512bw, f->cpu_avx512vl, f->cpu_avx512dq,
+            f->cpu_avx512bf16, f->cpu_amx_tile, f->cpu_amx_bf16, (unsigned long long)f->xcr0,
+            f->os_avx, f->os_avx512, f->os_amx,
+            f->amx_perm ? "granted" : f->amx_perm_errno ? strerror(f->amx_perm_errno) : "not asked");
+    fprintf(stderr, "trex: kernels: level %s (best available %s, TREX_ISA=%s)\n",
+            trex_isa_name(t->isa), trex_isa_name(f->best), cap ? cap : "unset");
+    fprintf(stderr, "trex: kernels: gemm_bf16 micro-kernel: %s%s\n", t->gemm_name,
+            t->isa == TREX_ISA_AVX2 ? " (no avx2 variant yet)" : "");
+    fprintf(stderr, "trex: kernels: gemm_bf16 packing: %s\n", t->pack_name);
+    fprintf(stderr, "trex: kernels: f32<->bf16 conversion: %s\n", t->cvt_name);
+    fprintf(stderr, "trex: kernels: fp32 trex_gemm/linear/rmsnorm: ref\n");
+}
+
+static void init_state(void)
+{
+    detect(&state.features);
+    trex_isa level = state.features.best;
+    state.code = TREX_OK;
+    const char *cap = getenv("TREX_ISA");
+    if (cap && *cap) {
+        trex_isa want;
+        if (trex_isa_parse(cap, &want)) {
+            if (want < level)
+                level = want;
+        } else {
+            state.code = TREX_EINVAL;
+            snprintf(state.msg, sizeof state.msg,
+                     "TREX_ISA='%s' is not a kernel level: set it to ref, avx2, avx512 or amx "
+                     "(a cap: the best level this machine has at or below it is used), or unset it",
+                     cap);
+            level = TREX_ISA_REF;
+        }
+    }
+    state.active = table_of(level);
+    const char *verbose = getenv("TREX_VERBOSE");
+    if (verbose && *verbose && strcmp(verbose, "0") != 0)
+        log_choice(state.active, cap && *cap ? cap : NULL);
+}
+
+trex_code trex_kernels_init(trex_err *err)
+{
+    pthread_once(&init_once, init_state);
+    if (state.code != TREX_OK)
+        return trex_err_set(err, state.code, "%s", state.msg);
+    return TREX_OK;
+}
+
+const trex_cpu_features *trex_cpu_features_get(void)
+{
+    pthread_once(&init_once, init_state);
+    return &state.features;
+}
+
+const trex_kernel_table *trex_kernels_table(void)
+{
+    pthread_once(&init_once, init_state);
+    if (state.code != TREX_OK)
+        TREX_ABORT("%s", state.msg);
+    return state.active;
+}
+
+trex_isa trex_kernels_isa(void)
+{
+    return trex_kernels_table()->isa;
+}
+
+const trex_kernel_table *trex_kernels_table_for(trex_isa cap)
+{
+    pthread_once(&init_once, init_state);
+    trex_isa best = state.features.best;
+    return table_of(cap < best ? cap : best);
+}

@@ -1,0 +1,85 @@
+/* kernels/gemm_panels.h — the packed-panel contract between the blocked GEMM framework
+ * (kernels/ref/gemm_blocked.c, portable C) and the micro-kernels and packing routines of each ISA.
+ *
+ * Every operand is seen as a "rows x K" matrix X[r][k]: op(A) with r = m, and op(B)^T with r = n. Each
+ * is packed into panels of TREX_GEMM_MR (= TREX_GEMM_NR = 32) rows; K is padded with zeros to Kp, a
+ * multiple of TREX_GEMM_KU (32). Panel p of an operand holds 32 * Kp bf16 values from p*32*Kp on, as
+ * Kp/32 consecutive steps of 32 k, each step 1024 values (2 KiB):
+ *
+ *   A format (A operands):    step [32 rows][32 k]         element (r, k) at (k/32)*1024 + r*32 + k%32
+ *   VNNI format (B operands): step [16 k-pairs][32][2]     element (r, k) at (k/2)*64 + r*2 + k%2
+ *
+ * One step of the A format is two AMX A tiles (rows 0-15 and 16-31, 64-byte rows, contiguous); one step
+ * of the VNNI format is two AMX B tiles (columns 0-15 and 16-31: 16 k-pairs at a stride of 128 bytes)
+ * and what VDPBF16PS multiplies. A micro-kernel thus reads 4 KiB of consecutive memory per step of k,
+ * which the hardware prefetchers stream well (rows of A a long stride apart measured 5-13% slower).
+ * Rows past the operand's end and k past K are zero, so every micro-kernel call computes a full 32x32
+ * block, and padding contributes exact zeros.
+ *
+ * The micro-kernel contract (trex_gemm_ukr_fn in kernels/dispatch.h): over a whole panel pair,
+ *   C[0:32, 0:32] (ldc floats apart) = (flags & ACCUMULATE ? C : 0) + sum over k < kp of A[:, k] B[:, k]^T
+ * kp a positive multiple of 32. The block of C stays in registers for the whole sum (loaded and stored
+ * once). Sums are fp32; bf16 inputs are exact in fp32, so every product is exact. Subnormal bf16
+ * inputs count as zero (the AMX and AVX512_BF16 instructions do so; the reference micro-kernel copies
+ * them). Each output element is summed in a fixed order that depends only on kp. With TREX_UKR_STREAM
+ * (and c 64-byte aligned, ldc a multiple of 16) C may be written with non-temporal stores, which the
+ * level's gemm_end fences.
+ *
+ * The leaf entry points below are reached only through the dispatch table (kernels/dispatch.c). */
+#ifndef TREX_KERNELS_GEMM_PANELS_H
+#define TREX_KERNELS_GEMM_PANELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+
+#define TREX_GEMM_MR 32
+#define TREX_GEMM_NR 32
+#define TREX_GEMM_KU 32
+
+/* The framework with an explicit table (tests and benchmarks run each variant through it). */
+void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                            trex_dtype in, bool ta, bool tb, float alpha, float beta,
+                            const trex_gemm_problem *probs, int64_t count);
+
+/* ---- leaves: plain C reference (kernels/ref/bf16.c) ---------------------------------------------- */
+void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+                       unsigned flags);
+void trex_pack_a_bf16_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                          int64_t kc, int64_t kcp);
+void trex_pack_a_f32_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                         int64_t kc, int64_t kcp);
+void trex_pack_b_bf16_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                          int64_t kc, int64_t kcp);
+void trex_pack_b_f32_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                         int64_t kc, int64_t kcp);
+void trex_cvt_f32_bf16_ref(uint16_t *dst, const float *src, int64_t n);
+void trex_cvt_bf16_f32_ref(float *dst, const uint16_t *src, int64_t n);
+
+/* ---- leaves: AVX-512 F/BW/VL + BF16 (kernels/x86/avx512/) ------------------------------------- */
+void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+                          unsigned flags);
+void trex_pack_a_bf16_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                             int64_t kc, int64_t kcp);
+void trex_pack_a_f32_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                            int64_t kc, int64_t kcp);
+void trex_pack_b_bf16_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                             int64_t kc, int64_t kcp);
+void trex_pack_b_f32_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                            int64_t kc, int64_t kcp);
+void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
+void trex_cvt_bf16_f32_avx512(float *dst, const uint16_t *src, int64_t n);
+void trex_gemm_end_avx512(void);
+double trex_peak_f32_fma_avx512(int64_t iters);
+double trex_peak_bf16_dp_avx512(int64_t iters);
+
+/* ---- leaves: AMX-TILE + AMX-BF16 (kernels/x86/amx/) ---------------------------------------------- */
+void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+                       unsigned flags);
+void trex_gemm_begin_amx(void);
+void trex_gemm_end_amx(void);
+double trex_peak_bf16_amx(int64_t iters);
+
+#endif

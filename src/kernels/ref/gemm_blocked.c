@@ -1,0 +1,424 @@
+/* kernels/ref/gemm_blocked.c — the blocked bf16 GEMM framework (portable C): chunking, packing,
+ * blocking, threading and the alpha/beta epilogue, around the ISA leaves of the dispatch table.
+ *
+ * A call is a list of problems (one for trex_gemm_bf16, one per expert for a grouped call). Each problem
+ * is cut along N into sub-problems whose packed B fits a bounded workspace (never along K);
+ * consecutive sub-problems form a batch. For each batch:
+ *   1. pack: every 32-column panel of op(B) (VNNI format, kernels/gemm_panels.h), shared by all blocks;
+ *   2. compute: C is cut into blocks of mb x NB (mb <= 256, fewer rows when K is long, so that a packed
+ *      A block stays near 1 MiB). The rows of blocks of every problem of the batch form one list; each
+ *      pool thread takes the next row from it (an atomic counter), packs that row's A block (A format)
+ *      into its own buffer and computes the row's blocks from it while it is hot: packed A never goes
+ *      back to memory, and a thread that the OS descheduled simply takes fewer rows. Inside a block,
+ *      each B panel (32 x Kp) meets the block's A panels in the micro-kernel, which keeps its 32x32
+ *      block of C in registers over the whole of K: C is read (beta 1) and written once. A C that is
+ *      only written (alpha 1, beta 0) and larger than STREAM_LIMIT in all is written with
+ *      non-temporal stores: it would not stay in cache, and streaming saves reading its lines first.
+ *      (Cutting K into cache-sized blocks instead costs a reload of the C block and a drain of the AMX
+ *      pipeline per K block, which measured slower: docs/kernels.md.)
+ * fp32 sources are rounded to bf16 while packed.
+ * Which thread computes a block varies from run to run, but each element of C is owned by one block and
+ * summed over all of K by one micro-kernel call in a fixed order, then combined with alpha and beta
+ * once: the bits of C never depend on the thread count or on the schedule. (The atomic counter hands
+ * out work; no floating-point value is ever reduced across threads.)
+ *
+ * This file is the framework shared by every level; it lives in ref/ because it is plain C. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm_panels.h"
+#include "trex/status.h"
+
+#define MB_MAX 256               /* rows of C per block, at most: a multiple of TREX_GEMM_MR */
+#define NB 256                   /* columns of C per block: a multiple of TREX_GEMM_NR */
+#define ABLOCK_LIMIT (1l << 20)  /* bytes of a packed A block (MB x Kp), at most, above 32 rows */
+#define OPERAND_LIMIT (12l << 20) /* packed bytes of B of one sub-problem, at most */
+#define BATCH_LIMIT (24l << 20)  /* packed bytes of B of a batch, unless one sub-problem is larger */
+#define PACK_UNIT 4              /* B panels per unit of packing work */
+#define STREAM_LIMIT (8l << 20)  /* bytes of C in a call above which a written-once C is streamed */
+
+/* alpha 1 beta 0: tiles stored into C | alpha 1 beta 1: tiles loaded from C and stored back |
+ * anything else: the sum goes through a 32x32 buffer, then C = alpha * sum + beta * C. */
+enum { MODE_SET, MODE_ADD, MODE_GENERAL };
+
+typedef struct sub {
+    int64_t M, N, K, Kp;
+    const char *A, *B;       /* op(A)[m][k] = A[m*a_rs + k*a_ks]; op(B)[k][n] = B[n*b_rs + k*b_ks] */
+    int64_t a_rs, a_ks, b_rs, b_ks;
+    float *C;
+    int64_t ldc;
+    int64_t mb;              /* rows per block of C (and per packed A block) */
+    int64_t npan;            /* 32-column panels of B */
+    int64_t mblk, nblk;      /* mb x NB blocks of C */
+    int64_t b_off;           /* packed B panels, in bf16 elements from the batch workspace */
+} sub;
+
+typedef struct item {        /* a unit of work handed to whichever thread asks next */
+    int32_t s;               /* sub-problem, relative to the batch's first */
+    int32_t i, n;            /* pack: B panels i..i+n-1; compute: the row of blocks i (n unused) */
+} item;
+
+typedef struct run {
+    const trex_kernel_table *t;
+    trex_pool *pool;
+    bool f32;
+    size_t esz;
+    int mode;
+    bool stream;             /* MODE_SET with a large C: non-temporal stores */
+    float alpha, beta;
+    const sub *subs;         /* the batch's sub-problems */
+    uint16_t *bpack;         /* packed B panels of the batch */
+    uint16_t *apack;         /* nslots packed A blocks of ablock elements */
+    int64_t ablock;
+    const item *items;
+    int64_t nitems;
+    atomic_llong *next;      /* the next item to hand out */
+    int nslots;
+} run;
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* The next unit of work, or -1 when none is left. Which thread runs a unit changes from run to run;
+ * what a unit computes, and in which order, does not. */
+static int64_t next_item(const run *r)
+{
+    const long long i = atomic_fetch_add_explicit(r->next, 1, memory_order_relaxed);
+    return i < r->nitems ? (int64_t)i : -1;
+}
+
+/* ---- phase 1: B panels, shared by every block ------------------------------------------------------- */
+
+/* Every slot takes units of PACK_UNIT panels until none is left (the slot index does not matter). */
+static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
+{
+    (void)w0, (void)w1, (void)tid;
+    const run *r = arg;
+    const trex_pack_fn fn = r->f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
+    for (int64_t i; (i = next_item(r)) >= 0;) {
+        const sub *s = &r->subs[r->items[i].s];
+        for (int64_t p = r->items[i].i; p < r->items[i].i + r->items[i].n; p++)
+            fn(r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp,
+               s->B + (size_t)(p * TREX_GEMM_NR * s->b_rs) * r->esz, s->b_rs, s->b_ks,
+               min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR), s->K, s->Kp);
+    }
+}
+
+/* ---- phase 2: compute, A packed per block row on the thread that uses it ---------------------------- */
+
+static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
+{
+    const trex_pack_fn fn = r->f32 ? r->t->pack_a_f32 : r->t->pack_a_bf16;
+    const int64_t m0 = bi * s->mb, mb = min64(s->mb, s->M - m0);
+    for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
+        fn(dst + ip * TREX_GEMM_MR * s->Kp,
+           s->A + (size_t)((m0 + ip * TREX_GEMM_MR) * s->a_rs) * r->esz, s->a_rs, s->a_ks,
+           min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K, s->Kp);
+}
+
+static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, const uint16_t *ablk)
+{
+    enum { R = TREX_GEMM_MR, Q = TREX_GEMM_NR };
+    const int64_t m0 = bi * s->mb, n0 = bj * NB;
+    const int64_t mp = ceil_div(min64(s->mb, s->M - m0), R), np = ceil_div(min64(NB, s->N - n0), Q);
+    const trex_gemm_ukr_fn ukr = r->t->gemm_ukr;
+    float tmp[R * Q] = {0};
+    for (int64_t jp = 0; jp < np; jp++) {
+        const uint16_t *bpan = r->bpack + s->b_off + (n0 / Q + jp) * Q * s->Kp;
+        for (int64_t ip = 0; ip < mp; ip++) {
+            const uint16_t *apan = ablk + ip * R * s->Kp;
+            const int64_t i0 = m0 + ip * R, j0 = n0 + jp * Q;
+            const int64_t rows = min64(R, s->M - i0), cols = min64(Q, s->N - j0);
+            float *c = s->C + i0 * s->ldc + j0;
+            if (r->mode != MODE_GENERAL && rows == R && cols == Q) {
+                ukr(s->Kp, apan, bpan, c, s->ldc,
+                    r->mode == MODE_ADD ? TREX_UKR_ACCUMULATE : r->stream ? TREX_UKR_STREAM : 0);
+                continue;
+            }
+            if (r->mode == MODE_ADD)
+                for (int64_t i = 0; i < rows; i++)
+                    memcpy(tmp + i * Q, c + i * s->ldc, (size_t)cols * sizeof *c);
+            ukr(s->Kp, apan, bpan, tmp, Q, r->mode == MODE_ADD ? TREX_UKR_ACCUMULATE : 0);
+            for (int64_t i = 0; i < rows; i++) {
+                float *ci = c + i * s->ldc;
+                const float *t = tmp + i * Q;
+                if (r->mode != MODE_GENERAL)
+                    memcpy(ci, t, (size_t)cols * sizeof *c);
+                else if (r->beta == 0.0f)
+                    for (int64_t j = 0; j < cols; j++)
+                        ci[j] = r->alpha * t[j];
+                else
+                    for (int64_t j = 0; j < cols; j++)
+                        ci[j] = r->alpha * t[j] + r->beta * ci[j];
+            }
+        }
+    }
+}
+
+/* Slot w (one per pool thread) takes rows of blocks until none is left: packs the row's A block into
+ * its own buffer, then computes the row's blocks from it. */
+static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
+{
+    (void)tid;
+    const run *r = arg;
+    for (int64_t w = w0; w < w1; w++) {
+        uint16_t *ablk = r->apack + w * r->ablock;
+        bool begun = false;
+        for (int64_t i; (i = next_item(r)) >= 0;) {
+            const item *it = &r->items[i];
+            const sub *s = &r->subs[it->s];
+            if (!begun && r->t->gemm_begin)
+                r->t->gemm_begin();
+            begun = true;
+            pack_a_block(r, s, it->i, ablk);
+            for (int64_t bj = 0; bj < s->nblk; bj++)
+                compute_block(r, s, it->i, bj, ablk);
+        }
+        if (begun && r->t->gemm_end)
+            r->t->gemm_end();
+    }
+}
+
+/* ---- workspace ---------------------------------------------------------------------------------------- */
+
+struct trex_gemm_ws {
+    void *pack, *subs, *items; /* 64-byte aligned, grown on demand, kept between calls */
+    size_t pack_cap, subs_cap, items_cap;
+};
+
+/* At least `need` bytes at *p (64-byte aligned); the old contents are not kept. */
+static void *ws_grow(void **p, size_t *cap, size_t need)
+{
+    need = (need + 63) / 64 * 64;
+    if (need <= *cap && *p)
+        return *p;
+    free(*p);
+    *p = aligned_alloc(64, need ? need : 64);
+    if (!*p)
+        TREX_ABORT("bf16 GEMM: out of memory for %zu bytes of workspace", need);
+    *cap = need;
+    return *p;
+}
+
+static void ws_free_buffers(trex_gemm_ws *w)
+{
+    free(w->pack);
+    free(w->subs);
+    free(w->items);
+    memset(w, 0, sizeof *w);
+}
+
+trex_gemm_ws *trex_gemm_ws_create(void)
+{
+    return calloc(1, sizeof(trex_gemm_ws));
+}
+
+void trex_gemm_ws_destroy(trex_gemm_ws *ws)
+{
+    if (!ws)
+        return;
+    ws_free_buffers(ws);
+    free(ws);
+}
+
+size_t trex_gemm_ws_bytes(const trex_gemm_ws *ws)
+{
+    return ws ? ws->pack_cap + ws->subs_cap + ws->items_cap : 0;
+}
+
+/* ---- driver ------------------------------------------------------------------------------------------ */
+
+/* C = beta * C for an empty sum (K == 0); beta == 0 writes zeros. */
+static void scale_c(float *C, int64_t M, int64_t N, int64_t ldc, float beta)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+            C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+}
+
+/* Columns of a chunk: as many whole panels of packed B as fit OPERAND_LIMIT, at least one. */
+static int64_t chunk_cols(int64_t Kp)
+{
+    int64_t pan = OPERAND_LIMIT / (TREX_GEMM_NR * Kp * 2);
+    int64_t cols = (pan > 0 ? pan : 1) * TREX_GEMM_NR;
+    return cols >= NB ? cols / NB * NB : cols;
+}
+
+/* Rows of an A block: MB_MAX, fewer (whole panels, at least one) when K is long. */
+static int64_t block_rows(int64_t Kp)
+{
+    int64_t pan = ABLOCK_LIMIT / (TREX_GEMM_MR * Kp * 2);
+    pan = pan < 1 ? 1 : pan > MB_MAX / TREX_GEMM_MR ? MB_MAX / TREX_GEMM_MR : pan;
+    return pan * TREX_GEMM_MR;
+}
+
+static int64_t sub_packed(const sub *s)
+{
+    return s->npan * TREX_GEMM_NR * s->Kp;
+}
+
+void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                            trex_dtype in, bool ta, bool tb, float alpha, float beta,
+                            const trex_gemm_problem *probs, int64_t count)
+{
+    TREX_ASSERT(t != NULL && count >= 0 && (count == 0 || probs != NULL));
+    TREX_ASSERT(in == TREX_BF16 || in == TREX_F32);
+    const size_t esz = in == TREX_F32 ? 4 : 2;
+
+    /* Count the sub-problems (problems cut along N); empty sums are done here. */
+    int64_t nsubs = 0;
+    for (int64_t p = 0; p < count; p++) {
+        const trex_gemm_problem *q = &probs[p];
+        TREX_ASSERT(q->M >= 0 && q->N >= 0 && q->K >= 0);
+        if (q->M == 0 || q->N == 0)
+            continue;
+        TREX_ASSERT(q->C != NULL && q->ldc >= q->N);
+        if (q->K == 0) {
+            scale_c(q->C, q->M, q->N, q->ldc, beta);
+            continue;
+        }
+        TREX_ASSERT(q->A != NULL && q->B != NULL);
+        TREX_ASSERT(q->lda >= (ta ? q->M : q->K) && q->ldb >= (tb ? q->K : q->N));
+        nsubs += ceil_div(q->N, chunk_cols(ceil_div(q->K, TREX_GEMM_KU) * TREX_GEMM_KU));
+    }
+    if (nsubs == 0)
+        return;
+
+    trex_gemm_ws local = {0};
+    trex_gemm_ws *w = ws ? ws : &local;
+    sub *subs = ws_grow(&w->subs, &w->subs_cap, (size_t)nsubs * sizeof *subs);
+    int64_t ns = 0, ablock = 0;
+    double cbytes = 0;
+    for (int64_t p = 0; p < count; p++) {
+        const trex_gemm_problem *q = &probs[p];
+        if (q->M == 0 || q->N == 0 || q->K == 0)
+            continue;
+        const int64_t Kp = ceil_div(q->K, TREX_GEMM_KU) * TREX_GEMM_KU;
+        const int64_t cols = chunk_cols(Kp), mb = block_rows(Kp);
+        const int64_t b_rs = tb ? q->ldb : 1, b_ks = tb ? 1 : q->ldb;
+        for (int64_t n0 = 0; n0 < q->N; n0 += cols) {
+            sub *s = &subs[ns++];
+            s->M = q->M;
+            s->N = min64(cols, q->N - n0);
+            s->K = q->K;
+            s->Kp = Kp;
+            s->A = q->A;
+            s->a_rs = ta ? 1 : q->lda;
+            s->a_ks = ta ? q->lda : 1;
+            s->B = (const char *)q->B + (size_t)(n0 * b_rs) * esz;
+            s->b_rs = b_rs;
+            s->b_ks = b_ks;
+            s->C = q->C + n0;
+            s->ldc = q->ldc;
+            s->mb = mb;
+            s->npan = ceil_div(s->N, TREX_GEMM_NR);
+            s->mblk = ceil_div(s->M, mb);
+            s->nblk = ceil_div(s->N, NB);
+            ablock = mb * Kp > ablock ? mb * Kp : ablock;
+            cbytes += 4.0 * (double)s->M * (double)s->N;
+        }
+    }
+    TREX_ASSERT(ns == nsubs);
+
+    /* Batches: consecutive sub-problems while their B panels fit BATCH_LIMIT (at least one). Size
+     * the workspace for the largest. */
+    int64_t max_pack = 0, max_items = 0;
+    for (int64_t b = 0; b < nsubs;) {
+        int64_t e = b, pack = 0, items_p = 0, items_c = 0;
+        while (e < nsubs && (e == b || 2 * (pack + sub_packed(&subs[e])) <= BATCH_LIMIT)) {
+            pack += sub_packed(&subs[e]);
+            items_p += ceil_div(subs[e].npan, PACK_UNIT);
+            items_c += subs[e].mblk;
+            e++;
+        }
+        max_pack = pack > max_pack ? pack : max_pack;
+        max_items = items_p > max_items ? items_p : max_items;
+        max_items = items_c > max_items ? items_c : max_items;
+        b = e;
+    }
+    const int nslots = trex_pool_size(pool);
+    const int mode = alpha == 1.0f && beta == 0.0f   ? MODE_SET
+                     : alpha == 1.0f && beta == 1.0f ? MODE_ADD
+                                                     : MODE_GENERAL;
+    const size_t bbytes = ((size_t)max_pack * 2 + 63) / 64 * 64;
+    const size_t abytes = ((size_t)ablock * 2 + 63) / 64 * 64;
+    char *packed = ws_grow(&w->pack, &w->pack_cap, bbytes + (size_t)nslots * abytes);
+    item *items = ws_grow(&w->items, &w->items_cap, (size_t)max_items * sizeof(item));
+    atomic_llong next;
+
+    run r = {.t = t, .pool = pool, .f32 = in == TREX_F32, .esz = esz, .mode = mode,
+             .stream = mode == MODE_SET && cbytes > (double)STREAM_LIMIT, .alpha = alpha,
+             .beta = beta, .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
+             .ablock = (int64_t)(abytes / 2), .items = items, .next = &next, .nslots = nslots};
+    for (int64_t b = 0; b < nsubs;) {
+        int64_t e = b, off = 0;
+        while (e < nsubs && (e == b || 2 * (off + sub_packed(&subs[e])) <= BATCH_LIMIT)) {
+            subs[e].b_off = off;
+            off += sub_packed(&subs[e]);
+            e++;
+        }
+        r.subs = subs + b;
+
+        int64_t n = 0;
+        for (int64_t s = b; s < e; s++)
+            for (int64_t p = 0; p < subs[s].npan; p += PACK_UNIT)
+                items[n++] = (item){(int32_t)(s - b), (int32_t)p,
+                                    (int32_t)min64(PACK_UNIT, subs[s].npan - p)};
+        r.nitems = n;
+        atomic_init(&next, 0);
+        trex_pool_for(pool, nslots, 1, pack_slots, &r);
+
+        n = 0;
+        for (int64_t s = b; s < e; s++)
+            for (int64_t i = 0; i < subs[s].mblk; i++)
+                items[n++] = (item){(int32_t)(s - b), (int32_t)i, 0};
+        r.nitems = n;
+        atomic_init(&next, 0);
+        trex_pool_for(pool, nslots, 1, compute_slots, &r);
+        b = e;
+    }
+    if (!ws)
+        ws_free_buffers(&local);
+}
+
+void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
+                       float alpha, float beta, const trex_gemm_problem *probs, int64_t count)
+{
+    trex_gemm_grouped_with(trex_kernels_table(), pool, ws, in, ta, tb, alpha, beta, probs, count);
+}
+
+void trex_gemm_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t M, int64_t N,
+                    int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B,
+                    int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, ldc};
+    trex_gemm_grouped_with(trex_kernels_table(), pool, ws, TREX_BF16, ta, tb, alpha, beta, &p, 1);
+}
+
+void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, ldc};
+    trex_gemm_grouped_with(trex_kernels_table(), pool, ws, TREX_F32, ta, tb, alpha, beta, &p, 1);
+}
+
+void trex_cvt_f32_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+    TREX_ASSERT(n >= 0);
+    trex_kernels_table()->cvt_f32_bf16(dst, src, n);
+}
+
+void trex_cvt_bf16_f32(float *dst, const uint16_t *src, int64_t n)
+{
+    TREX_ASSERT(n >= 0);
+    trex_kernels_table()->cvt_bf16_f32(dst, src, n);
+}

@@ -1,0 +1,126 @@
+/* kernels/x86/amx/gemm_bf16.c — the AMX GEMM micro-kernel (TDPBF16PS) and its peak loop.
+ *
+ * Eight tiles, all 16 rows x 64 bytes: tmm0-3 hold the 32x32 fp32 block of C as 2x2 16x16 tiles, tmm4-5
+ * the two 16-row halves of a step of the A panel (16 x 32 bf16, 64-byte rows), tmm6-7 the two 16-column
+ * halves of the VNNI B panel (16 k-pairs x 16 columns, stride 128 bytes). Each step of 32 in k does four
+ * tile loads and four TDPBF16PS (each 16x16x32: 16384 FLOP). trex_gemm_begin_amx loads the tile
+ * configuration on the calling thread and trex_gemm_end_amx releases the tiles; the framework brackets
+ * every run of micro-kernel calls with them. Linux must have granted the process XTILEDATA (the
+ * dispatch does that before choosing this level). Compiled with AMX flags; reached only through the
+ * dispatch table.
+ *
+ * GCC 12's tile load/store intrinsics are asm statements that take only the address: the compiler does
+ * not see them read or write memory. Buffers filled or read by C code around them in one function are
+ * fenced with a compiler barrier (the micro-kernel only touches memory through tile instructions, and
+ * its callers reach it through a function pointer, a barrier of its own). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/gemm_panels.h"
+
+typedef struct tile_config {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+void trex_gemm_begin_amx(void)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    /* Not _tile_loadconfig: GCC 12 declares its operand as 8 bytes, so the stores of the other 56
+     * bytes can be dropped as dead. The whole struct is the operand here. */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+void trex_gemm_end_amx(void)
+{
+    _tile_release();
+    _mm_sfence(); /* order streamed stores of C before the caller hands the results on */
+}
+
+void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+                       unsigned flags)
+{
+    const size_t sc = (size_t)ldc * sizeof(float), sa = 64, sb = 2 * TREX_GEMM_NR * 2;
+    if (flags & TREX_UKR_ACCUMULATE) {
+        _tile_loadd(0, c, sc);
+        _tile_loadd(1, c + 16, sc);
+        _tile_loadd(2, c + 16 * ldc, sc);
+        _tile_loadd(3, c + 16 * ldc + 16, sc);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    /* One step of 32 k: A rows 0-15 and 16-31 (1 KiB each), B columns 0-15 and 16-31. */
+    for (int64_t k = 0; k < kp; k += 32, ap += 32 * TREX_GEMM_MR, bp += 32 * TREX_GEMM_NR) {
+        _tile_loadd(4, ap, sa);
+        _tile_loadd(6, bp, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, bp + 32, sb);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, ap + 16 * 32, sa);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    if ((flags & TREX_UKR_STREAM) && ((uintptr_t)c % 64) == 0 && ldc % 16 == 0) {
+        /* Write-once output larger than the caches: through an L1 buffer, then non-temporal stores
+         * (no read for ownership of C's lines, no eviction of the packed operands). */
+        float t[32 * 32] __attribute__((aligned(64)));
+        _tile_stored(0, t, 128);
+        _tile_stored(1, t + 16, 128);
+        _tile_stored(2, t + 16 * 32, 128);
+        _tile_stored(3, t + 16 * 32 + 16, 128);
+        __asm__ volatile("" : : : "memory");
+        for (int i = 0; i < 32; i++) {
+            _mm512_stream_ps(c + i * ldc, _mm512_load_ps(t + i * 32));
+            _mm512_stream_ps(c + i * ldc + 16, _mm512_load_ps(t + i * 32 + 16));
+        }
+        return;
+    }
+    _tile_stored(0, c, sc);
+    _tile_stored(1, c + 16, sc);
+    _tile_stored(2, c + 16 * ldc, sc);
+    _tile_stored(3, c + 16 * ldc + 16, sc);
+}
+
+/* Register-only: four independent accumulators, operands loaded once. */
+double trex_peak_bf16_amx(int64_t iters)
+{
+    uint16_t ones[16 * 32];
+    for (int i = 0; i < 16 * 32; i++)
+        ones[i] = 0x3a80 + (uint16_t)(i % 7); /* about 1e-3: sums stay finite */
+    __asm__ volatile("" : : : "memory");
+    trex_gemm_begin_amx();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    for (int64_t it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float out[16 * 16];
+    _tile_stored(0, out, 64);
+    __asm__ volatile("" : : : "memory");
+    trex_gemm_end_amx();
+    volatile float sink = out[0];
+    (void)sink;
+    return (double)iters * 4 * 16 * 16 * 32 * 2;
+}

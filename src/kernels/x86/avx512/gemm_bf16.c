@@ -1,0 +1,133 @@
+/* kernels/x86/avx512/gemm_bf16.c — the AVX512_BF16 GEMM micro-kernel (VDPBF16PS) and peak loops.
+ *
+ * The 32x32 block of C is done as four bands of 8 rows; a band keeps 8 x 2 zmm accumulators (16 fp32
+ * each) while it walks all of k in pairs: two 64-byte loads of the VNNI B panel (32 columns x one k-pair) and,
+ * per row, a broadcast of that row's k-pair from the A panel, then one VDPBF16PS per accumulator.
+ * The B panel is read once per band. Compiled with AVX-512 flags; reached only
+ * through the dispatch table. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/gemm_panels.h"
+
+static inline __m512bh bcast_pair(const uint16_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return (__m512bh)_mm512_set1_epi32(v);
+}
+
+#define ROW_INIT(r)                                                                         \
+    __m512 c##r##a = accumulate ? _mm512_loadu_ps(c + (rb + r) * ldc) : _mm512_setzero_ps(), \
+           c##r##b = accumulate ? _mm512_loadu_ps(c + (rb + r) * ldc + 16) : _mm512_setzero_ps()
+#define ROW_STEP(r)                                                    \
+    do {                                                               \
+        const __m512bh a = bcast_pair(ar + (r) * 32 + 2 * q);          \
+        c##r##a = _mm512_dpbf16_ps(c##r##a, a, b0);                    \
+        c##r##b = _mm512_dpbf16_ps(c##r##b, a, b1);                    \
+    } while (0)
+#define ROW_STORE(r)                                               \
+    do {                                                           \
+        if (stream) {                                              \
+            _mm512_stream_ps(c + (rb + r) * ldc, c##r##a);         \
+            _mm512_stream_ps(c + (rb + r) * ldc + 16, c##r##b);    \
+        } else {                                                   \
+            _mm512_storeu_ps(c + (rb + r) * ldc, c##r##a);         \
+            _mm512_storeu_ps(c + (rb + r) * ldc + 16, c##r##b);    \
+        }                                                          \
+    } while (0)
+
+void trex_gemm_end_avx512(void)
+{
+    _mm_sfence(); /* order streamed stores of C before the caller hands the results on */
+}
+
+void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+                          unsigned flags)
+{
+    const bool accumulate = flags & TREX_UKR_ACCUMULATE;
+    const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)c % 64) == 0 && ldc % 16 == 0;
+    for (int64_t rb = 0; rb < TREX_GEMM_MR; rb += 8) {
+        ROW_INIT(0);
+        ROW_INIT(1);
+        ROW_INIT(2);
+        ROW_INIT(3);
+        ROW_INIT(4);
+        ROW_INIT(5);
+        ROW_INIT(6);
+        ROW_INIT(7);
+        for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+            const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
+            const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
+            for (int q = 0; q < 16; q++) {
+                const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR);
+                const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR + 32);
+                ROW_STEP(0);
+                ROW_STEP(1);
+                ROW_STEP(2);
+                ROW_STEP(3);
+                ROW_STEP(4);
+                ROW_STEP(5);
+                ROW_STEP(6);
+                ROW_STEP(7);
+            }
+        }
+        ROW_STORE(0);
+        ROW_STORE(1);
+        ROW_STORE(2);
+        ROW_STORE(3);
+        ROW_STORE(4);
+        ROW_STORE(5);
+        ROW_STORE(6);
+        ROW_STORE(7);
+    }
+}
+
+/* ---- register-only peak loops (trex bench peak) ---------------------------------------------------- */
+
+/* Twelve named accumulators (an array would live in memory at -O2), twelve independent chains: enough
+ * to cover the 4-cycle latency on two ports. OP(x) updates one; the empty asm keeps them in registers
+ * and stops the compiler from folding iterations. */
+#define PEAK_LOOP(OP)                                                                               \
+    for (int64_t it = 0; it < iters; it++) {                                                        \
+        OP(x0); OP(x1); OP(x2); OP(x3); OP(x4); OP(x5);                                             \
+        OP(x6); OP(x7); OP(x8); OP(x9); OP(x10); OP(x11);                                           \
+        __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5),          \
+                         "+v"(x6), "+v"(x7), "+v"(x8), "+v"(x9), "+v"(x10), "+v"(x11));             \
+    }
+#define PEAK_SINK()                                                                                 \
+    do {                                                                                            \
+        __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),      \
+                                 _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));     \
+        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)));       \
+        volatile float sink = _mm512_reduce_add_ps(s);                                              \
+        (void)sink;                                                                                 \
+    } while (0)
+
+double trex_peak_f32_fma_avx512(int64_t iters)
+{
+    __m512 x0 = _mm512_set1_ps(1.0f), x1 = _mm512_set1_ps(1.1f), x2 = _mm512_set1_ps(1.2f),
+           x3 = _mm512_set1_ps(1.3f), x4 = _mm512_set1_ps(1.4f), x5 = _mm512_set1_ps(1.5f),
+           x6 = _mm512_set1_ps(1.6f), x7 = _mm512_set1_ps(1.7f), x8 = _mm512_set1_ps(1.8f),
+           x9 = _mm512_set1_ps(1.9f), x10 = _mm512_set1_ps(2.0f), x11 = _mm512_set1_ps(2.1f);
+    const __m512 m = _mm512_set1_ps(0.999999f), d = _mm512_set1_ps(1e-7f);
+#define FMA(x) x = _mm512_fmadd_ps(x, m, d)
+    PEAK_LOOP(FMA)
+#undef FMA
+    PEAK_SINK();
+    return (double)iters * 12 * 16 * 2;
+}
+
+double trex_peak_bf16_dp_avx512(int64_t iters)
+{
+    __m512 x0 = _mm512_setzero_ps(), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0, x7 = x0,
+           x8 = x0, x9 = x0, x10 = x0, x11 = x0;
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80); /* (1.0, 1.0) */
+    const __m512bh b = (__m512bh)_mm512_set1_epi32(0x33d633d6); /* (1e-7, 1e-7) approximately */
+#define DP(x) x = _mm512_dpbf16_ps(x, a, b)
+    PEAK_LOOP(DP)
+#undef DP
+    PEAK_SINK();
+    return (double)iters * 12 * 16 * 4;
+}

@@ -1,0 +1,187 @@
+/* kernels/x86/avx512/pack.c — AVX-512 (F/BW/VL) panel packing and fp32 <-> bf16 conversion.
+ *
+ * Compiled with AVX-512 flags; reached only through the dispatch table. The packed formats are those of
+ * kernels/gemm_panels.h. A panel block is built from 16-row x 32-k tiles held as 16 vectors of 16 dwords,
+ * each dword a pair of consecutive k of one row. A source with k contiguous (ks == 1) loads a tile "by
+ * rows" (vector i = row i, which is the A format); a source with rows contiguous (rs == 1) loads it "by
+ * pairs" (vector p = k-pair p over 16 rows, made by interleaving two source rows: the VNNI format). A
+ * 16x16 dword transpose turns one into the other. fp32 sources are rounded to bf16 exactly as
+ * trex_f32_to_bf16 does (integer round-to-nearest-even, NaN quieted), so every level packs the same bits. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm_panels.h"
+
+/* 16 fp32 -> 16 bf16, bit-exact with trex_f32_to_bf16. */
+static inline __m256i f32_to_bf16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i hi = _mm512_srli_epi32(u, 16);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                _mm512_set1_epi32(0x7f800000));
+    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+static inline __mmask32 mask32(int64_t n)
+{
+    return n >= 32 ? 0xffffffffu : n <= 0 ? 0u : (__mmask32)((1u << n) - 1u);
+}
+
+static inline __mmask16 mask16(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* n (<= 16) values from p as 16 bf16, zeros past n. */
+static inline __m256i load16(const void *p, bool f32, int64_t n)
+{
+    if (f32)
+        return f32_to_bf16(_mm512_maskz_loadu_ps(mask16(n), p));
+    return _mm256_maskz_loadu_epi16(mask16(n), p);
+}
+
+/* n (<= 32) values from p as 32 bf16, zeros past n. */
+static inline __m512i load32(const void *p, bool f32, int64_t n)
+{
+    if (!f32)
+        return _mm512_maskz_loadu_epi16(mask32(n), p);
+    const float *q = p;
+    __m256i lo = load16(q, true, n), hi = n > 16 ? load16(q + 16, true, n - 16) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+static inline void transpose16(__m512i v[16])
+{
+    __m512i t[16], s[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        s[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        s[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        s[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        s[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    /* s[4g+q], 128-bit lane L = column 4L+q, rows 4g..4g+3: transpose the 4x4 grid of lanes. */
+    for (int q = 0; q < 4; q++) {
+        __m512i x0 = _mm512_shuffle_i32x4(s[q], s[4 + q], 0x44);
+        __m512i x1 = _mm512_shuffle_i32x4(s[q], s[4 + q], 0xee);
+        __m512i y0 = _mm512_shuffle_i32x4(s[8 + q], s[12 + q], 0x44);
+        __m512i y1 = _mm512_shuffle_i32x4(s[8 + q], s[12 + q], 0xee);
+        v[q] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        v[4 + q] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+        v[8 + q] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        v[12 + q] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+    }
+}
+
+typedef struct view {
+    const char *src;
+    size_t esz;
+    bool f32;
+    int64_t rs, ks, rows, kc;
+} view;
+
+/* The 16 x 32 tile at rows rr.., k kk.. of the view, by rows (want_rows) or by pairs. */
+static inline void load_tile(const view *x, int64_t rr, int64_t kk, bool want_rows, __m512i v[16])
+{
+    if (x->ks == 1) {
+        for (int i = 0; i < 16; i++)
+            v[i] = rr + i < x->rows
+                       ? load32(x->src + (size_t)((rr + i) * x->rs + kk) * x->esz, x->f32, x->kc - kk)
+                       : _mm512_setzero_si512();
+        if (!want_rows)
+            transpose16(v);
+        return;
+    }
+    /* rs == 1: interleave source rows k and k+1 (16 values of r each) into dword pairs. */
+    const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const int64_t nr = x->rows - rr;
+    for (int p = 0; p < 16; p++) {
+        const int64_t k = kk + 2 * p;
+        __m256i e = k < x->kc ? load16(x->src + (size_t)(k * x->ks + rr) * x->esz, x->f32, nr)
+                              : _mm256_setzero_si256();
+        __m256i o = k + 1 < x->kc
+                        ? load16(x->src + (size_t)((k + 1) * x->ks + rr) * x->esz, x->f32, nr)
+                        : _mm256_setzero_si256();
+        v[p] = _mm512_permutex2var_epi16(_mm512_castsi256_si512(e), idx, _mm512_castsi256_si512(o));
+    }
+    if (want_rows)
+        transpose16(v);
+}
+
+static void pack_a(uint16_t *dst, const view *x, int64_t kcp)
+{
+    __m512i v[16];
+    for (int64_t kk = 0; kk < kcp; kk += 32)
+        for (int64_t rr = 0; rr < TREX_GEMM_MR; rr += 16) {
+            uint16_t *d = dst + kk * TREX_GEMM_MR + rr * 32; /* step kk/32, row rr */
+            if (rr >= x->rows || kk >= x->kc) {
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_si512(d + i * 32, _mm512_setzero_si512());
+                continue;
+            }
+            load_tile(x, rr, kk, true, v);
+            for (int i = 0; i < 16; i++)
+                _mm512_storeu_si512(d + i * 32, v[i]);
+        }
+}
+
+static void pack_b(uint16_t *dst, const view *x, int64_t kcp)
+{
+    __m512i v[16];
+    for (int64_t kk = 0; kk < kcp; kk += 32)
+        for (int64_t rr = 0; rr < TREX_GEMM_NR; rr += 16) {
+            if (rr >= x->rows || kk >= x->kc) {
+                for (int p = 0; p < 16; p++)
+                    _mm512_storeu_si512(dst + (kk / 2 + p) * 2 * TREX_GEMM_NR + rr * 2,
+                                        _mm512_setzero_si512());
+                continue;
+            }
+            load_tile(x, rr, kk, false, v);
+            for (int p = 0; p < 16; p++)
+                _mm512_storeu_si512(dst + (kk / 2 + p) * 2 * TREX_GEMM_NR + rr * 2, v[p]);
+        }
+}
+
+/* Sources with neither stride 1 (only a degenerate caller makes them) take the reference path. */
+#define PACK_ENTRY(name, fn, is_f32, fallback)                                                      \
+    void name(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, int64_t kc,    \
+              int64_t kcp)                                                                          \
+    {                                                                                               \
+        if (rs != 1 && ks != 1) {                                                                   \
+            fallback(dst, src, rs, ks, rows, kc, kcp);                                              \
+            return;                                                                                 \
+        }                                                                                           \
+        const view x = {src, is_f32 ? 4 : 2, is_f32, rs, ks, rows, kc};                              \
+        fn(dst, &x, kcp);                                                                           \
+    }
+
+PACK_ENTRY(trex_pack_a_bf16_avx512, pack_a, false, trex_pack_a_bf16_ref)
+PACK_ENTRY(trex_pack_a_f32_avx512, pack_a, true, trex_pack_a_f32_ref)
+PACK_ENTRY(trex_pack_b_bf16_avx512, pack_b, false, trex_pack_b_bf16_ref)
+PACK_ENTRY(trex_pack_b_f32_avx512, pack_b, true, trex_pack_b_f32_ref)
+
+void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = mask16(n - i);
+        _mm256_mask_storeu_epi16(dst + i, m, f32_to_bf16(_mm512_maskz_loadu_ps(m, src + i)));
+    }
+}
+
+void trex_cvt_bf16_f32_avx512(float *dst, const uint16_t *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = mask16(n - i);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}

@@ -1,0 +1,721 @@
+/* tests/test_kernels.c — the kernel dispatch and the bf16 GEMM leaves (kernels/dispatch.c,
+ * kernels/ref/gemm_blocked.c, kernels/ref/bf16.c, kernels/x86/...).
+ *
+ * 1. Dispatch: the detected level follows from the features; tables for each cap never exceed it;
+ *    TREX_ISA caps the level and a bad value is an error, TREX_VERBOSE logs the choice (both in a child
+ *    process, since the table is chosen once per process).
+ * 2. fp32 <-> bf16 bulk conversion of every level against the scalar core conversion, bit for bit
+ *    (ties, subnormals, infinities, NaNs, random bit patterns).
+ * 3. Packing: every level's four packers against the reference packers, bit for bit, both source
+ *    layouts (k contiguous / rows contiguous), all row counts 1..32, awkward k counts.
+ * 4. Micro-kernels of every level against an fp64 sum over the packed panels.
+ * 5. The whole GEMM of every level available here, bf16 and fp32 inputs, all four transposes, alpha and
+ *    beta (beta 0 over NaN), padded leading dimensions (the padding must stay untouched), on awkward
+ *    shapes (1, primes, non-multiples of 32 and of the 256 blocks, K not a multiple of 2 or 32, K past
+ *    the 512 block, empty), against an fp64 product of the bf16-rounded inputs. The bound is fp32
+ *    accumulation: |err| <= 2 (K + 4) 2^-24 (|alpha| sum_k |a_k b_k| + |beta c|) + 1e-30.
+ * 6. Grouped GEMM: each problem against the fp64 product and bit-identical to a call of its own; a
+ *    problem large enough to be cut into chunks.
+ * 7. Determinism: bit-identical C with no pool and with 1, 2 and 3 threads, for every level.
+ * 8. A large written-once C (non-temporal stores) bit-identical to the same product stored normally.
+ * Calls alternate between a shared workspace (reused across sizes) and none (allocated per call).
+ * A level this machine cannot run is skipped with a line saying so. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm_panels.h"
+#include "kernels/kernels.h"
+#include "trex/pool.h"
+#include "trex/tensor.h"
+
+/* ---- helpers ------------------------------------------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *st)
+{
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1), never tiny (so no subnormal products). */
+static float rnd(uint64_t *st)
+{
+    double u = ((double)(rng_next(st) >> 11) + 0.5) / 9007199254740992.0;
+    double v = 2.0 * u - 1.0;
+    if (fabs(v) < 1e-3)
+        v = v < 0 ? -1e-3 : 1e-3;
+    return (float)v;
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The levels this machine can run, lowest first. */
+static int levels(const trex_kernel_table *out[TREX_ISA_COUNT])
+{
+    const trex_cpu_features *f = trex_cpu_features_get();
+    int n = 0;
+    for (int i = 0; i < TREX_ISA_COUNT; i++) {
+        if ((trex_isa)i > f->best) {
+            printf("skip: level %s is not available on this machine (best: %s)\n",
+                   trex_isa_name((trex_isa)i), trex_isa_name(f->best));
+            continue;
+        }
+        out[n++] = trex_kernels_table_for((trex_isa)i);
+    }
+    return n;
+}
+
+/* ---- 1. dispatch ----------------------------------------------------------------------------------- */
+
+/* Runs this program as a child with an environment prefix; returns its exit status, output in buf. */
+static int run_child(const char *env, const char *self, char *buf, size_t size)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env %s '%s' --child 2>&1", env, self);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(buf, 1, size - 1, p);
+    buf[n] = '\0';
+    int st = pclose(p);
+    return st;
+}
+
+static int child_main(void)
+{
+    trex_err err = {0};
+    trex_code rc = trex_kernels_init(&err);
+    if (rc != TREX_OK) {
+        printf("child: error: %s\n", err.msg);
+        return 3;
+    }
+    printf("child: level %s\n", trex_isa_name(trex_kernels_isa()));
+    return 0;
+}
+
+static void test_dispatch(const char *self)
+{
+    const trex_cpu_features *f = trex_cpu_features_get();
+    trex_err err = {0};
+    /* The suite may run under any TREX_ISA; only a bad value would fail here. */
+    CHECK(trex_kernels_init(&err) == TREX_OK, "trex_kernels_init: %s", err.msg);
+    printf("detected: best level %s, active %s; avx512_bf16=%d amx_tile=%d amx_bf16=%d xcr0=0x%llx "
+           "amx permission=%d\n",
+           trex_isa_name(f->best), trex_isa_name(trex_kernels_isa()), f->cpu_avx512bf16,
+           f->cpu_amx_tile, f->cpu_amx_bf16, (unsigned long long)f->xcr0, f->amx_perm);
+    if (f->best >= TREX_ISA_AVX2)
+        CHECK(f->cpu_avx2 && f->cpu_fma && f->os_avx, "avx2 level needs AVX2, FMA and OS AVX state");
+    if (f->best >= TREX_ISA_AVX512)
+        CHECK(f->cpu_avx512f && f->cpu_avx512bw && f->cpu_avx512vl && f->cpu_avx512bf16 && f->os_avx512,
+              "avx512 level needs AVX-512 F/BW/VL/BF16 and OS ZMM state");
+    if (f->best >= TREX_ISA_AMX)
+        CHECK(f->cpu_amx_tile && f->cpu_amx_bf16 && f->os_amx && f->amx_perm,
+              "amx level needs AMX-TILE/BF16, OS tile state and the permission");
+    CHECK(trex_kernels_isa() <= f->best, "active level above the best available");
+    for (int i = 0; i < TREX_ISA_COUNT; i++) {
+        const trex_kernel_table *t = trex_kernels_table_for((trex_isa)i);
+        CHECK(t && t->isa <= (trex_isa)i && t->isa <= f->best, "table for cap %d has level %d", i,
+              t ? (int)t->isa : -1);
+        CHECK(t->gemm_ukr && t->pack_a_bf16 && t->pack_a_f32 && t->pack_b_bf16 && t->pack_b_f32 &&
+                  t->cvt_f32_bf16 && t->cvt_bf16_f32,
+              "table %d has every GEMM entry", i);
+        CHECK(t->isa == (i < (int)f->best ? (trex_isa)i : f->best), "cap %d gives level %d", i,
+              (int)t->isa);
+    }
+    trex_isa parsed;
+    CHECK(trex_isa_parse("amx", &parsed) && parsed == TREX_ISA_AMX, "parse amx");
+    CHECK(!trex_isa_parse("AVX512", &parsed) && !trex_isa_parse("", &parsed), "bad names rejected");
+
+    /* TREX_ISA caps, TREX_VERBOSE logs, a bad TREX_ISA is an error: in child processes. */
+    char out[8192];
+    for (int i = 0; i < TREX_ISA_COUNT; i++) {
+        char env[128], want[64];
+        snprintf(env, sizeof env, "TREX_ISA=%s TREX_VERBOSE=1", trex_isa_name((trex_isa)i));
+        int st = run_child(env, self, out, sizeof out);
+        trex_isa expect = (trex_isa)i < f->best ? (trex_isa)i : f->best;
+        snprintf(want, sizeof want, "child: level %s\n", trex_isa_name(expect));
+        CHECK(st == 0 && strstr(out, want), "TREX_ISA=%s: status %d, output:\n%s",
+              trex_isa_name((trex_isa)i), st, out);
+        CHECK(strstr(out, "trex: kernels: level") && strstr(out, "gemm_bf16 micro-kernel"),
+              "TREX_VERBOSE=1 logs the choice; output:\n%s", out);
+    }
+    int st = run_child("TREX_ISA=sse9 TREX_VERBOSE=0", self, out, sizeof out);
+    CHECK(st != 0 && strstr(out, "TREX_ISA='sse9'") && strstr(out, "ref, avx2, avx512 or amx"),
+          "bad TREX_ISA is an error that names the fix; status %d, output:\n%s", st, out);
+    st = run_child("-u TREX_ISA TREX_VERBOSE=0", self, out, sizeof out);
+    CHECK(st == 0 && !strstr(out, "trex: kernels:"), "quiet without TREX_VERBOSE; output:\n%s", out);
+}
+
+/* ---- 2. conversion ---------------------------------------------------------------------------------- */
+
+static void test_convert(const trex_kernel_table *t)
+{
+    enum { N = 4099 };
+    float *src = xmalloc(N * sizeof *src), *back = xmalloc(N * sizeof *back);
+    uint16_t *dst = xmalloc(N * sizeof *dst), *h = xmalloc(N * sizeof *h);
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00800000u,
+                                0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f817fffu, 0x7f7fffffu,
+                                0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                                0x7f800001u, 0xff810000u, 0x7fffffffu, 0x00008000u, 0x00018000u};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    uint64_t st = 7;
+    for (int i = 0; i < N; i++)
+        src[i] = bits_f32(i < ns ? special[i] : (uint32_t)rng_next(&st));
+    t->cvt_f32_bf16(dst, src, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += dst[i] != trex_f32_to_bf16(src[i]);
+    CHECK(bad == 0, "%s: f32->bf16 differs from trex_f32_to_bf16 on %d of %d values", t->cvt_name,
+          bad, N);
+    for (int i = 0; i < N; i++)
+        h[i] = (uint16_t)rng_next(&st);
+    t->cvt_bf16_f32(back, h, N);
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += f32_bits(back[i]) != f32_bits(trex_bf16_to_f32(h[i]));
+    CHECK(bad == 0, "%s: bf16->f32 differs on %d values", t->cvt_name, bad);
+    /* Every length below 40 (tails of the vector loops), sentinel past the end. */
+    for (int n = 0; n < 40; n++) {
+        dst[n] = 0xdead;
+        t->cvt_f32_bf16(dst, src + 20, n);
+        CHECK(dst[n] == 0xdead, "%s: f32->bf16 of %d values wrote past the end", t->cvt_name, n);
+        for (int i = 0; i < n; i++)
+            CHECK(dst[i] == trex_f32_to_bf16(src[20 + i]), "%s: n=%d i=%d", t->cvt_name, n, i);
+    }
+    free(src);
+    free(back);
+    free(dst);
+    free(h);
+}
+
+/* ---- 3. packing ------------------------------------------------------------------------------------- */
+
+static void test_pack(const trex_kernel_table *t, const trex_kernel_table *ref)
+{
+    enum { LD = 1100, KMAX = 1056 };
+    uint64_t st = 11;
+    float *f = xmalloc((size_t)LD * KMAX * sizeof *f);
+    uint16_t *b = xmalloc((size_t)LD * KMAX * sizeof *b);
+    for (size_t i = 0; i < (size_t)LD * KMAX; i++) {
+        f[i] = rnd(&st) * 3.0f;
+        b[i] = trex_f32_to_bf16(f[i]);
+    }
+    uint16_t *got = xmalloc(32 * KMAX * sizeof *got), *want = xmalloc(32 * KMAX * sizeof *want);
+    const int64_t kcs[] = {1, 2, 3, 31, 32, 33, 64, 100, 511, 512, 1000};
+    int bad = 0, cases = 0;
+    for (int which = 0; which < 4; which++) {
+        trex_pack_fn fn = which == 0 ? t->pack_a_bf16 : which == 1 ? t->pack_a_f32
+                          : which == 2 ? t->pack_b_bf16 : t->pack_b_f32;
+        trex_pack_fn rf = which == 0 ? ref->pack_a_bf16 : which == 1 ? ref->pack_a_f32
+                          : which == 2 ? ref->pack_b_bf16 : ref->pack_b_f32;
+        const void *src = which % 2 ? (const void *)f : (const void *)b;
+        for (int trans = 0; trans < 2; trans++)
+            for (int64_t rows = 1; rows <= 32; rows++)
+                for (size_t ki = 0; ki < sizeof kcs / sizeof kcs[0]; ki++) {
+                    const int64_t kc = kcs[ki], kcp = (kc + 31) / 32 * 32;
+                    const int64_t rs = trans ? 1 : LD, ks = trans ? LD : 1;
+                    memset(got, 0xab, 32 * kcp * sizeof *got);
+                    fn(got, src, rs, ks, rows, kc, kcp);
+                    rf(want, src, rs, ks, rows, kc, kcp);
+                    cases++;
+                    if (memcmp(got, want, 32 * kcp * sizeof *got) != 0) {
+                        if (bad++ < 5)
+                            fprintf(stderr, "pack %s #%d trans=%d rows=%lld kc=%lld differs\n",
+                                    t->pack_name, which, trans, (long long)rows, (long long)kc);
+                    }
+                }
+    }
+    CHECK(bad == 0, "%s: %d of %d pack cases differ from the reference", t->pack_name, bad, cases);
+    free(f);
+    free(b);
+    free(got);
+    free(want);
+}
+
+/* ---- 4. micro-kernel -------------------------------------------------------------------------------- */
+
+/* Element (r, k) of an A-format panel (steps of [32 rows][32 k]). */
+static uint16_t panel_a(const uint16_t *ap, int64_t r, int64_t k)
+{
+    return ap[(k / 32) * 1024 + r * 32 + k % 32];
+}
+
+static void test_ukr(const trex_kernel_table *t)
+{
+    uint64_t st = 5;
+    const int64_t kcs[] = {32, 64, 96, 512, 544, 1056};
+    for (size_t ki = 0; ki < sizeof kcs / sizeof kcs[0]; ki++) {
+        const int64_t kc = kcs[ki];
+        uint16_t *ap = xmalloc(32 * kc * sizeof *ap), *bp = xmalloc(32 * kc * sizeof *bp);
+        for (int64_t i = 0; i < 32 * kc; i++) {
+            ap[i] = trex_f32_to_bf16(rnd(&st));
+            bp[i] = trex_f32_to_bf16(rnd(&st));
+        }
+        enum { LDC = 48 }; /* a multiple of 16: the streaming path is taken where the ISA has one */
+        float c[32 * LDC] __attribute__((aligned(64))), c0[32 * LDC];
+        for (int i = 0; i < 32 * LDC; i++)
+            c0[i] = rnd(&st);
+        for (int acc = 0; acc < 2; acc++) {
+            memcpy(c, c0, sizeof c);
+            if (t->gemm_begin)
+                t->gemm_begin();
+            t->gemm_ukr(kc, ap, bp, c, LDC, acc ? TREX_UKR_ACCUMULATE : TREX_UKR_STREAM);
+            if (t->gemm_end)
+                t->gemm_end();
+            double worst = 0;
+            int bad = 0;
+            for (int i = 0; i < 32; i++)
+                for (int j = 0; j < LDC; j++) {
+                    if (j >= 32) {
+                        bad += f32_bits(c[i * LDC + j]) != f32_bits(c0[i * LDC + j]);
+                        continue;
+                    }
+                    double s = acc ? c0[i * LDC + j] : 0.0, sa = fabs(s);
+                    for (int64_t k = 0; k < kc; k++) {
+                        double a = trex_bf16_to_f32(panel_a(ap, i, k));
+                        double b = trex_bf16_to_f32(bp[(k / 2) * 64 + j * 2 + k % 2]);
+                        s += a * b;
+                        sa += fabs(a * b);
+                    }
+                    double err = fabs(c[i * LDC + j] - s), tol = 2.0 * (kc + 4) * 0x1p-24 * sa;
+                    worst = fmax(worst, err / tol);
+                    bad += err > tol;
+                }
+            CHECK(bad == 0, "%s micro-kernel kc=%lld acc=%d: %d bad elements (worst err/tol %.3g)",
+                  t->gemm_name, (long long)kc, acc, bad, worst);
+        }
+        free(ap);
+        free(bp);
+    }
+}
+
+/* ---- 5. GEMM against fp64 ------------------------------------------------------------------------- */
+
+typedef struct mats {
+    int64_t M, N, K, lda, ldb, ldc;
+    bool ta, tb;
+    float *Af, *Bf;       /* fp32 sources */
+    uint16_t *Ab, *Bb;    /* their bf16 roundings */
+    float *C0;            /* C before the call */
+    double *S, *SA;       /* mats_gold */
+} mats;
+
+static mats mats_make(int64_t M, int64_t N, int64_t K, bool ta, bool tb, uint64_t seed)
+{
+    mats m = {.M = M, .N = N, .K = K, .ta = ta, .tb = tb};
+    m.lda = (ta ? M : K) + 3;
+    m.ldb = (tb ? K : N) + 5;
+    m.ldc = N + 2;
+    const int64_t na = (ta ? K : M) * m.lda, nb = (tb ? N : K) * m.ldb, nc = M * m.ldc;
+    m.Af = xmalloc((size_t)na * sizeof *m.Af);
+    m.Bf = xmalloc((size_t)nb * sizeof *m.Bf);
+    m.Ab = xmalloc((size_t)na * sizeof *m.Ab);
+    m.Bb = xmalloc((size_t)nb * sizeof *m.Bb);
+    m.C0 = xmalloc((size_t)nc * sizeof *m.C0);
+    uint64_t st = seed;
+    for (int64_t i = 0; i < na; i++) {
+        m.Af[i] = rnd(&st);
+        m.Ab[i] = trex_f32_to_bf16(m.Af[i]);
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        m.Bf[i] = rnd(&st);
+        m.Bb[i] = trex_f32_to_bf16(m.Bf[i]);
+    }
+    for (int64_t i = 0; i < nc; i++)
+        m.C0[i] = rnd(&st);
+    return m;
+}
+
+static void mats_free(mats *m)
+{
+    free(m->Af);
+    free(m->Bf);
+    free(m->Ab);
+    free(m->Bb);
+    free(m->C0);
+    free(m->S);
+    free(m->SA);
+}
+
+/* The exact products: S = sum_k a_k b_k and SA = sum_k |a_k b_k| in fp64, for the bound. */
+static void mats_gold(mats *m)
+{
+    if (m->S)
+        return;
+    m->S = xmalloc((size_t)(m->M * m->N) * sizeof *m->S);
+    m->SA = xmalloc((size_t)(m->M * m->N) * sizeof *m->SA);
+    for (int64_t i = 0; i < m->M; i++)
+        for (int64_t j = 0; j < m->N; j++) {
+            double s = 0, sa = 0;
+            for (int64_t k = 0; k < m->K; k++) {
+                uint16_t a = m->ta ? m->Ab[k * m->lda + i] : m->Ab[i * m->lda + k];
+                uint16_t b = m->tb ? m->Bb[j * m->ldb + k] : m->Bb[k * m->ldb + j];
+                double p = (double)trex_bf16_to_f32(a) * trex_bf16_to_f32(b);
+                s += p;
+                sa += fabs(p);
+            }
+            m->S[i * m->N + j] = s;
+            m->SA[i * m->N + j] = sa;
+        }
+}
+
+/* Counts elements of C (rows r0..r1) outside the fp32-accumulation bound, and changed padding. */
+static int64_t check_rows(mats *m, int64_t r0, int64_t r1, const float *C, float alpha, float beta,
+                          bool nan_c0, double *worst)
+{
+    mats_gold(m);
+    int64_t bad = 0;
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t j = 0; j < m->ldc; j++) {
+            const float got = C[i * m->ldc + j], c0 = m->C0[i * m->ldc + j];
+            if (j >= m->N) {
+                bad += f32_bits(got) != f32_bits(c0);
+                continue;
+            }
+            const double s = m->S[i * m->N + j], sa = m->SA[i * m->N + j];
+            const double old = beta == 0.0f || nan_c0 ? 0.0 : (double)beta * c0;
+            const double want = (double)alpha * s + old;
+            const double tol =
+                2.0 * (m->K + 4) * 0x1p-24 * (fabs((double)alpha) * sa + fabs(old)) + 1e-30;
+            const double err = fabs((double)got - want);
+            if (!(err <= tol))
+                bad++;
+            else
+                *worst = fmax(*worst, err / tol);
+        }
+    return bad;
+}
+
+static int64_t check_c(mats *m, const float *C, float alpha, float beta, bool nan_c0, double *worst)
+{
+    return check_rows(m, 0, m->M, C, alpha, beta, nan_c0, worst);
+}
+
+/* One workspace shared by every call of the test that does not pass its own (it grows and shrinks
+ * never; calls of every size reuse it), and NULL (per-call allocation) for every other call. */
+static trex_gemm_ws *shared_ws;
+static int ws_toggle;
+
+static void run_one(const trex_kernel_table *t, trex_pool *pool, const mats *m, bool f32, float alpha,
+                    float beta, bool nan_c0, float *C)
+{
+    memcpy(C, m->C0, (size_t)(m->M * m->ldc) * sizeof *C);
+    if (nan_c0)
+        for (int64_t i = 0; i < m->M; i++)
+            for (int64_t j = 0; j < m->N; j++)
+                C[i * m->ldc + j] = NAN;
+    const trex_gemm_problem p = {m->M, m->N, m->K, f32 ? (const void *)m->Af : (const void *)m->Ab,
+                                 m->lda, f32 ? (const void *)m->Bf : (const void *)m->Bb, m->ldb, C,
+                                 m->ldc};
+    trex_gemm_grouped_with(t, pool, (ws_toggle++ & 1) ? shared_ws : NULL, f32 ? TREX_F32 : TREX_BF16,
+                           m->ta, m->tb, alpha, beta, &p, 1);
+}
+
+static void test_gemm(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t shapes[][3] = {{1, 1, 1},     {1, 17, 3},    {2, 1, 2},      {5, 3, 0},
+                                 {0, 4, 3},     {4, 0, 3},     {31, 33, 65},   {37, 29, 41},
+                                 {32, 32, 32},  {64, 96, 64},  {100, 7, 513},  {13, 300, 33},
+                                 {257, 263, 97}, {300, 270, 1100}};
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}, {2, 0}, {-1, 0.25f}};
+    int64_t bad_total = 0, runs = 0;
+    double worst = 0;
+    uint64_t seed = 100;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tr = 0; tr < 4; tr++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            mats m = mats_make(M, N, K, tr & 1, tr & 2, seed++);
+            float *C = xmalloc((size_t)(M * m.ldc) * sizeof *C);
+            const bool big = M * N * K > 2000000;
+            for (int f32 = 0; f32 < 2; f32++)
+                for (size_t a = 0; a < sizeof ab / sizeof ab[0]; a++) {
+                    if (big && a >= 2 && f32)
+                        continue; /* the largest shape: the main modes only */
+                    const float alpha = ab[a][0], beta = ab[a][1];
+                    const bool nan_c0 = beta == 0.0f && a == 3;
+                    run_one(t, pool, &m, f32, alpha, beta, nan_c0, C);
+                    int64_t bad = check_c(&m, C, alpha, beta, nan_c0, &worst);
+                    runs++;
+                    if (bad && bad_total < 1000)
+                        fprintf(stderr,
+                                "%s: M=%lld N=%lld K=%lld ta=%d tb=%d %s alpha=%g beta=%g: %lld bad\n",
+                                t->gemm_name, (long long)M, (long long)N, (long long)K, tr & 1,
+                                (tr & 2) >> 1, f32 ? "f32" : "bf16", alpha, beta, (long long)bad);
+                    bad_total += bad;
+                }
+            free(C);
+            mats_free(&m);
+        }
+    CHECK(bad_total == 0, "%s/%s: %lld elements outside the bound over %lld runs", t->gemm_name,
+          t->pack_name, (long long)bad_total, (long long)runs);
+    printf("%s/%s: %lld GEMM runs, worst error %.3f of the bound\n", t->gemm_name, t->pack_name,
+           (long long)runs, worst);
+}
+
+/* ---- 6. grouped --------------------------------------------------------------------------------- */
+
+static void test_grouped(const trex_kernel_table *t, trex_pool *pool)
+{
+    /* Experts of different sizes (one empty), same N and K: forward-like y_e = x_e W_e^T. */
+    enum { G = 7 };
+    const int64_t Ms[G] = {45, 0, 1, 300, 33, 128, 7}, N = 70, K = 130;
+    mats m[G];
+    trex_gemm_problem p[G];
+    float *C[G];
+    for (int g = 0; g < G; g++) {
+        m[g] = mats_make(Ms[g], N, K, false, true, 900 + g);
+        C[g] = xmalloc((size_t)(Ms[g] * m[g].ldc + 1) * sizeof *C[g]);
+        memcpy(C[g], m[g].C0, (size_t)(Ms[g] * m[g].ldc) * sizeof *C[g]);
+        p[g] = (trex_gemm_problem){Ms[g], N, K, m[g].Ab, m[g].lda, m[g].Bb, m[g].ldb, C[g], m[g].ldc};
+    }
+    trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, 1.0f, p, G);
+    double worst = 0;
+    int64_t bad = 0, diff = 0;
+    for (int g = 0; g < G; g++) {
+        bad += check_c(&m[g], C[g], 1.0f, 1.0f, false, &worst);
+        float *one = xmalloc((size_t)(Ms[g] * m[g].ldc + 1) * sizeof *one);
+        run_one(t, pool, &m[g], false, 1.0f, 1.0f, false, one);
+        diff += memcmp(one, C[g], (size_t)(Ms[g] * m[g].ldc) * sizeof *one) != 0;
+        free(one);
+    }
+    CHECK(bad == 0, "%s grouped: %lld bad elements", t->gemm_name, (long long)bad);
+    CHECK(diff == 0, "%s grouped: %lld problems differ from their own call", t->gemm_name,
+          (long long)diff);
+    for (int g = 0; g < G; g++) {
+        free(C[g]);
+        mats_free(&m[g]);
+    }
+
+    /* Backward-like dW_e = dy_e^T x_e: K (tokens) differs per problem, fp32 inputs, alpha/beta. */
+    const int64_t Ks[4] = {3, 0, 257, 64};
+    mats w[4];
+    trex_gemm_problem q[4];
+    float *D[4];
+    for (int g = 0; g < 4; g++) {
+        w[g] = mats_make(40, 33, Ks[g], true, false, 950 + g);
+        D[g] = xmalloc((size_t)(40 * w[g].ldc) * sizeof *D[g]);
+        memcpy(D[g], w[g].C0, (size_t)(40 * w[g].ldc) * sizeof *D[g]);
+        q[g] = (trex_gemm_problem){40, 33, Ks[g], w[g].Af, w[g].lda, w[g].Bf, w[g].ldb, D[g], w[g].ldc};
+    }
+    trex_gemm_grouped_with(t, pool, NULL, TREX_F32, true, false, 0.5f, 1.0f, q, 4);
+    bad = 0;
+    for (int g = 0; g < 4; g++)
+        bad += check_c(&w[g], D[g], 0.5f, 1.0f, false, &worst);
+    CHECK(bad == 0, "%s grouped (ta, fp32, K per problem): %lld bad elements", t->gemm_name,
+          (long long)bad);
+    for (int g = 0; g < 4; g++) {
+        free(D[g]);
+        mats_free(&w[g]);
+    }
+}
+
+/* A problem cut into chunks along N (more than 12 MiB of packed B: chunks of 1536 columns at K = 4096),
+ * with blocks of 128 rows (long K): against fp64 on a sample of columns on both sides of the
+ * chunk boundary. */
+static void test_chunked(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t M = 300, N = 1600, K = 4096;
+    mats m = mats_make(M, N, K, false, true, 77);
+    float *C = xmalloc((size_t)(M * m.ldc) * sizeof *C);
+    run_one(t, pool, &m, false, 1.0f, 0.0f, false, C);
+    const int64_t cols[] = {0, 1, 31, 32, 255, 256, 700, 1023, 1534, 1535, 1536, 1537, 1567, 1568, 1599};
+    int64_t bad = 0;
+    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
+        for (int64_t i = 0; i < M; i++) {
+            const int64_t j = cols[c];
+            double s = 0, sa = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)trex_bf16_to_f32(m.Ab[i * m.lda + k]) *
+                           trex_bf16_to_f32(m.Bb[j * m.ldb + k]);
+                s += p;
+                sa += fabs(p);
+            }
+            bad += !(fabs(C[i * m.ldc + j] - s) <= 2.0 * (K + 4) * 0x1p-24 * sa);
+        }
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = N; j < m.ldc; j++)
+            bad += f32_bits(C[i * m.ldc + j]) != f32_bits(m.C0[i * m.ldc + j]);
+    CHECK(bad == 0, "%s chunked (N=%lld K=%lld): %lld bad elements", t->gemm_name, (long long)N,
+          (long long)K, (long long)bad);
+    free(C);
+    mats_free(&m);
+}
+
+/* A written-once C larger than 8 MiB (64-byte aligned rows) is stored with non-temporal stores: the
+ * bits must equal those of two calls of half the rows each (small enough to be stored normally). */
+static void test_stream(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t M = 1100, N = 2048, K = 40;
+    uint64_t st = 31;
+    uint16_t *A = xmalloc((size_t)(M * K) * sizeof *A), *B = xmalloc((size_t)(N * K) * sizeof *B);
+    for (int64_t i = 0; i < M * K; i++)
+        A[i] = trex_f32_to_bf16(rnd(&st));
+    for (int64_t i = 0; i < N * K; i++)
+        B[i] = trex_f32_to_bf16(rnd(&st));
+    float *C1 = aligned_alloc(64, (size_t)(M * N) * sizeof *C1);
+    float *C2 = aligned_alloc(64, (size_t)(M * N) * sizeof *C2);
+    if (!C1 || !C2) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    const trex_gemm_problem whole = {M, N, K, A, K, B, K, C1, N};
+    trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, 0.0f, &whole, 1);
+    const int64_t h = 544; /* 17 panels: both halves below 8 MiB of C */
+    const trex_gemm_problem halves[2] = {{h, N, K, A, K, B, K, C2, N},
+                                         {M - h, N, K, A + h * K, K, B, K, C2 + h * N, N}};
+    for (int i = 0; i < 2; i++)
+        trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, false, true, 1.0f, 0.0f, &halves[i], 1);
+    CHECK(memcmp(C1, C2, (size_t)(M * N) * sizeof *C1) == 0,
+          "%s: streamed C differs from normally stored C", t->gemm_name);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M; i += 37)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0, sa = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)trex_bf16_to_f32(A[i * K + k]) * trex_bf16_to_f32(B[j * K + k]);
+                s += p;
+                sa += fabs(p);
+            }
+            bad += !(fabs(C1[i * N + j] - s) <= 2.0 * (K + 4) * 0x1p-24 * sa);
+        }
+    CHECK(bad == 0, "%s streamed C: %lld bad elements", t->gemm_name, (long long)bad);
+    free(A);
+    free(B);
+    free(C1);
+    free(C2);
+}
+
+/* ---- 7. determinism over thread counts --------------------------------------------------------- */
+
+static void test_determinism(const trex_kernel_table *t)
+{
+    /* Several rows and columns of blocks; smaller for the (slow) plain-C micro-kernel. */
+    const bool fast = t->isa >= TREX_ISA_AVX512;
+    const int64_t M = fast ? 520 : 300, N = fast ? 600 : 290, K = fast ? 700 : 100;
+    trex_pool *pools[4] = {NULL, trex_pool_create(1), trex_pool_create(2), trex_pool_create(3)};
+    for (int i = 1; i < 4; i++)
+        CHECK(pools[i] != NULL, "pool of %d threads", i);
+    for (int mode = 0; mode < 3; mode++) {
+        const bool ta = mode == 2, tb = mode != 1;
+        const float alpha = mode == 1 ? 0.75f : 1.0f, beta = mode == 0 ? 0.0f : 1.0f;
+        mats m = mats_make(M, N, K, ta, tb, 300 + mode);
+        float *C[4];
+        for (int i = 0; i < 4; i++) {
+            C[i] = xmalloc((size_t)(M * m.ldc) * sizeof *C[i]);
+            run_one(t, pools[i], &m, mode == 1, alpha, beta, false, C[i]);
+        }
+        for (int i = 1; i < 4; i++)
+            CHECK(memcmp(C[0], C[i], (size_t)(M * m.ldc) * sizeof *C[0]) == 0,
+                  "%s mode %d: %d threads differ from no pool", t->gemm_name, mode, i);
+        /* Rows of blocks go to whichever thread asks first: the schedule changes between runs. */
+        for (int rep = 0; rep < 3; rep++) {
+            run_one(t, pools[2], &m, mode == 1, alpha, beta, false, C[1]);
+            CHECK(memcmp(C[0], C[1], (size_t)(M * m.ldc) * sizeof *C[0]) == 0,
+                  "%s mode %d: 2 threads, run %d differs", t->gemm_name, mode, rep);
+        }
+        for (int i = 0; i < 4; i++)
+            free(C[i]);
+        mats_free(&m);
+    }
+    for (int i = 1; i < 4; i++)
+        trex_pool_destroy(pools[i]);
+}
+
+/* The public entries use the active table. */
+static void test_public(trex_pool *pool)
+{
+    const trex_kernel_table *t = trex_kernels_table();
+    mats m = mats_make(45, 67, 89, false, true, 55);
+    float *C1 = xmalloc((size_t)(m.M * m.ldc) * sizeof *C1), *C2 = xmalloc((size_t)(m.M * m.ldc) * sizeof *C2);
+    run_one(t, pool, &m, false, 1.0f, 0.0f, false, C1);
+    memcpy(C2, m.C0, (size_t)(m.M * m.ldc) * sizeof *C2);
+    trex_gemm_bf16(pool, shared_ws, false, true, m.M, m.N, m.K, 1.0f, m.Ab, m.lda, m.Bb, m.ldb, 0.0f,
+                   C2, m.ldc);
+    CHECK(memcmp(C1, C2, (size_t)(m.M * m.ldc) * sizeof *C1) == 0, "trex_gemm_bf16 uses the table");
+    run_one(t, pool, &m, true, 1.0f, 1.0f, false, C1);
+    memcpy(C2, m.C0, (size_t)(m.M * m.ldc) * sizeof *C2);
+    trex_gemm_f32_bf16(pool, NULL, false, true, m.M, m.N, m.K, 1.0f, m.Af, m.lda, m.Bf, m.ldb, 1.0f,
+                       C2, m.ldc);
+    CHECK(memcmp(C1, C2, (size_t)(m.M * m.ldc) * sizeof *C1) == 0, "trex_gemm_f32_bf16 uses the table");
+    uint16_t h[5];
+    float back[5];
+    const float v[5] = {1.0f, -2.5f, 3.14159f, 1e-40f, INFINITY};
+    trex_cvt_f32_bf16(h, v, 5);
+    trex_cvt_bf16_f32(back, h, 5);
+    for (int i = 0; i < 5; i++)
+        CHECK(h[i] == trex_f32_to_bf16(v[i]) && f32_bits(back[i]) == f32_bits(trex_bf16_to_f32(h[i])),
+              "public conversion of %g", v[i]);
+    free(C1);
+    free(C2);
+    mats_free(&m);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--child"))
+        return child_main();
+    test_dispatch(argc > 0 ? argv[0] : "/proc/self/exe");
+    const trex_kernel_table *lv[TREX_ISA_COUNT];
+    const int n = levels(lv);
+    trex_pool *pool = trex_pool_create(2);
+    CHECK(pool != NULL, "pool of 2 threads");
+    shared_ws = trex_gemm_ws_create();
+    CHECK(shared_ws != NULL && trex_gemm_ws_bytes(shared_ws) == 0, "empty workspace");
+    for (int i = 0; i < n; i++) {
+        printf("level %s: gemm %s, pack %s, cvt %s\n", trex_isa_name(lv[i]->isa), lv[i]->gemm_name,
+               lv[i]->pack_name, lv[i]->cvt_name);
+        const trex_kernel_table *a = lv[i], *b = i > 0 ? lv[i - 1] : NULL;
+        if (b && a->gemm_ukr == b->gemm_ukr && a->pack_a_bf16 == b->pack_a_bf16 &&
+            a->pack_a_f32 == b->pack_a_f32 && a->pack_b_bf16 == b->pack_b_bf16 &&
+            a->pack_b_f32 == b->pack_b_f32 && a->cvt_f32_bf16 == b->cvt_f32_bf16 &&
+            a->cvt_bf16_f32 == b->cvt_bf16_f32) {
+            printf("skip: level %s has the same entries as level %s (no leaf of its own yet): "
+                   "tested above\n", trex_isa_name(a->isa), trex_isa_name(b->isa));
+            continue;
+        }
+        test_convert(lv[i]);
+        test_pack(lv[i], lv[0]);
+        test_ukr(lv[i]);
+        test_gemm(lv[i], pool);
+        test_grouped(lv[i], pool);
+        test_determinism(lv[i]);
+    }
+    test_chunked(lv[n - 1], pool);
+    for (int i = 0; i < n; i++)
+        if (lv[i]->isa >= TREX_ISA_AVX512)
+            test_stream(lv[i], pool);
+    test_public(pool);
+    CHECK(trex_gemm_ws_bytes(shared_ws) > 0, "the shared workspace was used");
+    trex_gemm_ws_destroy(shared_ws);
+    trex_gemm_ws_destroy(NULL);
+    trex_pool_destroy(pool);
+    return check_summary();
+}
