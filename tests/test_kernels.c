@@ -678,6 +678,167 @@ static void test_public(trex_pool *pool)
     mats_free(&m);
 }
 
+/* The fp32 GEMM (trex_gemm): every level's micro-kernel gives the reference's bits on random, special
+ * (inf, NaN, subnormal, -0; NaNs compare as NaN) and long-K panels, and the framework with the active one gives, on awkward
+ * shapes in all layouts, exactly the naive loop "s = 0; s += a*b for k increasing; alpha s + beta c". */
+static void test_gemm_f32(const trex_kernel_table *const *lv, int nlv, trex_pool *pool)
+{
+    const int64_t MRr = TREX_F32_MR, NRr = TREX_F32_NR, Ks[] = {0, 1, 2, 7, 33, 257};
+    uint64_t st = 99;
+    float *ap = xmalloc((size_t)(257 * MRr) * sizeof *ap), *bp = xmalloc((size_t)(257 * NRr) * sizeof *bp);
+    float *want = xmalloc((size_t)(MRr * NRr) * sizeof *want), *got = xmalloc((size_t)(MRr * NRr) * sizeof *got);
+    const float specials[] = {INFINITY, -INFINITY, NAN, 1e-41f, -0.0f, 3e38f};
+    for (int sp = 0; sp < 2; sp++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+            const int64_t K = Ks[ki];
+            for (int64_t i = 0; i < K * MRr; i++)
+                ap[i] = sp && i % 37 == 5 ? specials[i % 6] : rnd(&st);
+            for (int64_t i = 0; i < K * NRr; i++)
+                bp[i] = sp && i % 41 == 7 ? specials[i % 6] : rnd(&st) * (i % 5 == 0 ? 1e-3f : 1.0f);
+            trex_gemm_f32_ukr_ref(K, ap, bp, want);
+            for (int l = 0; l < nlv; l++) {
+                memset(got, 0xff, (size_t)(MRr * NRr) * sizeof *got);
+                lv[l]->gemm_f32_ukr(K, ap, bp, got);
+                int64_t bad = 0; /* bits equal, or both NaN (which NaN operand propagates is the ISA's) */
+                for (int64_t i = 0; i < MRr * NRr; i++)
+                    bad += f32_bits(want[i]) != f32_bits(got[i]) && !(isnan(want[i]) && isnan(got[i]));
+                CHECK(bad == 0, "fp32 micro-kernel %s, K=%lld, specials %d: %lld elements differ from the reference",
+                      lv[l]->gemm_f32_name, (long long)K, sp, (long long)bad);
+            }
+        }
+    free(ap);
+    free(bp);
+    free(want);
+    free(got);
+    const int64_t shapes[][3] = {{1, 1, 1}, {37, 71, 13}, {9, 33, 300}, {64, 200, 64}, {129, 97, 3}, {5, 1000, 40}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int lay = 0; lay < 4; lay++) {
+            const bool ta = lay & 1, tb = lay & 2;
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+            float *A = xmalloc((size_t)((ta ? K : M) * lda) * sizeof *A);
+            float *B = xmalloc((size_t)((tb ? N : K) * ldb) * sizeof *B);
+            float *C = xmalloc((size_t)(M * ldc) * sizeof *C), *R = xmalloc((size_t)(M * ldc) * sizeof *R);
+            for (int64_t i = 0; i < (ta ? K : M) * lda; i++)
+                A[i] = rnd(&st);
+            for (int64_t i = 0; i < (tb ? N : K) * ldb; i++)
+                B[i] = rnd(&st);
+            for (int64_t i = 0; i < M * ldc; i++)
+                C[i] = R[i] = rnd(&st);
+            const float alpha = lay == 3 ? 0.75f : 1.0f, beta = (si & 1) ? 1.0f : 0.0f;
+            trex_gemm(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    float sum = 0.0f;
+                    for (int64_t k = 0; k < K; k++) {
+                        const float p = (ta ? A[k * lda + i] : A[i * lda + k]) *
+                                        (tb ? B[j * ldb + k] : B[k * ldb + j]);
+                        sum += p;
+                    }
+                    R[i * ldc + j] = beta == 0.0f ? alpha * sum : alpha * sum + beta * R[i * ldc + j];
+                }
+            CHECK(!memcmp(C, R, (size_t)(M * ldc) * sizeof *C),
+                  "trex_gemm %lldx%lldx%lld ta=%d tb=%d: bits differ from the naive k-ordered loop",
+                  (long long)M, (long long)N, (long long)K, ta, tb);
+            free(A);
+            free(B);
+            free(C);
+            free(R);
+        }
+}
+
+/* The model's precision switch (trex_linear_*_ex, trex_gemm_ex): F32 is bit for bit the reference
+ * trex_linear_* / trex_gemm; BF16 is bit for bit trex_gemm_f32_bf16 in the three layouts of a linear
+ * layer (y = x W^T, dx (+)= dy W, dW += dy^T x), and within a bf16-input bound of fp32. */
+static void test_linear_ex(trex_pool *pool)
+{
+    const int64_t n = 37, in = 45, out = 29;
+    uint64_t st = 77;
+    float *x = xmalloc((size_t)(n * in) * sizeof *x), *W = xmalloc((size_t)(out * in) * sizeof *W);
+    float *dy = xmalloc((size_t)(n * out) * sizeof *dy);
+    float *y[3], *dx[3], *dW[3]; /* 0: reference fp32, 1: _ex, 2: the direct bf16 GEMM */
+    for (int64_t i = 0; i < n * in; i++)
+        x[i] = rnd(&st);
+    for (int64_t i = 0; i < out * in; i++)
+        W[i] = rnd(&st);
+    for (int64_t i = 0; i < n * out; i++)
+        dy[i] = rnd(&st);
+    for (int v = 0; v < 3; v++) {
+        y[v] = xmalloc((size_t)(n * out) * sizeof *y[v]);
+        dx[v] = xmalloc((size_t)(n * in) * sizeof *dx[v]);
+        dW[v] = xmalloc((size_t)(out * in) * sizeof *dW[v]);
+    }
+    const size_t by = (size_t)(n * out) * sizeof(float), bx = (size_t)(n * in) * sizeof(float),
+                 bw = (size_t)(out * in) * sizeof(float);
+    for (int acc = 0; acc < 2; acc++) {
+        /* fp32: the reference entries */
+        for (int v = 0; v < 2; v++) {
+            for (int64_t i = 0; i < n * in; i++)
+                dx[v][i] = 0.5f * x[i];
+            for (int64_t i = 0; i < out * in; i++)
+                dW[v][i] = 0.25f * W[i];
+        }
+        trex_linear_forward(pool, y[0], x, W, n, in, out);
+        trex_linear_backward(pool, dx[0], dW[0], dy, x, W, n, in, out, acc);
+        trex_linear_forward_ex(pool, shared_ws, TREX_F32, y[1], x, W, n, in, out);
+        trex_linear_backward_ex(pool, NULL, TREX_F32, dx[1], dW[1], dy, x, W, n, in, out, acc);
+        CHECK(!memcmp(y[0], y[1], by) && !memcmp(dx[0], dx[1], bx) && !memcmp(dW[0], dW[1], bw),
+              "linear_*_ex F32 (acc %d) is bit for bit trex_linear_*", acc);
+        /* bf16: the same as the bf16 GEMM called directly */
+        for (int v = 1; v < 3; v++) {
+            for (int64_t i = 0; i < n * in; i++)
+                dx[v][i] = 0.5f * x[i];
+            for (int64_t i = 0; i < out * in; i++)
+                dW[v][i] = 0.25f * W[i];
+        }
+        trex_linear_forward_ex(pool, shared_ws, TREX_BF16, y[1], x, W, n, in, out);
+        trex_linear_backward_ex(pool, shared_ws, TREX_BF16, dx[1], dW[1], dy, x, W, n, in, out, acc);
+        trex_gemm_f32_bf16(pool, NULL, false, true, n, out, in, 1.0f, x, in, W, in, 0.0f, y[2], out);
+        trex_gemm_f32_bf16(pool, NULL, false, false, n, in, out, 1.0f, dy, out, W, in, acc ? 1.0f : 0.0f,
+                           dx[2], in);
+        trex_gemm_f32_bf16(pool, NULL, true, false, out, in, n, 1.0f, dy, out, x, in, 1.0f, dW[2], in);
+        CHECK(!memcmp(y[1], y[2], by) && !memcmp(dx[1], dx[2], bx) && !memcmp(dW[1], dW[2], bw),
+              "linear_*_ex BF16 (acc %d) is bit for bit trex_gemm_f32_bf16", acc);
+        /* ... and within |err| <= 2^-7 sum |a b| of fp32 (rounding both inputs costs <= 2^-8 relative
+         * per product, fp32 sums far less at these K), but not equal to it */
+        int64_t bad = 0, differ = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t o = 0; o < out; o++) {
+                double sa = 0;
+                for (int64_t k = 0; k < in; k++)
+                    sa += fabs((double)x[r * in + k] * W[o * in + k]);
+                const double e = fabs((double)y[1][r * out + o] - y[0][r * out + o]);
+                bad += !(e <= 0x1p-7 * sa);
+                differ += y[1][r * out + o] != y[0][r * out + o];
+            }
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t k = 0; k < in; k++) {
+                double sa = acc ? fabs(0.5 * x[r * in + k]) * 0x1p-7 : 0.0;
+                for (int64_t o = 0; o < out; o++)
+                    sa += fabs((double)dy[r * out + o] * W[o * in + k]);
+                bad += !(fabs((double)dx[1][r * in + k] - dx[0][r * in + k]) <= 0x1p-7 * sa);
+            }
+        for (int64_t o = 0; o < out; o++)
+            for (int64_t k = 0; k < in; k++) {
+                double sa = fabs(0.25 * W[o * in + k]) * 0x1p-7;
+                for (int64_t r = 0; r < n; r++)
+                    sa += fabs((double)dy[r * out + o] * x[r * in + k]);
+                bad += !(fabs((double)dW[1][o * in + k] - dW[0][o * in + k]) <= 0x1p-7 * sa);
+            }
+        CHECK(bad == 0, "linear_*_ex BF16 (acc %d): %lld elements farther than 2^-7 sum|ab| from fp32",
+              acc, (long long)bad);
+        CHECK(differ > 0, "linear_*_ex BF16 (acc %d): equal to fp32: were the inputs rounded?", acc);
+    }
+    for (int v = 0; v < 3; v++) {
+        free(y[v]);
+        free(dx[v]);
+        free(dW[v]);
+    }
+    free(x);
+    free(W);
+    free(dy);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--child"))
@@ -713,6 +874,8 @@ int main(int argc, char **argv)
         if (lv[i]->isa >= TREX_ISA_AVX512)
             test_stream(lv[i], pool);
     test_public(pool);
+    test_linear_ex(pool);
+    test_gemm_f32(lv, n, pool);
     CHECK(trex_gemm_ws_bytes(shared_ws) > 0, "the shared workspace was used");
     trex_gemm_ws_destroy(shared_ws);
     trex_gemm_ws_destroy(NULL);

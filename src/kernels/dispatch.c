@@ -62,6 +62,8 @@ static const trex_kernel_table table_ref = {
     .pack_b_f32 = trex_pack_b_f32_ref,
     .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
     .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
+    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,
+    .gemm_f32_name = "ref",
 };
 
 /* No AVX2 leaf exists yet: the level is recognised (and capped to) but runs the reference entries. */
@@ -77,6 +79,8 @@ static const trex_kernel_table table_avx2 = {
     .pack_b_f32 = trex_pack_b_f32_ref,
     .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
     .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
+    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,
+    .gemm_f32_name = "ref",
 };
 
 #ifdef TREX_X86
@@ -93,6 +97,8 @@ static const trex_kernel_table table_avx512 = {
     .pack_b_f32 = trex_pack_b_f32_avx512,
     .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,
     .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,
+    .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,
+    .gemm_f32_name = "avx512-mul-add",
     .peak_f32_fma = trex_peak_f32_fma_avx512,
     .peak_bf16_dp = trex_peak_bf16_dp_avx512,
 };
@@ -111,6 +117,8 @@ static const trex_kernel_table table_amx = {
     .pack_b_f32 = trex_pack_b_f32_avx512,
     .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,
     .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,
+    .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,
+    .gemm_f32_name = "avx512-mul-add",
     .peak_f32_fma = trex_peak_f32_fma_avx512,
     .peak_bf16_dp = trex_peak_bf16_dp_avx512,
     .peak_bf16_amx = trex_peak_bf16_amx,
@@ -226,7 +234,8 @@ static void log_choice(const trex_kernel_table *t, const char *cap)
             t->isa == TREX_ISA_AVX2 ? " (no avx2 variant yet)" : "");
     fprintf(stderr, "trex: kernels: gemm_bf16 packing: %s\n", t->pack_name);
     fprintf(stderr, "trex: kernels: f32<->bf16 conversion: %s\n", t->cvt_name);
-    fprintf(stderr, "trex: kernels: fp32 trex_gemm/linear/rmsnorm: ref\n");
+    fprintf(stderr, "trex: kernels: fp32 trex_gemm/linear micro-kernel: %s; rmsnorm: ref\n",
+            t->gemm_f32_name);
 }
 
 static void init_state(void)

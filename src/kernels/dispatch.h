@@ -61,6 +61,13 @@ typedef void (*trex_pack_fn)(uint16_t *dst, const void *src, int64_t rs, int64_t
                              int64_t kc, int64_t kcp);
 typedef void (*trex_cvt_f32_bf16_fn)(uint16_t *dst, const float *src, int64_t n);
 typedef void (*trex_cvt_bf16_f32_fn)(float *dst, const uint16_t *src, int64_t n);
+/* The fp32 reference GEMM's micro-kernel (kernels/ref/gemm.c): acc[TREX_F32_MR][TREX_F32_NR] = sum over
+ * k = 0..K-1, in increasing order, of ap[k][i] * bp[k][j], each product rounded to fp32 and then added
+ * (no fused multiply-add), starting from +0. ap is [K][MR], bp [K][NR] (packed by the framework). Every
+ * level gives the same bits: only the width of the vectors differs. */
+#define TREX_F32_MR 8
+#define TREX_F32_NR 32
+typedef void (*trex_gemm_f32_ukr_fn)(int64_t K, const float *ap, const float *bp, float *acc);
 /* Register-only loops for `trex bench peak`: run iters iterations, return the FLOPs done. */
 typedef double (*trex_peak_fn)(int64_t iters);
 
@@ -79,6 +86,9 @@ typedef struct trex_kernel_table {
     trex_pack_fn pack_a_bf16, pack_a_f32, pack_b_bf16, pack_b_f32;
     trex_cvt_f32_bf16_fn cvt_f32_bf16;
     trex_cvt_bf16_f32_fn cvt_bf16_f32;
+    /* fp32 trex_gemm (and so trex_linear_*): micro-kernel and its name */
+    trex_gemm_f32_ukr_fn gemm_f32_ukr;
+    const char *gemm_f32_name;
     /* Peak loops; NULL when the level has none. */
     trex_peak_fn peak_f32_fma;   /* fp32 FMA, AVX-512 (16 lanes x 2 FLOP) */
     trex_peak_fn peak_bf16_dp;   /* VDPBF16PS (16 lanes x 4 FLOP) */

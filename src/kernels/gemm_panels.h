@@ -57,6 +57,7 @@ void trex_pack_b_f32_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks,
                          int64_t kc, int64_t kcp);
 void trex_cvt_f32_bf16_ref(uint16_t *dst, const float *src, int64_t n);
 void trex_cvt_bf16_f32_ref(float *dst, const uint16_t *src, int64_t n);
+void trex_gemm_f32_ukr_ref(int64_t K, const float *ap, const float *bp, float *acc); /* kernels/ref/gemm.c */
 
 /* ---- leaves: AVX-512 F/BW/VL + BF16 (kernels/x86/avx512/) ------------------------------------- */
 void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
@@ -72,6 +73,7 @@ void trex_pack_b_f32_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t 
 void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
 void trex_cvt_bf16_f32_avx512(float *dst, const uint16_t *src, int64_t n);
 void trex_gemm_end_avx512(void);
+void trex_gemm_f32_ukr_avx512(int64_t K, const float *ap, const float *bp, float *acc); /* gemm_f32.c */
 double trex_peak_f32_fma_avx512(int64_t iters);
 double trex_peak_bf16_dp_avx512(int64_t iters);
 

@@ -90,4 +90,20 @@ typedef struct trex_gemm_problem {
 void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
                        float alpha, float beta, const trex_gemm_problem *probs, int64_t count);
 
+/* ---- precision-aware entries of the model (kernels/ref/gemm_mixed.c) ------------------------------
+ * The model's linear layers call these with the precision of the run (docs/precision.md):
+ *   compute TREX_F32   exactly trex_gemm / trex_linear_* (the fp32 reference; ws unused, may be NULL);
+ *   compute TREX_BF16  trex_gemm_f32_bf16: both operands rounded to bf16 while packed (fp32 master
+ *                      weights and fp32 activations stay as they are), fp32 accumulation, fp32 C.
+ * Forward y = x W^T, input gradient dx = dy W and weight gradient dW += dy^T x all follow compute.
+ * Any other compute value is a bug (abort). ws: the caller's workspace (NULL allocates per call). */
+void trex_gemm_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compute, bool ta, bool tb, int64_t M,
+                  int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc);
+void trex_linear_forward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compute, float *y,
+                            const float *x, const float *W, int64_t n, int64_t in, int64_t out);
+void trex_linear_backward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compute, float *dx,
+                             float *dW, const float *dy, const float *x, const float *W, int64_t n,
+                             int64_t in, int64_t out, bool acc);
+
 #endif

@@ -2,22 +2,26 @@
  *
  * The GEMM is the portable baseline every optimized kernel is tested against. It follows the BLIS
  * structure in plain C: C is cut into column panels of NC columns, handed to threads; inside a panel
- * op(B) is packed once into [K][NR] micro-panels and op(A) into [K][MR] micro-panels, and a register
- * block of MR x NR accumulators (GCC/Clang vector extensions: portable, no ISA flags) sums over k.
- * Every element of C is summed by one thread over k in increasing order, so results do not depend on
- * the number of threads or on the panel sizes. */
+ * op(B) is packed once into [K][NR] micro-panels and op(A) into [K][MR] micro-panels, and the level's
+ * micro-kernel (dispatch table: the plain-C one below, or AVX-512) sums an MR x NR block over k.
+ * Every element of C is summed by one thread over k in increasing order, a rounded product then a
+ * rounded add, so results do not depend on the number of threads, the panel sizes or the level. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dispatch.h"
+#include "kernels/gemm_panels.h"
 #include "kernels/kernels.h"
 #include "trex/status.h"
 
-#define MR 4
-#define NR 8
-#define NC 64 /* columns of C per task; a multiple of NR */
+#define MR TREX_F32_MR
+#define NR TREX_F32_NR
+#define NC 256 /* columns of C per task; a multiple of NR */
+#define VR 4  /* the reference micro-kernel works in sub-blocks of VR rows x VN columns */
+#define VN 8
 
-typedef float vnr __attribute__((vector_size(NR * sizeof(float))));
+typedef float vnr __attribute__((vector_size(VN * sizeof(float))));
 
 typedef struct gemm_args {
     bool ta, tb;
@@ -60,23 +64,28 @@ static void pack_a(const gemm_args *g, int64_t i0, int64_t mr, float *ap)
     }
 }
 
-/* acc[MR] (one NR-vector per row) = sum over k of ap[k][i] * bp[k][:]. */
-static void micro_kernel(int64_t K, const float *ap, const float *bp, vnr acc[MR])
+/* The reference micro-kernel (dispatch.h, trex_gemm_f32_ukr_fn): the MR x NR block in sub-blocks of
+ * VR x VN, each summed over the whole of K (the order of each element is the same for any sub-block
+ * size; only register use differs). */
+void trex_gemm_f32_ukr_ref(int64_t K, const float *ap, const float *bp, float *acc)
 {
-    vnr c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-    for (int64_t k = 0; k < K; k++) {
-        vnr b;
-        memcpy(&b, bp + k * NR, sizeof b);
-        const float *a = ap + k * MR;
-        c0 += a[0] * b;
-        c1 += a[1] * b;
-        c2 += a[2] * b;
-        c3 += a[3] * b;
-    }
-    acc[0] = c0;
-    acc[1] = c1;
-    acc[2] = c2;
-    acc[3] = c3;
+    for (int64_t i0 = 0; i0 < MR; i0 += VR)
+        for (int64_t j0 = 0; j0 < NR; j0 += VN) {
+            vnr c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+            for (int64_t k = 0; k < K; k++) {
+                vnr b;
+                memcpy(&b, bp + k * NR + j0, sizeof b);
+                const float *a = ap + k * MR + i0;
+                c0 += a[0] * b;
+                c1 += a[1] * b;
+                c2 += a[2] * b;
+                c3 += a[3] * b;
+            }
+            memcpy(acc + (i0 + 0) * NR + j0, &c0, sizeof c0);
+            memcpy(acc + (i0 + 1) * NR + j0, &c1, sizeof c1);
+            memcpy(acc + (i0 + 2) * NR + j0, &c2, sizeof c2);
+            memcpy(acc + (i0 + 3) * NR + j0, &c3, sizeof c3);
+        }
 }
 
 static void gemm_panels(void *arg, int64_t p0, int64_t p1, int tid)
@@ -84,6 +93,7 @@ static void gemm_panels(void *arg, int64_t p0, int64_t p1, int tid)
     (void)tid;
     const gemm_args *g = arg;
     const int64_t K = g->K;
+    const trex_gemm_f32_ukr_fn ukr = trex_kernels_table()->gemm_f32_ukr;
     float *bp = malloc((size_t)(K > 0 ? K : 1) * NC * sizeof *bp);
     float *ap = malloc((size_t)(K > 0 ? K : 1) * MR * sizeof *ap);
     TREX_ASSERT(bp != NULL && ap != NULL);
@@ -95,14 +105,14 @@ static void gemm_panels(void *arg, int64_t p0, int64_t p1, int tid)
             const int64_t mr = g->M - i0 < MR ? g->M - i0 : MR;
             pack_a(g, i0, mr, ap);
             for (int64_t jp = 0; jp < nc; jp += NR) {
-                vnr acc[MR];
-                micro_kernel(K, ap, bp + jp * K, acc);
+                float acc[MR * NR];
+                ukr(K, ap, bp + jp * K, acc);
                 const int64_t w = nc - jp < NR ? nc - jp : NR;
                 for (int64_t i = 0; i < mr; i++) {
                     float *c = g->C + (i0 + i) * g->ldc + j0 + jp;
+                    const float *s = acc + i * NR;
                     for (int64_t j = 0; j < w; j++)
-                        c[j] = g->beta == 0.0f ? g->alpha * acc[i][j]
-                                               : g->alpha * acc[i][j] + g->beta * c[j];
+                        c[j] = g->beta == 0.0f ? g->alpha * s[j] : g->alpha * s[j] + g->beta * c[j];
                 }
             }
         }
