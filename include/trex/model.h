@@ -23,6 +23,7 @@
 #include "trex/params.h"
 #include "trex/pool.h"
 #include "trex/status.h"
+#include "trex/tensor.h"
 
 /* A batch of B rows of T tokens, row-major [B, T]. loss_mask marks target tokens (NULL: all 1);
  * doc_ids splits rows into documents, maximal runs of equal ids (NULL: one document per row). */
@@ -39,10 +40,13 @@ typedef struct trex_model_opts {
     double balance_weight; /* alpha of the sequence-wise balance loss */
     double indexer_weight; /* w_I of loss_indexer in loss */
     int64_t head_chunk_rows; /* rows of logits the head holds at once (0: about 64 MiB worth) */
+    /* Precision of the large matrix products: TREX_F32 (the reference, default) or TREX_BF16 (bf16
+     * inputs, fp32 accumulation; router, compressor, mHC and LM head stay fp32). docs/precision.md */
+    trex_dtype compute;
 } trex_model_opts;
 
 /* dense, mtp_weight 0.3, balance_weight 1e-4, indexer_weight 1.0 (docs/model-conventions.md),
- * automatic head chunks. */
+ * automatic head chunks, fp32 compute. */
 trex_model_opts trex_model_opts_default(void);
 
 /* The losses of one forward pass (token means over the batch; see docs/model-conventions.md). */
@@ -81,6 +85,11 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
 /* The rest of the backward pass of the last forward, which must have been given grads (once per
  * forward). The batch passed to the forward must still be alive. */
 void trex_model_backward(trex_model *m);
+
+/* Tokens routed to each of the n_routed_experts experts of block `block` (0..num_hidden_layers-1, then
+ * the MTP block) by the last forward pass, hash layers included: [n_routed_experts] int64, valid until
+ * the next forward. The trainer sums them over a step's micro-batches for the bias update. */
+const int64_t *trex_model_expert_load(const trex_model *m, int64_t block);
 
 /* Bytes of activations the last step held (the arena's high-water mark) and reserved. */
 size_t trex_model_arena_used(const trex_model *m);

@@ -880,6 +880,8 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     }
     trex_arena *ar = ctx->arena;
     trex_pool *pool = ctx->pool;
+    trex_gemm_ws *gws = ctx->ws;  /* the large products: precision of the run */
+    const trex_dtype gdt = ctx->compute;
     trex_attn_cache *C = trex_arena_alloc(ar, sizeof *C);
     if (!C)
         goto oom;
@@ -910,11 +912,11 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     FALLOC(C->qa, N * dc);
     FALLOC(C->qa_rstd, N);
     FALLOC(C->qr, N * dc);
-    trex_linear_forward(pool, C->qa, x, w->wq_a, N, d, dc);
+    trex_linear_forward_ex(pool, gws, gdt, C->qa, x, w->wq_a, N, d, dc);
     trex_rmsnorm_forward(pool, C->qr, C->qa_rstd, C->qa, w->q_norm, N, dc, dm->eps);
     FALLOC(C->q, N * hc);
     FALLOC(C->q_rstd, N * H);
-    trex_linear_forward(pool, C->q, C->qr, w->wq_b, N, dc, hc);
+    trex_linear_forward_ex(pool, gws, gdt, C->q, C->qr, w->wq_b, N, dc, hc);
     trex_rmsnorm_forward(pool, C->q, C->q_rstd, C->q, NULL, N * H, c, dm->eps);
     rope_apply(pool, C->q, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
 
@@ -922,7 +924,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     FALLOC(C->kva, N * c);
     FALLOC(C->kv_rstd, N);
     FALLOC(C->kv, N * c);
-    trex_linear_forward(pool, C->kva, x, w->wkv, N, d, c);
+    trex_linear_forward_ex(pool, gws, gdt, C->kva, x, w->wkv, N, d, c);
     trex_rmsnorm_forward(pool, C->kv, C->kv_rstd, C->kva, w->kv_norm, N, c, dm->eps);
     rope_apply(pool, C->kv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, false);
 
@@ -937,9 +939,9 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
         const int64_t nI = dm->nI, cI = dm->cI;
         FALLOC(C->iq, N * nI * cI);
         FALLOC(C->hw, N * nI);
-        trex_linear_forward(pool, C->iq, C->qr, w->idx_wq_b, N, dc, nI * cI);
+        trex_linear_forward_ex(pool, gws, gdt, C->iq, C->qr, w->idx_wq_b, N, dc, nI * cI);
         rope_apply(pool, C->iq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, false);
-        trex_linear_forward(pool, C->hw, x, w->idx_weights_proj, N, d, nI);
+        trex_linear_forward_ex(pool, gws, gdt, C->hw, x, w->idx_weights_proj, N, d, nI);
         for (int64_t i = 0; i < N * nI; i++)
             C->hw[i] *= dm->hscale;
         if (!compressor_forward(ctx, &C->icmp, dm, docs, 4, 2, cI, x, w->idx_cmp_wkv,
@@ -985,9 +987,9 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
     FALLOC(C->u, N * G * dg);
     for (int64_t gi = 0; gi < G; gi++)
-        trex_gemm(pool, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
-                  w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
-    trex_linear_forward(pool, y, C->u, w->wo_b, N, G * dg, d);
+        trex_gemm_ex(pool, gws, gdt, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
+                     w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
+    trex_linear_forward_ex(pool, gws, gdt, y, C->u, w->wo_b, N, G * dg, d);
 
     if (il && C->kl) {
         /* queries ascending: a fixed order whatever the thread count */
@@ -1022,6 +1024,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     TREX_ASSERT(dm->N == seq->B * seq->T && dm->m == trex_config_ratio(cfg, layer));
     TREX_ASSERT(il_scale == 0.0 || C->kl || !dm->csa); /* KL gradient: needs the forward's KL terms */
     trex_pool *pool = ctx->pool;
+    trex_gemm_ws *gws = ctx->ws;  /* the large products: precision of the run */
+    const trex_dtype gdt = ctx->compute;
     const int64_t N = dm->N, d = dm->d, H = dm->H, c = dm->c, hc = H * c, dc = dm->dc;
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
     const bool kl = C->kl && il_scale != 0.0;
@@ -1030,13 +1034,13 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
 
     /* output projections */
     float *du = XALLOC(N * G * dg);
-    trex_linear_backward(pool, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
+    trex_linear_backward_ex(pool, gws, gdt, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
     float *gO = XALLOC(N * hc);
     for (int64_t gi = 0; gi < G; gi++) {
-        trex_gemm(pool, false, false, N, gin, dg, 1.0f, du + gi * dg, G * dg,
-                  w->wo_a + gi * dg * gin, gin, 0.0f, gO + gi * gin, hc);
-        trex_gemm(pool, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg, C->o + gi * gin, hc,
-                  1.0f, g->wo_a + gi * dg * gin, gin);
+        trex_gemm_ex(pool, gws, gdt, false, false, N, gin, dg, 1.0f, du + gi * dg, G * dg,
+                     w->wo_a + gi * dg * gin, gin, 0.0f, gO + gi * gin, hc);
+        trex_gemm_ex(pool, gws, gdt, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg,
+                     C->o + gi * gin, hc, 1.0f, g->wo_a + gi * dg * gin, gin);
     }
     /* D = g.o is rotation-invariant: take it in the output frame, then rotate g back to the frame
      * of the attention output before its inverse RoPE (the backward of R^-1 is R). */
@@ -1121,15 +1125,15 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin};
     trex_pool_for(pool, N, (4096 / (hc > 0 ? hc : 1)) + 1, qnorm_rows, &qn);
     float *dqr = XALLOC(N * dc), *dqa = XALLOC(N * dc);
-    trex_linear_backward(pool, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
+    trex_linear_backward_ex(pool, gws, gdt, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
     trex_rmsnorm_backward(pool, dqa, g->q_norm, dqr, C->qa, w->q_norm, C->qa_rstd, N, dc, false);
-    trex_linear_backward(pool, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
+    trex_linear_backward_ex(pool, gws, gdt, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
 
     /* kv path */
     rope_apply(pool, dkv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, true);
     float *dkva = XALLOC(N * c);
     trex_rmsnorm_backward(pool, dkva, g->kv_norm, dkv, C->kva, w->kv_norm, C->kv_rstd, N, c, false);
-    trex_linear_backward(pool, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
+    trex_linear_backward_ex(pool, gws, gdt, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
 
     /* compressor */
     if (dC)
@@ -1141,12 +1145,12 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     if (kl) {
         const int64_t nI = dm->nI, cI = dm->cI;
         rope_apply(pool, diq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, true);
-        trex_linear_backward(pool, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc, nI * cI,
-                             false);
+        trex_linear_backward_ex(pool, gws, gdt, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc,
+                                nI * cI, false);
         for (int64_t i = 0; i < N * nI; i++)
             dhw[i] *= dm->hscale;
-        trex_linear_backward(pool, NULL, g->idx_weights_proj, dhw, x, w->idx_weights_proj, N, d,
-                             nI, false);
+        trex_linear_backward_ex(pool, gws, gdt, NULL, g->idx_weights_proj, dhw, x,
+                                w->idx_weights_proj, N, d, nI, false);
         if (dik)
             compressor_backward(ctx, &C->icmp, dm, docs, 4, 2, dik, NULL, x, w->idx_cmp_wkv,
                                 w->idx_cmp_wgate, w->idx_cmp_norm, g->idx_cmp_wkv,

@@ -15,6 +15,7 @@
 #include "trex/config.h"
 #include "trex/pool.h"
 #include "trex/status.h"
+#include "trex/tensor.h"
 
 /* Ranks and sizes of the process mesh; a single process has every size 1. */
 typedef struct trex_par {
@@ -25,10 +26,17 @@ typedef struct trex_par {
     int dp_rank, dp_size;
 } trex_par;
 
+typedef struct trex_gemm_ws trex_gemm_ws; /* kernels/kernels.h */
+
 typedef struct trex_ctx {
     trex_pool *pool;   /* may be NULL: serial */
     trex_par par;
     trex_arena *arena; /* activations saved for backward and scratch; reset once per step */
+    /* Precision of the large products (docs/precision.md): TREX_F32 (0, the reference) or TREX_BF16
+     * (bf16 inputs, fp32 accumulation) for the attention projections, indexer wq_b/weights_proj,
+     * experts, shared expert and MTP projections; router, compressor, mHC and head stay fp32. */
+    trex_dtype compute;
+    trex_gemm_ws *ws; /* the bf16 GEMMs' workspace (NULL: allocated per call) */
 } trex_ctx;
 
 /* The tokens of a batch and their documents. A document is a maximal run of equal doc ids inside one

@@ -238,6 +238,7 @@ struct trex_model {
     int64_t B, T, N, Nm;
     seq_buf seq, seqm;
     block_saved *bs; /* [nblocks] */
+    int64_t *load;   /* [nblocks, n_routed_experts] tokens routed to each expert (trex_model_expert_load) */
     float *X0, *XL;
     head_pass hp, hpm;
     float *chunk; /* [head chunk rows, V] logits of one chunk, shared by both heads and the backward */
@@ -247,7 +248,7 @@ struct trex_model {
 
 trex_model_opts trex_model_opts_default(void)
 {
-    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0};
+    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32};
     return o;
 }
 
@@ -274,13 +275,17 @@ trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *
     m->ctx.par = (trex_par){0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
     m->arena = trex_arena_create(mem, TREX_REGION_ACTS, (size_t)64 << 20);
     m->ctx.arena = m->arena;
+    m->ctx.compute = TREX_F32;
+    m->ctx.ws = trex_gemm_ws_create();
     const size_t ne = (size_t)(m->nblocks * 3 * cfg->n_routed_experts);
     m->blk_w = calloc((size_t)m->nblocks, sizeof *m->blk_w);
     m->blk_g = calloc((size_t)m->nblocks, sizeof *m->blk_g);
     m->eptr_w = calloc(ne ? ne : 1, sizeof *m->eptr_w);
     m->eptr_g = calloc(ne ? ne : 1, sizeof *m->eptr_g);
     m->bs = calloc((size_t)m->nblocks, sizeof *m->bs);
-    if (!m->arena || !m->blk_w || !m->blk_g || !m->eptr_w || !m->eptr_g || !m->bs)
+    m->load = calloc((size_t)(m->nblocks * cfg->n_routed_experts) + 1, sizeof *m->load);
+    if (!m->arena || !m->ctx.ws || !m->blk_w || !m->blk_g || !m->eptr_w || !m->eptr_g || !m->bs ||
+        !m->load)
         goto oom;
     m->w.blk = m->blk_w;
     m->g.blk = m->blk_g;
@@ -302,12 +307,20 @@ void trex_model_destroy(trex_model *m)
         return;
     if (m->arena)
         trex_arena_destroy(m->arena);
+    trex_gemm_ws_destroy(m->ctx.ws);
     free(m->blk_w);
     free(m->blk_g);
     free(m->eptr_w);
     free(m->eptr_g);
     free(m->bs);
+    free(m->load);
     free(m);
+}
+
+const int64_t *trex_model_expert_load(const trex_model *m, int64_t block)
+{
+    TREX_ASSERT(block >= 0 && block < m->nblocks);
+    return m->load + block * m->cfg->n_routed_experts;
 }
 
 size_t trex_model_arena_used(const trex_model *m)
@@ -505,7 +518,7 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
             TREX_TRY(trex_attn_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->attn, m->opts.sparse,
                                        bs ? &bs->s[0].ac : NULL, il, err));
         } else {
-            trex_moe_stats st = {0.0, NULL};
+            trex_moe_stats st = {0.0, m->load + l * cfg->n_routed_experts};
             TREX_TRY(trex_moe_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->moe,
                                       m->opts.balance_weight, bs ? &bs->s[1].mc : NULL, &st, err));
             if (!trex_config_is_hash(cfg, l))
@@ -638,6 +651,9 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     trex_code rc = trex_model_check_batch(cfg, b, "batch", err);
     if (rc != TREX_OK)
         return rc;
+    if (opts && opts->compute != TREX_F32 && opts->compute != TREX_BF16)
+        return trex_err_set(err, TREX_EINVAL, "model options: compute: %s — use F32 or BF16",
+                            trex_dtype_name(opts->compute));
     m->have_pass = false;
     m->grads = grads;
     if (grads) {
@@ -646,8 +662,10 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     }
     trex_arena_reset(m->arena);
     memset(m->bs, 0, (size_t)m->nblocks * sizeof *m->bs);
+    memset(m->load, 0, (size_t)(m->nblocks * cfg->n_routed_experts) * sizeof *m->load);
     memset(out, 0, sizeof *out);
     m->opts = opts ? *opts : trex_model_opts_default();
+    m->ctx.compute = m->opts.compute;
     m->tokens = b->tokens;
     const int64_t B = b->B, T = b->T, N = B * T, Nm = B * (T - 1);
     const int64_t d = cfg->hidden_size, n = cfg->hc_mult, nd = n * d, L = cfg->num_hidden_layers;
@@ -732,8 +750,9 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         const float eps = (float)cfg->rms_norm_eps;
         trex_rmsnorm_forward(m->ctx.pool, m->hh, m->hh_rstd, m->Xm, m->w.hnorm, Nm * n, d, eps);
         trex_rmsnorm_forward(m->ctx.pool, m->ee, m->ee_rstd, m->ein, m->w.enorm, Nm, d, eps);
-        trex_linear_forward(m->ctx.pool, m->Z0, m->hh, m->w.h_proj, Nm * n, d, d);
-        trex_linear_forward(m->ctx.pool, Pe, m->ee, m->w.e_proj, Nm, d, d);
+        trex_linear_forward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, m->Z0, m->hh, m->w.h_proj, Nm * n,
+                               d, d);
+        trex_linear_forward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, Pe, m->ee, m->w.e_proj, Nm, d, d);
         for (int64_t i = 0; i < Nm; i++)
             for (int64_t k = 0; k < n; k++) {
                 float *z = m->Z0 + (i * n + k) * d;
@@ -837,8 +856,10 @@ void trex_model_backward(trex_model *m)
                     pe[c] += z[c];
             }
         }
-        trex_linear_backward(m->ctx.pool, dee, m->g.e_proj, dPe, m->ee, m->w.e_proj, Nm, d, d, false);
-        trex_linear_backward(m->ctx.pool, dhh, m->g.h_proj, dZ0, m->hh, m->w.h_proj, Nm * n, d, d, false);
+        trex_linear_backward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, dee, m->g.e_proj, dPe, m->ee,
+                                m->w.e_proj, Nm, d, d, false);
+        trex_linear_backward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, dhh, m->g.h_proj, dZ0, m->hh,
+                                m->w.h_proj, Nm * n, d, d, false);
         /* hnorm: dXm may not alias dhh; use dA (dZ0 is consumed) */
         trex_rmsnorm_backward(m->ctx.pool, t.dA, m->g.hnorm, dhh, m->Xm, m->w.hnorm, m->hh_rstd, Nm * n, d,
                               false);

@@ -318,6 +318,8 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     const bool hash = trex_config_is_hash(cfg, layer);
     const float L = (float)cfg->swiglu_limit;
     trex_pool *pool = ctx->pool;
+    trex_gemm_ws *gws = ctx->ws;  /* experts and shared expert: precision of the run; gate: fp32 */
+    const trex_dtype gdt = ctx->compute;
     TREX_ASSERT(B >= 0 && T >= 0 && d > 0 && I > 0);
     if (cache)
         *cache = NULL;
@@ -425,11 +427,11 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     for (int64_t r0 = 0; r0 < N; r0 += C) {
         const int64_t n = N - r0 < C ? N - r0 : C;
         float *a = cache ? c->sa + r0 * I : c->a, *u = cache ? c->su + r0 * I : c->u;
-        trex_linear_forward(pool, a, x + r0 * d, w->sw1, n, d, I);
-        trex_linear_forward(pool, u, x + r0 * d, w->sw3, n, d, I);
+        trex_linear_forward_ex(pool, gws, gdt, a, x + r0 * d, w->sw1, n, d, I);
+        trex_linear_forward_ex(pool, gws, gdt, u, x + r0 * d, w->sw3, n, d, I);
         swiglu_args sg = {.a = a, .u = u, .h = hg, .I = I, .L = L};
         trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-        trex_linear_forward(pool, y + r0 * d, hg, w->sw2, n, I, d);
+        trex_linear_forward_ex(pool, gws, gdt, y + r0 * d, hg, w->sw2, n, I, d);
     }
 
     /* Routed experts in index order, each over its group in chunks; outputs added into y. */
@@ -441,11 +443,11 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
             float *a = cache ? c->a + p0 * I : c->a, *u = cache ? c->u + p0 * I : c->u;
             gather_args ga = {perm, K, d, x, NULL, xg, NULL};
             trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
-            trex_linear_forward(pool, a, xg, w->w1[e], n, d, I);
-            trex_linear_forward(pool, u, xg, w->w3[e], n, d, I);
+            trex_linear_forward_ex(pool, gws, gdt, a, xg, w->w1[e], n, d, I);
+            trex_linear_forward_ex(pool, gws, gdt, u, xg, w->w3[e], n, d, I);
             swiglu_args sg = {.a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I, .L = L};
             trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-            trex_linear_forward(pool, og, hg, w->w2[e], n, I, d);
+            trex_linear_forward_ex(pool, gws, gdt, og, hg, w->w2[e], n, I, d);
             gather_args sc = {perm, K, d, og, NULL, y, NULL};
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }
@@ -475,6 +477,8 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     TREX_ASSERT(g->gate && g->w1 && g->w2 && g->w3 && g->sw1 && g->sw2 && g->sw3);
     const float L = (float)cfg->swiglu_limit;
     trex_pool *pool = ctx->pool;
+    trex_gemm_ws *gws = ctx->ws;  /* experts and shared expert: precision of the run; gate: fp32 */
+    const trex_dtype gdt = ctx->compute;
     trex_arena *ar = ctx->arena;
     if (N == 0)
         return;
@@ -496,10 +500,10 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
         swiglu_args sg = {.a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg, .du = dug,
                           .I = I, .L = L};
         trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-        trex_linear_backward(pool, dhg, g->sw2, dyr, hg, w->sw2, n, I, d, false);
+        trex_linear_backward_ex(pool, gws, gdt, dhg, g->sw2, dyr, hg, w->sw2, n, I, d, false);
         trex_pool_for(pool, n, grain_for(I * 16), swiglu_bwd_rows, &sg);
-        trex_linear_backward(pool, dx + r0 * d, g->sw1, dhg, xr, w->sw1, n, d, I, false);
-        trex_linear_backward(pool, dx + r0 * d, g->sw3, dug, xr, w->sw3, n, d, I, true);
+        trex_linear_backward_ex(pool, gws, gdt, dx + r0 * d, g->sw1, dhg, xr, w->sw1, n, d, I, false);
+        trex_linear_backward_ex(pool, gws, gdt, dx + r0 * d, g->sw3, dug, xr, w->sw3, n, d, I, true);
     }
 
     /* Routed experts in index order: dx += scatter, dg per slot. */
@@ -512,10 +516,10 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
             swiglu_args sg = {.a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
                               .du = dug, .perm = perm, .gw = c->gw, .dg = dg, .I = I, .L = L};
             trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-            trex_linear_backward(pool, dhg, g->w2[e], dyg, hg, w->w2[e], n, I, d, false);
+            trex_linear_backward_ex(pool, gws, gdt, dhg, g->w2[e], dyg, hg, w->w2[e], n, I, d, false);
             trex_pool_for(pool, n, grain_for(I * 24), swiglu_bwd_rows, &sg);
-            trex_linear_backward(pool, dxg, g->w1[e], dhg, xg, w->w1[e], n, d, I, false);
-            trex_linear_backward(pool, dxg, g->w3[e], dug, xg, w->w3[e], n, d, I, true);
+            trex_linear_backward_ex(pool, gws, gdt, dxg, g->w1[e], dhg, xg, w->w1[e], n, d, I, false);
+            trex_linear_backward_ex(pool, gws, gdt, dxg, g->w3[e], dug, xg, w->w3[e], n, d, I, true);
             gather_args sc = {perm, K, d, dxg, NULL, dx, NULL};
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }

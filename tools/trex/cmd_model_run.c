@@ -158,7 +158,7 @@ static void print_mem(const trex_mem *mem, const trex_model *m)
 int trex_cmd_model_run(int argc, char **argv)
 {
     static const char *config = NULL, *weights = NULL, *batch = NULL, *outp = NULL;
-    static const char *mode = "dense";
+    static const char *mode = "dense", *precision = "fp32";
     static bool backward = false, no_logits = false;
     static double mtp_weight = 0.3, balance_weight = 1e-4, indexer_weight = 1.0;
     static int64_t threads = 0;
@@ -173,6 +173,7 @@ int trex_cmd_model_run(int argc, char **argv)
         {"balance-weight", TREX_OPT_F64, &balance_weight, "A", "alpha of the sequence-wise balance loss", false},
         {"indexer-weight", TREX_OPT_F64, &indexer_weight, "W", "weight of loss_indexer in loss", false},
         {"threads", TREX_OPT_I64, &threads, "N", "worker threads (0: TREX_THREADS, else all cores)", false},
+        {"precision", TREX_OPT_STR, &precision, "P", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; docs/precision.md)", false},
         {"no-logits", TREX_OPT_FLAG, &no_logits, NULL, "do not compute or write logits / mtp_logits (big models)", false},
         {0}};
     trex_cmd_info info = {
@@ -191,6 +192,12 @@ int trex_cmd_model_run(int argc, char **argv)
         mo.sparse = true;
     else
         return trex_cli_error("--indexer-mode: '%s' — use dense or sparse", mode);
+    if (!strcmp(precision, "fp32"))
+        mo.compute = TREX_F32;
+    else if (!strcmp(precision, "bf16"))
+        mo.compute = TREX_BF16;
+    else
+        return trex_cli_error("--precision: '%s' — use fp32 or bf16", precision);
     if (!(mtp_weight >= 0) || !(balance_weight >= 0) || !(indexer_weight >= 0))
         return trex_cli_error("--mtp-weight / --balance-weight / --indexer-weight must be >= 0");
     if (threads < 0 || threads > 4096)
@@ -229,8 +236,8 @@ int trex_cmd_model_run(int argc, char **argv)
     const int64_t B = bb.b.B, T = bb.b.T, V = cfg.vocab_size;
     const bool mtp = cfg.num_nextn_predict_layers > 0;
     printf("model run: config %s (%s), weights %s, batch %s [B=%" PRId64 ", T=%" PRId64 "], %s attention, "
-           "threads %d, mtp_weight %g, balance_weight %g, indexer_weight %g%s%s\n",
-           config, cfg.name, weights, batch, B, T, mo.sparse ? "sparse" : "dense", trex_pool_size(pool),
+           "threads %d, precision %s, mtp_weight %g, balance_weight %g, indexer_weight %g%s%s\n",
+           config, cfg.name, weights, batch, B, T, mo.sparse ? "sparse" : "dense", trex_pool_size(pool), precision,
            mo.mtp_weight, mo.balance_weight, mo.indexer_weight, backward ? ", backward" : "",
            no_logits ? ", no logits" : "");
     fflush(stdout);

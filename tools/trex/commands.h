@@ -6,7 +6,11 @@
 int trex_cmd_model(int argc, char **argv);  /* model info | init | run   (cmd_model.c) */
 int trex_cmd_model_run(int argc, char **argv); /* model run (cmd_model_run.c) */
 int trex_cmd_data(int argc, char **argv);   /* data or-gen | or-verify | ... (cmd_data.c) */
+int trex_cmd_train(int argc, char **argv);  /* train                     (cmd_train.c) */
+int trex_cmd_generate(int argc, char **argv); /* generate               (cmd_generate.c) */
+int trex_cmd_eval(int argc, char **argv);     /* eval or                   (cmd_eval.c) */
 int trex_cmd_plan(int argc, char **argv);   /* plan                      (cmd_plan.c) */
+int trex_cmd_bench(int argc, char **argv);  /* bench peak | kernels | ... (cmd_bench.c) */
 
 /* Prints `trex: error: <msg>` to stderr; returns 1 for `return trex_cli_error(...)`. */
 int trex_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

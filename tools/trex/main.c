@@ -13,8 +13,12 @@ typedef struct command {
 
 static const command commands[] = {
     {"model", trex_cmd_model, "inspect, initialise and run a DeepSeek-V4 model (info, init, run)"},
-    {"data", trex_cmd_data, "build training data (OR problems: or-gen, or-verify, or-stats, or-evalcheck)"},
+    {"data", trex_cmd_data, "build training data: tokenizer, token shards, solver-verified OR problems"},
+    {"train", trex_cmd_train, "train a DeepSeek-V4 model on token shards (CPT/SFT), with checkpoints and resume"},
+    {"generate", trex_cmd_generate, "answer a chat prompt with a training run's checkpoint"},
+    {"eval", trex_cmd_eval, "score a run's answers to OR problems with the solver (eval or)"},
     {"plan", trex_cmd_plan, "predict memory, step time and MFU of parallel layouts on a cluster"},
+    {"bench", trex_cmd_bench, "measure the machine and the kernels (peak, kernels)"},
 };
 
 int trex_cli_error(const char *fmt, ...)
