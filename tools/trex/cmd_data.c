@@ -10,12 +10,6 @@
 #include "opts.h"
 #include "trex/or.h"
 
-typedef struct data_sub {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} data_sub;
-
 static int parse(const trex_opt *opts, int argc, char **argv, trex_cmd_info *info)
 {
     int rc = trex_opts_parse(opts, argc, argv, info);
@@ -128,7 +122,7 @@ static int or_evalcheck(int argc, char **argv)
     return tbad ? 1 : 0;
 }
 
-static const data_sub subs[] = {
+static const trex_subcmd subs[] = {
     {"or-gen", or_gen, "generate solver-verified OR SFT samples and CPT documents"},
     {"or-verify", or_verify, "re-verify every sample of an or-gen output file"},
     {"or-stats", or_stats, "print an or-gen manifest as Markdown tables"},
@@ -140,28 +134,8 @@ static const data_sub subs[] = {
     {"shard-info", trex_cmd_data_shard_info, "check a shard folder and print its header or sequences"},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: trex data <subcommand> [options]\n\nsubcommands:\n");
-    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-        fprintf(out, "  %-16s %s\n", subs[i].name, subs[i].summary);
-    fprintf(out, "\n`trex data <subcommand> --help` explains each one.\n");
-}
 
 int trex_cmd_data(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(stdout);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-        if (!strcmp(argv[1], subs[i].name))
-            return subs[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "trex: error: unknown data subcommand '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return trex_subcmd_dispatch("trex data", "Training data: tokenizer, token shards, solver-verified OR problems.", subs, sizeof subs / sizeof subs[0], argc, argv);
 }

@@ -17,12 +17,6 @@
 #include "trex/config.h"
 #include "trex/params.h"
 
-typedef struct model_sub {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} model_sub;
-
 static int parse(const trex_opt *opts, int argc, char **argv, trex_cmd_info *info)
 {
     int rc = trex_opts_parse(opts, argc, argv, info);
@@ -280,34 +274,14 @@ static int model_init(int argc, char **argv)
     return 0;
 }
 
-static const model_sub subs[] = {
+static const trex_subcmd subs[] = {
     {"info", model_info, "parameter counts and memory needs of a config (allocates nothing)"},
     {"init", model_init, "write initialised weights as safetensors"},
     {"run", trex_cmd_model_run, "forward (and backward) of one batch; writes logits, losses, gradients"},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: trex model <subcommand> [options]\n\nDeepSeek-V4 models.\n\nsubcommands:\n");
-    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++)
-        fprintf(out, "  %-6s %s\n", subs[k].name, subs[k].summary);
-    fprintf(out, "\n`trex model <subcommand> --help` lists its options.\n");
-}
 
 int trex_cmd_model(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(stdout);
-        return 0;
-    }
-    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++)
-        if (!strcmp(argv[1], subs[k].name))
-            return subs[k].run(argc - 1, argv + 1);
-    fprintf(stderr, "trex: error: unknown subcommand 'model %s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return trex_subcmd_dispatch("trex model", "DeepSeek-V4 models.", subs, sizeof subs / sizeof subs[0], argc, argv);
 }

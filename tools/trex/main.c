@@ -4,14 +4,9 @@
 #include <string.h>
 
 #include "commands.h"
+#include "opts.h"
 
-typedef struct command {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} command;
-
-static const command commands[] = {
+static const trex_subcmd commands[] = {
     {"model", trex_cmd_model, "inspect, initialise and run a DeepSeek-V4 model (info, init, run)"},
     {"data", trex_cmd_data, "build training data: tokenizer, token shards, solver-verified OR problems"},
     {"train", trex_cmd_train, "train a DeepSeek-V4 model on token shards (CPT/SFT), with checkpoints and resume"},
@@ -32,29 +27,9 @@ int trex_cli_error(const char *fmt, ...)
     return 1;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: trex <command> [options]\n\n"
-                 "Full-parameter post-training of DeepSeek-V4-family MoE models.\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n`trex <command> --help` explains each one.\n");
-}
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(stdout);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "trex: error: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return trex_subcmd_dispatch("trex", "Full-parameter post-training of DeepSeek-V4-family MoE models.", commands,
+                                sizeof commands / sizeof commands[0], argc, argv);
 }

@@ -129,3 +129,44 @@ int trex_opts_parse(const trex_opt *opts, int argc, char **argv, trex_cmd_info *
             return fail(opts, info, "missing required option --%s", opts[k].name);
     return TREX_OPTS_OK;
 }
+
+static void subcmd_usage(FILE *out, const char *prog, const char *about, const trex_subcmd *subs,
+                         size_t n, const char *word)
+{
+    fprintf(out, "usage: %s <%s> [options]\n\n", prog, word);
+    if (about)
+        fprintf(out, "%s\n\n", about);
+    fprintf(out, "%ss:\n", word);
+    int width = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(subs[i].name) > width)
+            width = (int)strlen(subs[i].name);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-*s  %s\n", width, subs[i].name, subs[i].summary);
+    fprintf(out, "\n`%s <%s> --help` explains each one.\n", prog, word);
+}
+
+int trex_subcmd_dispatch(const char *prog, const char *about, const trex_subcmd *subs, size_t n,
+                         int argc, char **argv)
+{
+    /* "trex" takes commands; "trex model", "trex data", ... take subcommands. */
+    const char *word = strchr(prog, ' ') ? "subcommand" : "command";
+    if (argc < 2) {
+        subcmd_usage(stderr, prog, about, subs, n, word);
+        return TREX_OPTS_ERROR;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        subcmd_usage(stdout, prog, about, subs, n, word);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(argv[1], subs[i].name))
+            return subs[i].run(argc - 1, argv + 1);
+    const char *sp = strchr(prog, ' '); /* "trex model" -> "model frobnicate" */
+    if (sp)
+        fprintf(stderr, "trex: error: unknown %s '%s %s'\n\n", word, sp + 1, argv[1]);
+    else
+        fprintf(stderr, "trex: error: unknown %s '%s'\n\n", word, argv[1]);
+    subcmd_usage(stderr, prog, about, subs, n, word);
+    return TREX_OPTS_ERROR;
+}

@@ -48,4 +48,17 @@ enum { TREX_OPTS_OK = 0, TREX_OPTS_HELP = 1, TREX_OPTS_ERROR = 2 };
 int trex_opts_parse(const trex_opt *opts, int argc, char **argv, trex_cmd_info *info);
 void trex_opts_usage(const trex_opt *opts, const trex_cmd_info *info, FILE *out);
 
+/* A table of (sub)commands: `trex <name>` or `trex model <name>`, say. */
+typedef struct trex_subcmd {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand's name */
+    const char *summary;
+} trex_subcmd;
+
+/* Runs the entry named by argv[1] with argv shifted by one. With no argument, or -h/--help/help,
+ * prints `usage: <prog> <command> [options]`, `about` (may be NULL) and the table. An unknown name
+ * is an error that shows the table. Returns the entry's exit status, or 0/2 for help/usage. */
+int trex_subcmd_dispatch(const char *prog, const char *about, const trex_subcmd *subs, size_t n,
+                         int argc, char **argv);
+
 #endif
