@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "trex/optim.h"
+#include "trex/params.h"
 #include "trex/plan.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -385,6 +387,159 @@ static void test_validation(void)
     free(r);
 }
 
+/* The fp32 reference engine (src/plan/engine.c): parameters and gradients are the layout's buffers,
+ * optimizer state is trex_optimizer_state_bytes, the arena replay behaves (monotone in the batch,
+ * chunks of 64 MiB, the used bytes 64-byte granular), the cluster's "engine"/"fp32_ref" fields are
+ * validated, and trex_plan_evaluate on the local cluster takes the engine's path. The comparison with
+ * real runs is tests/test_plan_local.sh. */
+static void test_fp32_engine(void)
+{
+    trex_config cfg;
+    trex_err err = {0};
+    if (trex_config_load(&cfg, "configs/dsv4-tiny.json", &err) != TREX_OK) {
+        CHECK(false, "loading dsv4-tiny: %s", err.msg);
+        return;
+    }
+    trex_layout lay;
+    TREX_ASSERT(trex_layout_build(&lay, &cfg, &err) == TREX_OK);
+    trex_plan_fp32_run r;
+    trex_plan_fp32_run_defaults(&r);
+    r.B = 1, r.T = 128;
+    trex_plan_fp32_result a, b;
+    CHECK(trex_plan_fp32_evaluate(&cfg, NULL, &r, &a, &err) == TREX_OK, "evaluate: %s", err.msg);
+    CHECK(a.params == (double)lay.n_float * 4.0 + (double)lay.n_int * 4.0, "params = the layout's buffers");
+    CHECK(a.grads == (double)lay.n_float * 4.0, "grads = n_float floats");
+    CHECK(a.optim == (double)trex_optimizer_state_bytes(&lay, TREX_OPTIM_ADAMW), "AdamW state bytes");
+    r.optimizer = TREX_OPT_MUON;
+    CHECK(trex_plan_fp32_evaluate(&cfg, NULL, &r, &b, &err) == TREX_OK, "evaluate muon: %s", err.msg);
+    CHECK(b.optim == (double)trex_optimizer_state_bytes(&lay, TREX_OPTIM_MUON) && b.optim < a.optim,
+          "Muon state bytes (%.0f) below AdamW (%.0f)", b.optim, a.optim);
+    CHECK(fmod(a.acts_end, 64.0) == 0 && fmod(a.acts_peak, 64.0) == 0, "arena bytes are 64-byte blocks");
+    CHECK(a.acts_kept <= a.acts_end && a.acts_end <= a.acts_peak && a.acts_peak <= a.acts_reserved,
+          "kept %.0f <= end %.0f <= peak %.0f <= reserved %.0f", a.acts_kept, a.acts_end, a.acts_peak,
+          a.acts_reserved);
+    CHECK(fmod(a.acts_reserved, 64.0 * 1048576.0) == 0, "a small pass reserves whole 64 MiB chunks");
+    CHECK(a.head_chunk == 128.0 * 4096.0 * 4.0, "head chunk: all 128 rows of 4096 logits (%.0f)",
+          a.head_chunk);
+    r.optimizer = TREX_OPT_ADAMW;
+    r.T = 256;
+    CHECK(trex_plan_fp32_evaluate(&cfg, NULL, &r, &b, &err) == TREX_OK, "evaluate T=256");
+    CHECK(b.acts_kept > 1.8 * a.acts_kept - 4e6 && b.acts_kept < 2.2 * a.acts_kept,
+          "activations about linear in T: %.0f at 128, %.0f at 256", a.acts_kept, b.acts_kept);
+    r.backward = false;
+    r.T = 128;
+    CHECK(trex_plan_fp32_evaluate(&cfg, NULL, &r, &b, &err) == TREX_OK, "evaluate forward only");
+    CHECK(b.grads == 0 && b.acts_peak < a.acts_peak, "a forward pass keeps less and has no gradients");
+    r.backward = true;
+    r.T = 1;
+    CHECK(trex_plan_fp32_evaluate(&cfg, NULL, &r, &b, &err) == TREX_EINVAL, "T=1 refused");
+
+    /* cluster fields */
+    trex_cluster local;
+    if (load_cluster(&local, "local")) {
+        CHECK(local.engine == TREX_ENGINE_FP32_REF, "local.json runs the fp32 engine");
+        CHECK(local.fp32.threads >= 1 && local.fp32.gemm_gflops > 0 && local.fp32.baseline_mib > 0,
+              "local.json has measured fp32_ref rates");
+        /* with rates: times are positive and the GEMMs dominate dsv4-tiny */
+        r.T = 128;
+        CHECK(trex_plan_fp32_evaluate(&cfg, &local.fp32, &r, &b, &err) == TREX_OK, "with rates");
+        CHECK(b.fwd_s > 0 && b.bwd_s > 0 && b.t[0][TREX_FP32_GEMM] > 0.5 * b.fwd_s,
+              "times: forward %.3f s (GEMM %.3f s), backward %.3f s", b.fwd_s, b.t[0][TREX_FP32_GEMM],
+              b.bwd_s);
+        CHECK(b.rss_peak > b.params + b.grads_resident + b.acts_resident, "RSS includes the baseline");
+    }
+    const char *base = "{\"name\":\"x\",\"device\":\"d\",\"peak_bf16_tflops\":1,\"peak_fp8_tflops\":0,"
+                       "\"hbm_gib\":20,\"hbm_bw_gbs\":5,\"devices_per_node\":1,\"scaleup_domain\":1,"
+                       "\"scaleup_bw_gbs\":1,\"scaleup_latency_us\":1,\"scaleout_bw_gbs\":1,"
+                       "\"scaleout_latency_us\":1,\"host_mem_gib\":0,\"host_bw_gbs\":1,"
+                       "\"reserved_gib\":0.01%s}";
+    struct {
+        const char *extra, *expect;
+        trex_code code;
+    } cases[] = {
+        {",\"engine\":\"fp32-ref\"", "fp32_ref", TREX_ENOTFOUND},
+        {",\"engine\":\"cuda\"", "\"engine\"", TREX_EFORMAT},
+        {",\"fp32_ref\":{\"threads\":2}", "fp32_ref.serial_share", TREX_ENOTFOUND},
+        {",\"fp32_ref\":{\"threadz\":2}", "fp32_ref.threadz", TREX_EFORMAT},
+        {",\"engine\":\"generic\"", NULL, TREX_OK},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, base, cases[i].extra);
+        cJSON *j = cJSON_Parse(buf);
+        TREX_ASSERT(j);
+        trex_cluster cl;
+        trex_err e = {0};
+        trex_code rc = trex_plan_cluster_from_json(&cl, j, "t.json", &e);
+        CHECK(rc == cases[i].code, "case %zu: code %d, want %d (%s)", i, rc, cases[i].code, e.msg);
+        if (cases[i].expect)
+            CHECK(strstr(e.msg, cases[i].expect) != NULL, "case %zu: message names %s: %s", i,
+                  cases[i].expect, e.msg);
+        cJSON_Delete(j);
+    }
+
+    /* the planner on the local cluster: the engine's regions; one process only */
+    trex_plan_model *m = load_model("configs/dsv4-tiny.json", 128);
+    if (m && local.engine == TREX_ENGINE_FP32_REF) {
+        trex_plan_run run;
+        trex_plan_run_defaults(&run);
+        run.devices = 1, run.seq = 128, run.gbs = 4;
+        trex_plan_result res;
+        if (eval(m, &local, &run, "tp=1,pp=1,vpp=1,ep=1,cp=1,zero=0,recompute=none,mbs=2", &res)) {
+            CHECK(res.has_fp32 && res.m == 2, "fp32 path, 2 micro-batches");
+            CHECK(res.mem[TREX_MEM_WEIGHTS] == (double)lay.n_float * 4.0 + (double)lay.n_int * 4.0,
+                  "weights region = params");
+            CHECK(res.mem[TREX_MEM_OPTIMIZER] == (double)trex_optimizer_state_bytes(&lay, TREX_OPTIM_ADAMW),
+                  "optimizer region");
+            CHECK(fabs(res.step_s - (2.0 * (res.fp32.fwd_s + res.fp32.bwd_s) + res.t_optimizer)) < 1e-9,
+                  "step = 2 micro-batches + optimizer");
+            double bytes[TREX_MEM_COUNT];
+            trex_plan_layout l;
+            trex_plan_layout_unset(&l);
+            TREX_ASSERT(trex_plan_layout_parse(&l, "tp=1,pp=1,vpp=1,ep=1,cp=1,zero=0,recompute=none,"
+                                                   "swap_optimizer=0,mbs=2,schedule=1f1b,a2a_overlap=0",
+                                               &err) == TREX_OK);
+            l.dedup = 1;
+            CHECK(trex_plan_memory(m, &local, &run, &l, -1, bytes, &err) == TREX_OK, "memory: %s", err.msg);
+            for (int i = 0; i < TREX_MEM_COUNT; i++)
+                CHECK(bytes[i] == res.mem[i], "trex_plan_memory region %s agrees", trex_plan_mem_name(i));
+        }
+        trex_plan_result bad;
+        trex_plan_layout l;
+        trex_plan_layout_unset(&l);
+        TREX_ASSERT(trex_plan_layout_parse(&l, "tp=1,pp=1,vpp=1,ep=1,cp=1,zero=0,recompute=full,"
+                                               "swap_optimizer=0,mbs=2,schedule=1f1b,a2a_overlap=0",
+                                           &err) == TREX_OK);
+        l.dedup = 1;
+        CHECK(trex_plan_evaluate(m, &local, &run, &l, &bad, &err) == TREX_EINVAL &&
+                  strstr(err.msg, "recompute=none"),
+              "recompute=full refused: %s", err.msg);
+        run.devices = 2;
+        l.recompute = TREX_RECOMPUTE_NONE;
+        CHECK(trex_plan_evaluate(m, &local, &run, &l, &bad, &err) == TREX_EINVAL &&
+                  strstr(err.msg, "--devices 1"),
+              "two devices refused: %s", err.msg);
+    }
+    free(m);
+    trex_plan_model *q = load_model("configs/hf/qwen3-235b-a22b.json", 4096);
+    if (q && local.engine == TREX_ENGINE_FP32_REF) {
+        trex_plan_run run;
+        trex_plan_run_defaults(&run);
+        run.devices = 1, run.seq = 4096, run.gbs = 1;
+        trex_plan_layout l;
+        trex_plan_layout_unset(&l);
+        TREX_ASSERT(trex_plan_layout_parse(&l, "tp=1,pp=1,vpp=1,ep=1,cp=1,zero=0,recompute=none,"
+                                               "swap_optimizer=0,mbs=1,schedule=1f1b,a2a_overlap=0",
+                                           &err) == TREX_OK);
+        l.dedup = 1;
+        trex_plan_result bad;
+        CHECK(trex_plan_evaluate(q, &local, &run, &l, &bad, &err) == TREX_EUNSUPPORTED,
+              "a Hugging Face model on the fp32 engine is refused: %s", err.msg);
+    }
+    free(q);
+    trex_layout_free(&lay);
+}
+
 int main(void)
 {
     test_clusters();
@@ -392,5 +547,6 @@ int main(void)
     test_layout_rules();
     test_search();
     test_validation();
+    test_fp32_engine();
     return check_summary();
 }

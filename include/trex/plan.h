@@ -37,6 +37,47 @@ typedef struct trex_plan_eff {
     double layer_overhead_us; /* host/launch/synchronisation time per block per forward pass */
 } trex_plan_eff;
 
+/* Rates of the fp32 reference engine (src/kernels/ref, src/model) on one machine: the "fp32_ref"
+ * object of a cluster file, measured by bench/plan_local.sh (docs/planner.md, "The local fp32
+ * engine"). Per-thread figures unless stated. */
+typedef struct trex_plan_fp32_rates {
+    double threads;           /* pool threads of the runs the rates describe */
+    double serial_share;      /* one thread's wall-clock speed / its CPU-time speed (a shared machine
+                               * gives less than 1) */
+    double speedup;           /* wall-clock speed of `threads` threads / one thread's CPU-time speed */
+    /* the rest are CPU time of one thread */
+    double gemm_gflops;       /* ref GEMM 4x8 micro-tiles, K <= gemm_k_l1 */
+    double gemm_gflops_long;  /* K > gemm_k_l1: a micro-tile's [K][8] B slice leaves L1 */
+    double gemm_gflops_l3;    /* K x 64 floats > l2_kib: the packed B panel leaves L2 */
+    double gemm_gflops_mem;   /* K x 64 floats > l3_kib: it leaves the core's share of L3 too */
+    double gemm_mr, gemm_nr;  /* the reference GEMM's micro-tile (rows x columns of C) */
+    double gemm_nc;           /* its column panels (the unit of work of a thread) */
+    double gemm_k_l1;         /* K up to which a micro-tile's A and B slices stay in L1 */
+    double l2_kib;            /* per-core L2 (thresholds of the B panel and of A) */
+    double l3_kib;            /* one core's share of L3 (threshold of the B panel) */
+    double pack_a_ns;         /* packing one element of A (re-packed for every 64-column panel) */
+    double pack_a_t_ns;       /* the same when A is transposed (dy^T x: strided reads) */
+    double pack_a_mem_ns;     /* packing one element of A when A (M x K floats) exceeds l2_kib */
+    double pack_a_t_mem_ns;   /* the same, transposed */
+    double pack_b_ns;         /* packing one element of B (once per panel) */
+    double pack_b_t_ns;       /* the same when B is transposed (x W^T: strided reads) */
+    double store_ns;          /* per element of C: micro-tile set-up and the C update */
+    double call_us;           /* fixed cost per GEMM call */
+    double direct_gflops;     /* products with M*N*K < 32768 (unpacked loop, one thread) */
+    double attn_gflops;       /* attention core kernels (am_sattn_*, am_dot: dots and axpys) */
+    double exp_ns;            /* one exp/expf inside its loop (softmax, cross-entropy, SiLU) */
+    double mem_gbs;           /* streaming element-wise passes (norms, RoPE, mHC mixing, copies) */
+    double mhc_fwd_ns;        /* mHC per token and sub-layer, forward (Sinkhorn, gates) */
+    double mhc_bwd_ns;        /* the same, backward (Sinkhorn recomputed and differentiated) */
+    double touch_gbs;         /* first touch of fresh pages (page fault + zeroing) */
+    double adam_ns;           /* AdamW arithmetic per element (besides its memory traffic) */
+    double baseline_mib;      /* peak RSS of a trex process that allocates nothing (trex model info) */
+} trex_plan_fp32_rates;
+
+/* The runtime a cluster runs: frameworks on accelerators (BF16 weights, the generic cost model), or
+ * this repository's fp32 reference engine in one process (memory and time from src/plan/engine.c). */
+typedef enum trex_plan_engine { TREX_ENGINE_GENERIC = 0, TREX_ENGINE_FP32_REF = 1 } trex_plan_engine;
+
 typedef struct trex_cluster {
     char name[64];
     char device[96];          /* what one device is, e.g. "Ascend 910C die" */
@@ -55,6 +96,8 @@ typedef struct trex_cluster {
     double reserved_gib;      /* per device: runtime context, allocator slack, workspace */
     bool measured;            /* values measured on the machine rather than taken from specs */
     trex_plan_eff eff;
+    int engine;               /* trex_plan_engine: "engine" field ("generic" or "fp32-ref") */
+    trex_plan_fp32_rates fp32; /* "fp32_ref" object (required with engine fp32-ref) */
 } trex_cluster;
 
 /* Loads and validates a cluster file: every required field present with the right type, no unknown
@@ -115,6 +158,8 @@ typedef struct trex_plan_model {
     double p_total, p_active, p_mtp;          /* totals (main model; MTP separately) */
     double model_flops_per_token;             /* training (3 x forward) model FLOPs per token */
     int64_t ns_iters;         /* Newton–Schulz iterations of the model's Muon recipe */
+    bool has_cfg;             /* DeepSeek-V4: cfg holds the config (the fp32 engine replays it) */
+    trex_config cfg;
 } trex_plan_model;
 
 /* Builds the cost description from a config file: a DeepSeek-V4 config.json (parameters taken from
@@ -179,9 +224,71 @@ typedef struct trex_plan_run {
      * tensor, 2 activations) — the CPU runtime holds fp32 weights, so it passes 4 */
     double weight_bytes, grad_bytes, state_bytes, act_bytes;
     double imbalance;         /* most-loaded EP rank / mean (1: forced balance) */
+    bool dense_attention;     /* fp32 engine: CSA over every visible entry (trex train
+                               * --attention dense); default false: the indexer's top-k */
 } trex_plan_run;
 
 void trex_plan_run_defaults(trex_plan_run *r);
+
+/* ---- the local fp32 reference engine (src/plan/engine.c) ----
+ * A replay of what `trex model run` / `trex train` allocate and compute for one micro-batch of B rows
+ * of T tokens (one document per row), on the reference kernels, in one process. */
+typedef struct trex_plan_fp32_run {
+    int64_t B, T;
+    bool sparse;              /* CSA attends the indexer's top-k (trex train's default; model run:
+                               * --indexer-mode sparse); else every visible entry */
+    bool backward;            /* gradients wanted (else a forward only) */
+    bool logits;              /* the caller takes the whole logits (model run without --no-logits) */
+    int threads;              /* pool threads (per-thread scratch, GEMM panel split) */
+    int64_t head_chunk_rows;  /* 0: about 64 MiB of logits, as the engine chooses */
+    double balance_weight, indexer_weight;
+    bool warm;                /* steady state: the arena already grown and merged (a training
+                               * step after the first micro-batches); no first-touch cost */
+    bool grads_all_touched;   /* a training step zeroes every gradient; a single `model run` pass
+                               * touches only what the backward writes */
+    bool with_optimizer;      /* count the optimizer state (memory) and its step (time) */
+    bool load_file;           /* weights copied from a mapped safetensors file (model run) */
+    int optimizer;            /* trex_plan_optimizer */
+    /* called for every GEMM of the pass, in order (phase 0 forward, 1 backward); may be NULL */
+    void (*gemm_cb)(void *ctx, int phase, bool ta, bool tb, int64_t M, int64_t N, int64_t K);
+    void *cb_ctx;
+} trex_plan_fp32_run;
+
+/* Kinds of work in trex_plan_fp32_result.t */
+enum { TREX_FP32_GEMM, TREX_FP32_ATTN, TREX_FP32_EXP, TREX_FP32_MHC, TREX_FP32_ELEM, TREX_FP32_TOUCH,
+       TREX_FP32_KINDS };
+
+typedef struct trex_plan_fp32_result {
+    /* bytes */
+    double params;            /* TREX_REGION_PARAMS: n_float + n_int 4-byte elements */
+    double grads;             /* TREX_REGION_GRADS: n_float floats */
+    double optim;             /* TREX_REGION_OPTIM: trex_optimizer_state_bytes */
+    double file;              /* the safetensors file of the weights */
+    double acts_kept;         /* arena in use at the end of the forward (kept for the backward) */
+    double acts_peak;         /* highest arena use in the pass */
+    double acts_end;          /* arena in use after the backward ("activations used") */
+    double acts_reserved;     /* arena chunks ("acts" region peak, "reserved") */
+    double acts_resident;     /* arena pages touched (what RSS sees) */
+    double head_chunk;        /* of the arena: the head's logits chunk */
+    double grads_resident;    /* gradient pages touched */
+    double baseline;          /* process baseline (rates.baseline_mib) */
+    double load_peak;         /* RSS while the weights are copied from the mapped file (load_file) */
+    double rss_peak;          /* predicted peak RSS */
+    /* work, [0] forward, [1] backward */
+    double gemm_flops[2], gemm_calls[2], attn_flops[2], exps[2], elem_bytes[2], touched[2];
+    double t[2][TREX_FP32_KINDS]; /* seconds by kind (with rates) */
+    double fwd_s, bwd_s, opt_s;   /* wall seconds (with rates) */
+    double cpu_s[2];              /* CPU seconds of the forward and the backward, all threads */
+} trex_plan_fp32_result;
+
+/* B 1, T 4096, backward, 2 threads, dense, balance 1e-4, indexer 1, AdamW, all gradients touched. */
+void trex_plan_fp32_run_defaults(trex_plan_fp32_run *r);
+
+/* Memory (always) and times (when rates is not NULL) of one micro-batch of a DeepSeek-V4 config on
+ * the fp32 reference engine. */
+trex_code trex_plan_fp32_evaluate(const trex_config *cfg, const trex_plan_fp32_rates *rates,
+                                  const trex_plan_fp32_run *run, trex_plan_fp32_result *out,
+                                  trex_err *err);
 
 /* Memory regions of one device. */
 typedef enum trex_plan_mem {
@@ -230,6 +337,9 @@ typedef struct trex_plan_result {
     double stage_f[TREX_PLAN_MAX_STAGES], stage_b[TREX_PLAN_MAX_STAGES];
     double stage_comm[TREX_PLAN_MAX_STAGES];
     int64_t stage_layers[TREX_PLAN_MAX_STAGES];
+    /* cluster engine fp32-ref: the engine's replay of one micro-batch (steady-state training) */
+    bool has_fp32;
+    trex_plan_fp32_result fp32;
 } trex_plan_result;
 
 /* Evaluates one fully specified layout (every field >= 0 except first/last, which may be -1).

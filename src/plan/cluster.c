@@ -40,6 +40,23 @@ static const field eff_fields[] = {
     EF(overlap, 0, 1),         EF(a2a_hide, 0, 1),      EF(layer_overhead_us, 0, 1e6),
 };
 
+#define RF(n, lo, hi) {#n, offsetof(trex_plan_fp32_rates, n), 0, 1, lo, hi}
+
+/* "fp32_ref": every field required (bench/plan_local.sh writes them all) */
+static const field fp32_fields[] = {
+    RF(threads, 1, 4096),          RF(serial_share, 0.01, 1.5),   RF(speedup, 0.01, 4096),
+    RF(gemm_gflops, 1e-3, 1e6),    RF(gemm_gflops_long, 1e-3, 1e6), RF(gemm_gflops_l3, 1e-3, 1e6),
+    RF(gemm_gflops_mem, 1e-3, 1e6), RF(l3_kib, 1, 1e9),          RF(gemm_mr, 1, 1024),
+    RF(gemm_nr, 1, 1024),          RF(gemm_nc, 1, 1 << 20),
+    RF(gemm_k_l1, 1, 1e9),         RF(l2_kib, 1, 1e9),            RF(pack_a_ns, 0, 1e6),
+    RF(pack_a_t_ns, 0, 1e6),       RF(pack_a_mem_ns, 0, 1e6),     RF(pack_a_t_mem_ns, 0, 1e6),
+    RF(pack_b_ns, 0, 1e6),         RF(pack_b_t_ns, 0, 1e6),       RF(store_ns, 0, 1e6),
+    RF(call_us, 0, 1e6),           RF(direct_gflops, 1e-3, 1e6),  RF(attn_gflops, 1e-3, 1e6),
+    RF(exp_ns, 0, 1e6),            RF(mem_gbs, 1e-3, 1e6),        RF(mhc_fwd_ns, 0, 1e9),
+    RF(mhc_bwd_ns, 0, 1e9),        RF(touch_gbs, 1e-3, 1e6),      RF(adam_ns, 0, 1e6),
+    RF(baseline_mib, 0, 1e7),
+};
+
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Defaults for the efficiency block: generic values, see docs/planner.md "Calibration". */
@@ -117,7 +134,8 @@ trex_code trex_plan_cluster_from_json(trex_cluster *cl, const cJSON *json, const
     memset(cl, 0, sizeof *cl);
     if (!cJSON_IsObject(json))
         return trex_err_set(err, TREX_EFORMAT, "%s: a cluster file is one JSON object", label);
-    static const char *const text_fields[] = {"name", "device", "notes", "sources", "measured"};
+    static const char *const text_fields[] = {"name", "device", "notes", "sources", "measured",
+                                              "engine", "fp32_ref"};
     const cJSON *it;
     cJSON_ArrayForEach(it, json) {
         bool ok = known(cluster_fields, NFIELDS(cluster_fields), it->string) ||
@@ -130,7 +148,7 @@ trex_code trex_plan_cluster_from_json(trex_cluster *cl, const cJSON *json, const
                                 "peak_fp8_tflops, hbm_gib, hbm_bw_gbs, devices_per_node, "
                                 "scaleup_domain, scaleup_bw_gbs, scaleup_latency_us, scaleout_bw_gbs, "
                                 "scaleout_latency_us, host_mem_gib, host_bw_gbs, reserved_gib, "
-                                "efficiency, measured, notes, sources)",
+                                "efficiency, measured, notes, sources, engine, fp32_ref)",
                                 label, it->string);
     }
     TREX_TRY(copy_string(cl->name, sizeof cl->name, json, "name", label, err));
@@ -159,6 +177,31 @@ trex_code trex_plan_cluster_from_json(trex_cluster *cl, const cJSON *json, const
         }
         TREX_TRY(read_fields(&cl->eff, eff_fields, NFIELDS(eff_fields), eff, label, "efficiency.",
                              err));
+    }
+    const cJSON *eng = cJSON_GetObjectItemCaseSensitive(json, "engine");
+    cl->engine = TREX_ENGINE_GENERIC;
+    if (eng) {
+        if (cJSON_IsString(eng) && !strcmp(eng->valuestring, "fp32-ref"))
+            cl->engine = TREX_ENGINE_FP32_REF;
+        else if (!cJSON_IsString(eng) || strcmp(eng->valuestring, "generic"))
+            return trex_err_set(err, TREX_EFORMAT,
+                                "%s: field \"engine\" must be \"generic\" or \"fp32-ref\"", label);
+    }
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(json, "fp32_ref");
+    if (fr) {
+        if (!cJSON_IsObject(fr))
+            return trex_err_set(err, TREX_EFORMAT, "%s: field \"fp32_ref\" must be an object", label);
+        cJSON_ArrayForEach(it, fr) {
+            if (!known(fp32_fields, NFIELDS(fp32_fields), it->string) && strcmp(it->string, "notes"))
+                return trex_err_set(err, TREX_EFORMAT,
+                                    "%s: unknown field \"fp32_ref.%s\" (see docs/planner.md, \"The local "
+                                    "fp32 engine\")", label, it->string);
+        }
+        TREX_TRY(read_fields(&cl->fp32, fp32_fields, NFIELDS(fp32_fields), fr, label, "fp32_ref.", err));
+    } else if (cl->engine == TREX_ENGINE_FP32_REF) {
+        return trex_err_set(err, TREX_ENOTFOUND,
+                            "%s: engine \"fp32-ref\" needs the \"fp32_ref\" rates (bench/plan_local.sh "
+                            "measures them)", label);
     }
     if (cl->scaleup_domain < cl->devices_per_node)
         return trex_err_set(err, TREX_ERANGE,

@@ -515,10 +515,138 @@ static trex_code setup(ctx *c, const trex_plan_model *m, const trex_cluster *cl,
     return TREX_OK;
 }
 
+/* ---- cluster engine fp32-ref: the local reference engine in one process (src/plan/engine.c) ---- */
+
+static trex_code fp32_check(const trex_plan_model *m, const trex_cluster *cl, const trex_plan_run *run,
+                            const trex_plan_layout *l, trex_err *err)
+{
+    if (!m->has_cfg)
+        return trex_err_set(err, TREX_EUNSUPPORTED,
+                            "cluster %s runs trex's fp32 reference engine, which runs DeepSeek-V4 configs "
+                            "only (model %s is %s)", cl->name, m->name, m->family);
+    if (run->devices != 1)
+        return trex_err_set(err, TREX_EINVAL,
+                            "cluster %s runs trex's fp32 reference engine in one process: use --devices 1 "
+                            "(got %lld)", cl->name, (long long)run->devices);
+    if (run->fp8)
+        return trex_err_set(err, TREX_EUNSUPPORTED, "cluster %s: the fp32 reference engine has no FP8",
+                            cl->name);
+    TREX_TRY(check_layout(m, cl, run, l, err));
+    if (l->recompute != TREX_RECOMPUTE_NONE)
+        return trex_err_set(err, TREX_EINVAL,
+                            "layout: the fp32 reference engine keeps a fixed set of activations (it "
+                            "recomputes the cheap ones itself): use recompute=none");
+    if (l->swap_optimizer)
+        return trex_err_set(err, TREX_EINVAL,
+                            "layout: the fp32 reference engine keeps the optimizer state in memory: use "
+                            "swap_optimizer=0");
+    if (l->zero != 0)
+        return trex_err_set(err, TREX_EINVAL,
+                            "layout: zero=%lld shards over data parallelism; one process has none: use "
+                            "zero=0", (long long)l->zero);
+    return TREX_OK;
+}
+
+static void fp32_run_of(const trex_cluster *cl, const trex_plan_run *run, const trex_plan_layout *l,
+                        trex_plan_fp32_run *fr)
+{
+    trex_plan_fp32_run_defaults(fr);
+    fr->B = l->mbs;
+    fr->T = run->seq;
+    fr->sparse = !run->dense_attention;
+    fr->threads = (int)cl->fp32.threads;
+    fr->warm = true;               /* steady state */
+    fr->grads_all_touched = true;  /* trex train zeroes the gradients every step */
+    fr->with_optimizer = true;
+    fr->optimizer = run->optimizer;
+}
+
+static void fp32_memory(const trex_plan_fp32_result *f, double bytes[TREX_MEM_COUNT])
+{
+    memset(bytes, 0, sizeof(double) * TREX_MEM_COUNT);
+    bytes[TREX_MEM_WEIGHTS] = f->params;
+    bytes[TREX_MEM_GRADS] = f->grads_resident;
+    bytes[TREX_MEM_OPTIMIZER] = f->optim;
+    bytes[TREX_MEM_ACTIVATIONS] = f->acts_resident - f->head_chunk;
+    bytes[TREX_MEM_HEAD] = f->head_chunk;
+    bytes[TREX_MEM_RESERVED] = f->baseline;
+}
+
+static trex_code fp32_evaluate(const trex_plan_model *m, const trex_cluster *cl,
+                               const trex_plan_run *run, const trex_plan_layout *l,
+                               trex_plan_result *res, trex_err *err)
+{
+    TREX_TRY(fp32_check(m, cl, run, l, err));
+    trex_plan_fp32_run fr;
+    fp32_run_of(cl, run, l, &fr);
+    memset(res, 0, sizeof *res);
+    TREX_TRY(trex_plan_fp32_evaluate(&m->cfg, &cl->fp32, &fr, &res->fp32, err));
+    const trex_plan_fp32_result *f = &res->fp32;
+    res->has_fp32 = true;
+    res->lay = *l;
+    res->lay.dp = 1;
+    res->m = run->gbs / l->mbs;
+    res->edp = 1;
+    res->n_stages = 1;
+    double mb = (double)res->m;
+    /* Muon: Newton–Schulz on the reference GEMM (long-K rate) */
+    double t_opt = f->opt_s;
+    if (run->optimizer == TREX_OPT_MUON) {
+        int64_t iters = run->ns_iters > 0 ? run->ns_iters : m->ns_iters;
+        double ns = 0;
+        for (int64_t i = 0; i < m->n_blocks; i++)
+            ns += m->blocks[i].ns_flops_dense + m->blocks[i].ns_flops_expert;
+        double sp = cl->fp32.threads > 1 ? cl->fp32.speedup : 1.0;
+        t_opt += (double)iters * ns / (cl->fp32.gemm_gflops_long * 1e9 * sp);
+    }
+    res->t_compute = mb * (f->fwd_s + f->bwd_s);
+    res->t_optimizer = t_opt;
+    res->step_s = res->t_compute + t_opt;
+    res->stage_f[0] = f->fwd_s;
+    res->stage_b[0] = f->bwd_s;
+    res->stage_layers[0] = m->n_layers;
+    double tokens = (double)run->gbs * (double)run->seq;
+    double mf = tokens * m->model_flops_per_token;
+    if (run->optimizer == TREX_OPT_MUON) {
+        int64_t iters = run->ns_iters > 0 ? run->ns_iters : m->ns_iters;
+        for (int64_t i = 0; i < m->n_blocks; i++)
+            mf += (double)iters * (m->blocks[i].ns_flops_dense + m->blocks[i].ns_flops_expert);
+    }
+    res->model_flops_step = mf;
+    res->tokens_per_s = res->step_s > 0 ? tokens / res->step_s : 0;
+    res->tflops_per_device = res->step_s > 0 ? mf / res->step_s / 1e12 : 0;
+    res->mfu = res->tflops_per_device / cl->peak_bf16_tflops;
+    fp32_memory(f, res->mem);
+    res->mem_total = 0;
+    for (int i = 0; i < TREX_MEM_COUNT; i++)
+        res->mem_total += res->mem[i];
+    double limit = (run->mem_limit_gib > 0 ? run->mem_limit_gib : cl->hbm_gib) * GIB;
+    res->feasible = res->mem_total <= limit;
+    if (!res->feasible) {
+        int big = 0;
+        for (int i = 1; i < TREX_MEM_COUNT; i++)
+            if (res->mem[i] > res->mem[big])
+                big = i;
+        snprintf(res->why, sizeof res->why, "needs %.1f GiB > %.1f GiB (largest: %s %.1f GiB)",
+                 res->mem_total / GIB, limit / GIB, trex_plan_mem_name(big), res->mem[big] / GIB);
+    }
+    return TREX_OK;
+}
+
 trex_code trex_plan_memory(const trex_plan_model *m, const trex_cluster *cl,
                            const trex_plan_run *run, const trex_plan_layout *lay, int64_t stage,
                            double bytes[TREX_MEM_COUNT], trex_err *err)
 {
+    if (cl->engine == TREX_ENGINE_FP32_REF) {
+        TREX_TRY(fp32_check(m, cl, run, lay, err));
+        trex_plan_fp32_run fr;
+        fp32_run_of(cl, run, lay, &fr);
+        trex_plan_fp32_result f;
+        TREX_TRY(trex_plan_fp32_evaluate(&m->cfg, NULL, &fr, &f, err));
+        f.baseline = cl->fp32.baseline_mib * 1048576.0;
+        fp32_memory(&f, bytes);
+        return TREX_OK;
+    }
     ctx c;
     TREX_TRY(setup(&c, m, cl, run, lay, err));
     if (stage >= lay->pp)
@@ -548,6 +676,8 @@ trex_code trex_plan_evaluate(const trex_plan_model *m, const trex_cluster *cl,
                              const trex_plan_run *run, const trex_plan_layout *lay,
                              trex_plan_result *res, trex_err *err)
 {
+    if (cl->engine == TREX_ENGINE_FP32_REF)
+        return fp32_evaluate(m, cl, run, lay, res, err);
     ctx c;
     TREX_TRY(setup(&c, m, cl, run, lay, err));
     const trex_plan_layout *l = lay;

@@ -421,6 +421,8 @@ trex_code trex_plan_model_from_config(trex_plan_model *m, const trex_config *cfg
     snprintf(m->family, sizeof m->family, "deepseek_v4");
     TREX_TRY(build_v4(m, cfg, err));
     m->ns_iters = 10; /* hybrid Newton–Schulz, MODEL_SPEC §9 */
+    m->has_cfg = true;
+    m->cfg = *cfg;
     finish_model(m);
     return TREX_OK;
 }

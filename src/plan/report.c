@@ -8,6 +8,7 @@
 #include "trex/plan.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+#define MIB (1024.0 * 1024.0)
 
 static const char *rec_name(int64_t r)
 {
@@ -80,6 +81,22 @@ cJSON *trex_plan_result_json(const trex_plan_result *r, bool explain)
             cJSON_AddNumberToObject(mm, trex_plan_mem_name(i), r3(r->mem[i] / GIB));
         cJSON_AddNumberToObject(mm, "host_swapped_per_node", r3(r->mem_host_node / GIB));
         cJSON_AddNumberToObject(o, "worst_stage", (double)r->worst_stage);
+        if (r->has_fp32) {
+            const trex_plan_fp32_result *f = &r->fp32;
+            cJSON *e = cJSON_AddObjectToObject(o, "fp32_engine");
+            cJSON_AddNumberToObject(e, "forward_s", r3(f->fwd_s));
+            cJSON_AddNumberToObject(e, "backward_s", r3(f->bwd_s));
+            cJSON_AddNumberToObject(e, "optimizer_s", r3(r->t_optimizer));
+            cJSON_AddNumberToObject(e, "params_mib", f->params / MIB);
+            cJSON_AddNumberToObject(e, "grads_mib", f->grads / MIB);
+            cJSON_AddNumberToObject(e, "optim_mib", f->optim / MIB);
+            cJSON_AddNumberToObject(e, "acts_kept_mib", f->acts_kept / MIB);
+            cJSON_AddNumberToObject(e, "acts_peak_mib", f->acts_peak / MIB);
+            cJSON_AddNumberToObject(e, "acts_end_mib", f->acts_end / MIB);
+            cJSON_AddNumberToObject(e, "acts_reserved_mib", f->acts_reserved / MIB);
+            cJSON_AddNumberToObject(e, "acts_resident_mib", f->acts_resident / MIB);
+            cJSON_AddNumberToObject(e, "rss_peak_mib", f->rss_peak / MIB);
+        }
     }
     return o;
 }
@@ -100,6 +117,66 @@ void trex_plan_print_row(FILE *out, const trex_plan_result *r)
             100.0 * r->mfu, r->tflops_per_device, r->feasible ? "" : "  (does not fit)");
 }
 
+/* The fp32 engine's breakdown: the training step the result describes, then one pass as
+ * `trex model run --backward --no-logits` runs it (dense CSA, weights copied from a mapped file, no
+ * optimizer), printed like the runtime prints its memory so that the two can be compared line by line
+ * (tests/test_plan_local.sh). */
+static void print_fp32(FILE *out, const trex_plan_model *m, const trex_cluster *cl,
+                       const trex_plan_run *run, const trex_plan_result *r)
+{
+    const trex_plan_fp32_result *f = &r->fp32;
+    static const char *const kinds[TREX_FP32_KINDS] = {"GEMM", "attention core", "exp", "mHC",
+                                                       "element-wise", "first touch"};
+    fprintf(out, "\nfp32 reference engine (cluster %s), micro-batch %lld x %lld, %g threads, %s CSA:\n",
+            cl->name, (long long)r->lay.mbs, (long long)run->seq, cl->fp32.threads,
+            run->dense_attention ? "dense" : "top-k");
+    fprintf(out, "  steady-state micro-batch: forward %.3f s, backward %.3f s (CPU time %.3f s, %.3f s); "
+                 "optimizer step %.3f s (%s)\n", f->fwd_s, f->bwd_s, f->cpu_s[0], f->cpu_s[1], r->t_optimizer,
+            run->optimizer == TREX_OPT_MUON ? "Muon" : "AdamW");
+    for (int ph = 0; ph < 2; ph++) {
+        fprintf(out, "    %s:", ph ? "backward" : "forward ");
+        for (int k = 0; k < TREX_FP32_KINDS; k++)
+            fprintf(out, " %s %.3f s%s", kinds[k], f->t[ph][k], k + 1 < TREX_FP32_KINDS ? "," : "");
+        fprintf(out, "\n");
+    }
+    fprintf(out, "    work: GEMM %.4g + %.4g GFLOP, attention core %.4g + %.4g GFLOP, %.3g exp\n",
+            f->gemm_flops[0] / 1e9, f->gemm_flops[1] / 1e9, f->attn_flops[0] / 1e9,
+            f->attn_flops[1] / 1e9, f->exps[0] + f->exps[1]);
+    fprintf(out, "  regions (trex_mem): params %.1f MiB grads %.1f MiB optim %.1f MiB acts %.1f MiB\n",
+            f->params / MIB, f->grads / MIB, f->optim / MIB, f->acts_reserved / MIB);
+    fprintf(out, "  activation arena: kept by the forward %.1f MiB, highest use %.1f MiB, in use after the "
+                 "backward %.1f MiB, reserved %.1f MiB, pages touched %.1f MiB (head logits chunk %.1f MiB)\n",
+            f->acts_kept / MIB, f->acts_peak / MIB, f->acts_end / MIB, f->acts_reserved / MIB,
+            f->acts_resident / MIB, f->head_chunk / MIB);
+
+    trex_plan_fp32_run mr;
+    trex_plan_fp32_run_defaults(&mr);
+    mr.B = r->lay.mbs;
+    mr.T = run->seq;
+    mr.sparse = false;
+    mr.threads = (int)cl->fp32.threads;
+    mr.grads_all_touched = false;
+    mr.load_file = true;
+    trex_plan_fp32_result g;
+    trex_err err = {0};
+    if (trex_plan_fp32_evaluate(&m->cfg, &cl->fp32, &mr, &g, &err) != TREX_OK) {
+        fprintf(out, "  (model run view: %s)\n", err.msg);
+        return;
+    }
+    fprintf(out, "\nas `trex model run --backward --no-logits` (one pass, dense CSA, %g threads), predicted:\n",
+            cl->fp32.threads);
+    fprintf(out, "  time: forward %.3f s, backward %.3f s (%lld tokens); CPU time forward %.3f s, backward "
+                 "%.3f s\n", g.fwd_s, g.bwd_s, (long long)(mr.B * mr.T), g.cpu_s[0], g.cpu_s[1]);
+    fprintf(out, "  memory: peak RSS %.1f MiB; peak by region: params %.1f MiB grads %.1f MiB acts %.1f MiB; "
+                 "activations used %.1f MiB of %.1f MiB reserved\n",
+            g.rss_peak / MIB, g.params / MIB, g.grads / MIB, g.acts_reserved / MIB, g.acts_end / MIB,
+            g.acts_reserved / MIB);
+    fprintf(out, "  peak RSS = max(step: baseline %.1f + params %.1f + gradient pages %.1f + arena pages %.1f "
+                 "MiB; loading: baseline + params + the mapped file of %.1f MiB)\n",
+            g.baseline / MIB, g.params / MIB, g.grads_resident / MIB, g.acts_resident / MIB,
+            g.file / MIB);
+}
+
 void trex_plan_print_explain(FILE *out, const trex_plan_model *m, const trex_cluster *cl,
                              const trex_plan_run *run, const trex_plan_result *r)
 {
@@ -109,7 +186,7 @@ void trex_plan_print_explain(FILE *out, const trex_plan_model *m, const trex_clu
     fprintf(out, "model     %s (%s): %.2f B parameters (+%.2f B MTP), %.2f B active; %.3g model "
                  "FLOPs/token\n", m->name, m->family, m->p_total / 1e9, m->p_mtp / 1e9,
             m->p_active / 1e9, m->model_flops_per_token);
-    fprintf(out, "cluster   %s: %lld x %s, peak %.0f TFLOPS BF16 (MFU denominator), %.0f GiB\n",
+    fprintf(out, "cluster   %s: %lld x %s, peak %.4g TFLOPS BF16 (MFU denominator), %.0f GiB\n",
             cl->name, (long long)run->devices, cl->device, cl->peak_bf16_tflops, cl->hbm_gib);
     fprintf(out, "batch     seq %lld, gbs %lld, dp %lld, edp %lld, %lld micro-batches per pipeline\n",
             (long long)run->seq, (long long)run->gbs, (long long)r->lay.dp, (long long)r->edp,
@@ -144,6 +221,10 @@ void trex_plan_print_explain(FILE *out, const trex_plan_model *m, const trex_clu
         fprintf(out, "  %-38s %9.1f GiB\n", "host: swapped optimizer state / node", r->mem_host_node / GIB);
     if (!r->feasible)
         fprintf(out, "  %s\n", r->why);
+    if (r->has_fp32) {
+        print_fp32(out, m, cl, run, r);
+        return;
+    }
     fprintf(out, "\nper pipeline rank, one micro-batch (forward/backward include TP/CP communication):\n"
                  "  rank layers  forward s  backward s  exposed a2a s\n");
     for (int64_t s = 0; s < r->n_stages && s < TREX_PLAN_MAX_STAGES; s++)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# tests/test_plan_local.sh — the planner's memory for a local run against the run itself: for a few
+# batches of dsv4-tiny, `trex model run --backward --no-logits --threads T` prints its per-region
+# accounting (trex_mem) and peak RSS; `trex plan` on configs/clusters/local.json (engine fp32-ref,
+# T = its fp32_ref.threads) with --explain prints the same line predicted from the layout and the
+# replay of the engine's allocations (src/plan/engine.c). Parameters, gradients and the activation
+# arena's reserved bytes must agree to the printed 0.1 MiB, the arena's bytes in use within 1%, the
+# peak RSS within 5%. No timing is checked here (docs/perf.md "Planner vs this machine" records the
+# step-time comparison).
+# Env: TREX = the trex binary, PYTHON (only to write the small batch files). Prints `N passed, N failed`.
+set -u
+TREX=${TREX:-build/trex}
+PY=${PYTHON:-python3}
+CFG=configs/dsv4-tiny.json
+CLUSTER=configs/clusters/local.json
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# within A B TOL: |A/B - 1| <= TOL
+within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { e = a / b - 1; if (e < 0) e = -e; exit !(b > 0 && e <= t) }'; }
+# the six numbers of a memory line: rss params grads acts used reserved
+mem_fields() {
+  sed -n 's/.*memory: peak RSS \([0-9.]*\) MiB; peak by region: params \([0-9.]*\) MiB grads \([0-9.]*\) MiB acts \([0-9.]*\) MiB; activations used \([0-9.]*\) MiB of \([0-9.]*\) MiB reserved.*/\1 \2 \3 \4 \5 \6/p' "$1" | head -n 1
+}
+
+# the checker itself must reject what it should
+within 104.9 100.0 0.05 && ok || bad "within: 4.9% must pass"
+within 106.0 100.0 0.05 && bad "within: 6% must fail" || ok
+within 94.0 100.0 0.05 && bad "within: -6% must fail" || ok
+
+threads=$(sed -n 's/.*"threads": *\([0-9]*\).*/\1/p' "$CLUSTER" | head -n 1)
+if [ -z "$threads" ] || ! grep -q '"engine": *"fp32-ref"' "$CLUSTER"; then
+  bad "$CLUSTER: no engine fp32-ref / fp32_ref.threads (run bench/plan_local.sh --write)"
+  echo "$pass passed, $fail failed"; exit 1
+fi
+
+"$PY" - "$tmp" <<'EOF' || { echo "cannot write the batch files"; echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+import json, struct, sys
+def save(path, B, T, V=4096):
+    vals = [(i * 2654435761 + 12345) % V for i in range(B * T)]
+    b = struct.pack("<%di" % len(vals), *vals)
+    h = json.dumps({"tokens": {"dtype": "I32", "shape": [B, T], "data_offsets": [0, len(b)]}}).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b)
+for B, T in ((1, 128), (2, 100), (1, 192)):
+    save("%s/b%dx%d.st" % (sys.argv[1], B, T), B, T)
+EOF
+if ! "$TREX" model init --config "$CFG" --seed 5 --out "$tmp/w.st" >/dev/null 2>"$tmp/init.err"; then
+  cat "$tmp/init.err"; echo "$pass passed, $((fail + 1)) failed"; exit 1
+fi
+
+for bt in 1x128 2x100 1x192; do
+  B=${bt%x*}
+  T=${bt#*x}
+  if ! "$TREX" model run --config "$CFG" --weights "$tmp/w.st" --batch "$tmp/b$bt.st" --out "$tmp/o.st" \
+       --backward --no-logits --threads "$threads" >"$tmp/run$bt" 2>&1; then
+    bad "model run $bt: $(tail -n 3 "$tmp/run$bt")"; continue
+  fi
+  if ! "$TREX" plan --model "$CFG" --cluster "$CLUSTER" --devices 1 --seq "$T" --gbs "$B" --optimizer adamw \
+       --layout "tp=1,pp=1,ep=1,cp=1,zero=0,recompute=none,mbs=$B" --explain >"$tmp/plan$bt" 2>&1; then
+    bad "plan $bt: $(tail -n 3 "$tmp/plan$bt")"; continue
+  fi
+  ok
+  run=$(mem_fields "$tmp/run$bt")
+  pred=$(grep -A3 'as `trex model run' "$tmp/plan$bt" | mem_fields /dev/stdin)
+  if [ -z "$run" ] || [ -z "$pred" ]; then
+    bad "$bt: memory line missing (run: '$run', plan: '$pred')"; sed 's/^/    /' "$tmp/run$bt" "$tmp/plan$bt" | tail -20; continue
+  fi
+  read -r r_rss r_par r_grd r_act r_used r_res <<<"$run"
+  read -r p_rss p_par p_grd p_act p_used p_res <<<"$pred"
+  echo "  $bt: run    peak RSS $r_rss MiB, params $r_par, grads $r_grd, acts $r_act (used $r_used of $r_res)"
+  echo "  $bt: plan   peak RSS $p_rss MiB, params $p_par, grads $p_grd, acts $p_act (used $p_used of $p_res)"
+  [ "$r_par" = "$p_par" ] && ok || bad "$bt params: run $r_par MiB, planner $p_par MiB"
+  [ "$r_grd" = "$p_grd" ] && ok || bad "$bt grads: run $r_grd MiB, planner $p_grd MiB"
+  [ "$r_act" = "$p_act" ] && ok || bad "$bt acts region (arena reserved): run $r_act MiB, planner $p_act MiB"
+  [ "$r_res" = "$p_res" ] && ok || bad "$bt arena reserved: run $r_res MiB, planner $p_res MiB"
+  # the replay is exact today; 1% (the issue asks 5%) still lets a small buffer added to the engine pass
+  within "$p_used" "$r_used" 0.01 && ok || bad "$bt activations in use: run $r_used MiB, planner $p_used MiB (> 1%)"
+  within "$p_rss" "$r_rss" 0.05 && ok || bad "$bt peak RSS: run $r_rss MiB, planner $p_rss MiB (> 5%)"
+done
+
+# the command line on the local cluster: one process only, DeepSeek-V4 only, --json --explain
+"$TREX" plan --model "$CFG" --cluster "$CLUSTER" --devices 2 --seq 128 --gbs 2 >/dev/null 2>"$tmp/err2"; rc=$?
+[ $rc -eq 1 ] && grep -q -- '--devices 1' "$tmp/err2" && ok || bad "--devices 2 on $CLUSTER: exit $rc, $(cat "$tmp/err2")"
+"$TREX" plan --model configs/hf/qwen3-235b-a22b.json --cluster "$CLUSTER" --devices 1 --seq 128 --gbs 1 \
+  >/dev/null 2>"$tmp/errq"; rc=$?
+[ $rc -eq 1 ] && grep -q 'DeepSeek-V4 configs only' "$tmp/errq" && ok || bad "a Qwen config on $CLUSTER: exit $rc, $(cat "$tmp/errq")"
+"$TREX" plan --model "$CFG" --cluster "$CLUSTER" --devices 1 --seq 128 --gbs 1 --json --explain \
+  --layout "tp=1,pp=1,ep=1,cp=1,zero=0,recompute=none,mbs=1" >"$tmp/j" 2>&1 && grep -q '"fp32_engine"' "$tmp/j" &&
+  grep -q '"acts_reserved_mib"' "$tmp/j" && ok || bad "--json --explain lacks fp32_engine: $(head -c 300 "$tmp/j")"
+
+# a mismatched pair (the prediction for 1x128 against the run of 1x192) must not pass: the comparison
+# discriminates batches
+if [ -f "$tmp/run1x192" ] && [ -f "$tmp/plan1x128" ]; then
+  u1=$(mem_fields "$tmp/run1x192" | cut -d' ' -f5)
+  u2=$(grep -A3 'as `trex model run' "$tmp/plan1x128" | mem_fields /dev/stdin | cut -d' ' -f5)
+  within "$u2" "$u1" 0.05 && bad "activations of 1x128 (planned $u2 MiB) match a 1x192 run ($u1 MiB)" || ok
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
