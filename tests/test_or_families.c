@@ -23,7 +23,7 @@ int main(void)
             char reasons[256] = "";
             for (int s = 0; s < n; s++) {
                 or_rng r = or_rng_make(1234 + (uint64_t)s, (uint64_t)(f * 10 + tier));
-                or_inst *in = or_xcalloc(1, sizeof *in);
+                or_inst *in = trex_xcalloc(1, sizeof *in);
                 or_inst_init(in, f, tier, or_family_get(f)->name, TREX_OR_MIN);
                 or_family_get(f)->build(in, tier, &r);
                 trex_err err = {0};

@@ -60,6 +60,12 @@ void trex_arena_rewind(trex_arena *a, trex_arena_mark m);
 size_t trex_arena_used(const trex_arena *a);      /* bytes handed out since the last reset */
 size_t trex_arena_reserved(const trex_arena *a);  /* bytes held from the system */
 
+/* malloc/calloc/realloc for the bookkeeping of tools and data pipelines (not for tensors): abort with
+ * a message when out of memory, and never return NULL, also for 0 bytes. Free with free(). */
+void *trex_xmalloc(size_t n);
+void *trex_xcalloc(size_t n, size_t size);
+void *trex_xrealloc(void *p, size_t n);
+
 /* Peak resident set size of this process in bytes (VmHWM), 0 when unknown. */
 size_t trex_peak_rss_bytes(void);
 

@@ -276,6 +276,30 @@ size_t trex_arena_reserved(const trex_arena *a)
     return a->reserved;
 }
 
+void *trex_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        TREX_ABORT("out of memory (%zu bytes)", n);
+    return p;
+}
+
+void *trex_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        TREX_ABORT("out of memory (%zu x %zu bytes)", n, size);
+    return p;
+}
+
+void *trex_xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        TREX_ABORT("out of memory (%zu bytes)", n);
+    return q;
+}
+
 size_t trex_peak_rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/status", "r");

@@ -186,7 +186,7 @@ static trex_code parse_messages(const cJSON *root, trex_chat_msg **out, int *n, 
     int cnt = cJSON_GetArraySize(msgs);
     if (cnt == 0)
         return trex_err_set(err, TREX_EINVAL, "empty sample: \"messages\" is []");
-    trex_chat_msg *m = td_xcalloc((size_t)cnt, sizeof *m);
+    trex_chat_msg *m = trex_xcalloc((size_t)cnt, sizeof *m);
     int k = 0;
     for (const cJSON *it = msgs->child; it; it = it->next, k++) {
         if (!cJSON_IsObject(it)) {
@@ -307,7 +307,7 @@ trex_code trex_data_render_line(trex_data_format fmt, const char *line, size_t l
         const char *t = NULL;
         if ((rc = cpt_text(root, &t, err)) == TREX_OK) {
             size_t n = strlen(t), e = strlen(T_EOS);
-            *text = td_xmalloc(n + e + 1);
+            *text = trex_xmalloc(n + e + 1);
             memcpy(*text, t, n);
             memcpy(*text + n, T_EOS, e + 1);
             *tlen = n + e;

@@ -20,13 +20,11 @@
 #include <pcre2.h>
 
 #include "trex/data.h"
+#include "trex/alloc.h"
 #include "trex/status.h"
 
 /* --- allocation --------------------------------------------------------------------------------- */
 
-void *td_xmalloc(size_t n);
-void *td_xcalloc(size_t n, size_t size);
-void *td_xrealloc(void *p, size_t n);
 char *td_xstrndup(const char *s, size_t n);
 /* Grows *p (elements of `size` bytes) so that it holds at least `need` elements; *cap is updated. */
 void td_grow(void **p, int64_t *cap, int64_t need, size_t size);

@@ -126,7 +126,7 @@ struct trex_shard_writer {
 static char *shard_path(const char *dir, int k)
 {
     size_t n = strlen(dir) + 32;
-    char *p = td_xmalloc(n);
+    char *p = trex_xmalloc(n);
     snprintf(p, n, "%s/shard-%05d.bin", dir, k);
     return p;
 }
@@ -134,7 +134,7 @@ static char *shard_path(const char *dir, int k)
 static char *manifest_path(const char *dir)
 {
     size_t n = strlen(dir) + 32;
-    char *p = td_xmalloc(n);
+    char *p = trex_xmalloc(n);
     snprintf(p, n, "%s/manifest.json", dir);
     return p;
 }
@@ -170,7 +170,7 @@ trex_code trex_shard_writer_open(trex_shard_writer **out, const char *dir, const
         return trex_err_set(err, TREX_EINVAL, "shard writer: sequences per shard must be >= 0 (0 = default)");
     TREX_TRY(trex_mkdirs(dir, err));
     TREX_TRY(check_dir_free(dir, err));
-    trex_shard_writer *w = td_xcalloc(1, sizeof *w);
+    trex_shard_writer *w = trex_xcalloc(1, sizeof *w);
     w->dir = td_xstrndup(dir, strlen(dir));
     w->meta = *meta;
     w->seqs_per_shard = seqs_per_shard ? seqs_per_shard
@@ -178,9 +178,9 @@ trex_code trex_shard_writer_open(trex_shard_writer **out, const char *dir, const
                                                                                     : 1);
     w->rowb = row_bytes(meta->seq_len);
     size_t L = (size_t)meta->seq_len;
-    w->ids = td_xmalloc(L * sizeof *w->ids);
-    w->mask = td_xcalloc(L, 1);
-    w->start = td_xcalloc(L, 1);
+    w->ids = trex_xmalloc(L * sizeof *w->ids);
+    w->mask = trex_xcalloc(L, 1);
+    w->start = trex_xcalloc(L, 1);
     *out = w;
     return TREX_OK;
 }
@@ -237,9 +237,9 @@ static trex_code finish_seq(trex_shard_writer *w, trex_err *err)
     }
     if (!w->tok_le) {
         size_t n = (size_t)w->seqs_per_shard;
-        w->tok_le = td_xmalloc(n * (size_t)L * 4);
-        w->mask_bits = td_xmalloc(n * (size_t)w->rowb);
-        w->start_bits = td_xmalloc(n * (size_t)w->rowb);
+        w->tok_le = trex_xmalloc(n * (size_t)L * 4);
+        w->mask_bits = trex_xmalloc(n * (size_t)w->rowb);
+        w->start_bits = trex_xmalloc(n * (size_t)w->rowb);
     }
     uint8_t *tk = w->tok_le + (size_t)w->nseq * (size_t)L * 4;
     uint8_t *mb = w->mask_bits + (size_t)w->nseq * (size_t)w->rowb;
@@ -437,7 +437,7 @@ static trex_code open_shard_file(trex_shard_reader *r, int k, const char *name, 
                                  trex_err *err)
 {
     size_t n = strlen(r->dir) + strlen(name) + 2;
-    char *path = td_xmalloc(n);
+    char *path = trex_xmalloc(n);
     snprintf(path, n, "%s/%s", r->dir, name);
     trex_code rc = TREX_OK;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -493,7 +493,7 @@ trex_code trex_shard_open(trex_shard_reader **out, const char *dir, const trex_t
         free(mp);
         return rc;
     }
-    trex_shard_reader *r = td_xcalloc(1, sizeof *r);
+    trex_shard_reader *r = trex_xcalloc(1, sizeof *r);
     r->dir = td_xstrndup(dir, strlen(dir));
     trex_shard_meta *m = &r->info.meta;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
@@ -554,7 +554,7 @@ trex_code trex_shard_open(trex_shard_reader **out, const char *dir, const trex_t
         goto fail;
     }
     int ns = cJSON_GetArraySize(shards);
-    r->files = td_xmalloc((size_t)(ns ? ns : 1) * sizeof *r->files);
+    r->files = trex_xmalloc((size_t)(ns ? ns : 1) * sizeof *r->files);
     for (int k = 0; k < ns; k++)
         r->files[k].fd = -1;
     r->info.nshards = ns;
@@ -578,9 +578,9 @@ trex_code trex_shard_open(trex_shard_reader **out, const char *dir, const trex_t
                           (long long)first, (long long)nseq);
         goto fail;
     }
-    r->buf = td_xmalloc((size_t)m->seq_len * 4);
-    r->mrow = td_xmalloc((size_t)r->rowb);
-    r->srow = td_xmalloc((size_t)r->rowb);
+    r->buf = trex_xmalloc((size_t)m->seq_len * 4);
+    r->mrow = trex_xmalloc((size_t)r->rowb);
+    r->srow = trex_xmalloc((size_t)r->rowb);
     cJSON_Delete(j);
     free(mp);
     *out = r;

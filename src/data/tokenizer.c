@@ -138,7 +138,7 @@ static void vmap_build(trex_tokenizer *t, int64_t count)
     uint64_t cap = 16;
     while (cap < (uint64_t)count * 2 + 16)
         cap <<= 1;
-    t->vmap = td_xmalloc(cap * sizeof *t->vmap);
+    t->vmap = trex_xmalloc(cap * sizeof *t->vmap);
     for (uint64_t i = 0; i < cap; i++)
         t->vmap[i] = -1;
     t->vmap_mask = cap - 1;
@@ -195,7 +195,7 @@ static trex_code json_id(const cJSON *v, const char *name, const char *where, in
 static char *regex_escape(const char *s)
 {
     size_t n = strlen(s);
-    char *o = td_xmalloc(2 * n + 1), *q = o;
+    char *o = trex_xmalloc(2 * n + 1), *q = o;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80 && !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == ' '))
@@ -329,8 +329,8 @@ static trex_code load_model(trex_tokenizer *t, const cJSON *model, const cJSON *
     if (maxid < 0)
         return trex_err_set(err, TREX_EFORMAT, "%s: the vocabulary is empty", t->name);
     t->nids = (int32_t)(maxid + 1);
-    t->vocab_str = td_xcalloc((size_t)t->nids, sizeof *t->vocab_str);
-    t->added_of = td_xmalloc((size_t)t->nids * sizeof *t->added_of);
+    t->vocab_str = trex_xcalloc((size_t)t->nids, sizeof *t->vocab_str);
+    t->added_of = trex_xmalloc((size_t)t->nids * sizeof *t->added_of);
     for (int32_t i = 0; i < t->nids; i++)
         t->added_of[i] = -1;
     for (const cJSON *it = vocab->child; it; it = it->next) {
@@ -368,9 +368,9 @@ static trex_code load_model(trex_tokenizer *t, const cJSON *model, const cJSON *
     uint64_t cap = 16;
     while (cap < (uint64_t)nm * 2 + 16)
         cap <<= 1;
-    t->mkey = td_xmalloc(cap * sizeof *t->mkey);
-    t->mrank = td_xmalloc(cap * sizeof *t->mrank);
-    t->mnew = td_xmalloc(cap * sizeof *t->mnew);
+    t->mkey = trex_xmalloc(cap * sizeof *t->mkey);
+    t->mrank = trex_xmalloc(cap * sizeof *t->mrank);
+    t->mnew = trex_xmalloc(cap * sizeof *t->mnew);
     memset(t->mkey, 0xFF, cap * sizeof *t->mkey);
     t->mmask = cap - 1;
     char *cat = NULL;
@@ -484,7 +484,7 @@ static trex_code load_added(trex_tokenizer *t, const cJSON *added, trex_err *err
     if (!cJSON_IsArray(added))
         return trex_err_set(err, TREX_EFORMAT, "%s: added_tokens must be an array", t->name);
     int n = cJSON_GetArraySize(added), k = 0;
-    t->added = td_xcalloc((size_t)(n ? n : 1), sizeof *t->added);
+    t->added = trex_xcalloc((size_t)(n ? n : 1), sizeof *t->added);
     for (const cJSON *it = added->child; it; it = it->next, k++) {
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
         if (!cJSON_IsString(content) || !content->valuestring[0])
@@ -520,8 +520,8 @@ static trex_code load_added(trex_tokenizer *t, const cJSON *added, trex_err *err
 static void build_decode_table(trex_tokenizer *t)
 {
     int64_t len = 0, cap = 0;
-    t->dec_off = td_xmalloc((size_t)t->nids * sizeof *t->dec_off);
-    t->dec_len = td_xmalloc((size_t)t->nids * sizeof *t->dec_len);
+    t->dec_off = trex_xmalloc((size_t)t->nids * sizeof *t->dec_off);
+    t->dec_len = trex_xmalloc((size_t)t->nids * sizeof *t->dec_len);
     for (int32_t id = 0; id < t->nids; id++) {
         const char *s = trex_tok_str(t, id);
         t->dec_off[id] = len;
@@ -530,7 +530,7 @@ static void build_decode_table(trex_tokenizer *t)
         t->dec_len[id] = (uint32_t)(len - t->dec_off[id]);
     }
     if (!t->dec_pool)
-        t->dec_pool = td_xcalloc(1, 1);
+        t->dec_pool = trex_xcalloc(1, 1);
 }
 
 static void json_error_position(const char *json, size_t len, char *out, size_t outlen)
@@ -554,7 +554,7 @@ trex_code trex_tok_load_mem(trex_tokenizer **out, const char *json, size_t len, 
 {
     TREX_ASSERT(out && json && name);
     *out = NULL;
-    trex_tokenizer *t = td_xcalloc(1, sizeof *t);
+    trex_tokenizer *t = trex_xcalloc(1, sizeof *t);
     t->name = td_xstrndup(name, strlen(name));
     t->hash = td_fnv1a(json, len, TD_FNV_OFFSET);
     t->unk_id = -1;
@@ -596,7 +596,7 @@ trex_code trex_tok_load_mem(trex_tokenizer **out, const char *json, size_t len, 
     if ((rc = load_pretokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), err)) != TREX_OK)
         goto fail;
     build_decode_table(t);
-    t->cache = td_xcalloc(CACHE_SLOTS, sizeof *t->cache);
+    t->cache = trex_xcalloc(CACHE_SLOTS, sizeof *t->cache);
     cJSON_Delete(root);
     *out = t;
     return TREX_OK;
@@ -983,7 +983,7 @@ trex_code trex_tok_decode(const trex_tokenizer *t, const int32_t *ids, int64_t n
                                 ids[i], (long long)i, t->name, t->nids);
         total += t->dec_len[ids[i]];
     }
-    char *s = td_xmalloc(total + 1);
+    char *s = trex_xmalloc(total + 1);
     size_t k = 0;
     for (int64_t i = 0; i < n; i++) {
         memcpy(s + k, t->dec_pool + t->dec_off[ids[i]], t->dec_len[ids[i]]);

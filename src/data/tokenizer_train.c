@@ -44,7 +44,7 @@ static uint64_t bytes_hash(const void *p, size_t n)
 static void word_table_grow(trex_tok_trainer *tr)
 {
     uint64_t cap = (tr->mask + 1) * 2;
-    word_slot *s = td_xcalloc(cap, sizeof *s);
+    word_slot *s = trex_xcalloc(cap, sizeof *s);
     for (uint64_t i = 0; i <= tr->mask; i++) {
         if (!tr->slots[i].hash)
             continue;
@@ -79,7 +79,7 @@ static void add_word(trex_tok_trainer *tr, const char *w, size_t n)
 
 void trex_tok_trainer_create(trex_tok_trainer **out)
 {
-    trex_tok_trainer *tr = td_xcalloc(1, sizeof *tr);
+    trex_tok_trainer *tr = trex_xcalloc(1, sizeof *tr);
     td_pretok_init(&tr->pre);
     for (int i = 0; i < 3; i++) {
         trex_err e = {0};
@@ -87,7 +87,7 @@ void trex_tok_trainer_create(trex_tok_trainer **out)
             TREX_ABORT("%s", e.msg); /* a fixed pattern that does not compile is a bug */
     }
     tr->mask = 1023;
-    tr->slots = td_xcalloc(tr->mask + 1, sizeof *tr->slots);
+    tr->slots = trex_xcalloc(tr->mask + 1, sizeof *tr->slots);
     for (int i = 0; i < td_v4_nspecials; i++)
         tr->special_first[(unsigned char)td_v4_specials[i].content[0]] = true;
     *out = tr;
@@ -302,7 +302,7 @@ static heap_ent hpop(merger *m)
 static void pmap_grow(merger *m)
 {
     uint64_t cap = m->pmask ? (m->pmask + 1) * 2 : 1024;
-    int64_t *nm = td_xmalloc(cap * sizeof *nm);
+    int64_t *nm = trex_xmalloc(cap * sizeof *nm);
     for (uint64_t i = 0; i < cap; i++)
         nm[i] = -1;
     for (int64_t p = 0; p < m->npairs; p++) {
@@ -374,7 +374,7 @@ static int32_t tmap_find(const merger *m, const char *s, size_t n, uint64_t *slo
 static void tmap_grow(merger *m)
 {
     uint64_t cap = (m->tmask + 1) * 2;
-    int32_t *nm = td_xmalloc(cap * sizeof *nm);
+    int32_t *nm = trex_xmalloc(cap * sizeof *nm);
     for (uint64_t i = 0; i < cap; i++)
         nm[i] = -1;
     for (uint64_t i = 0; i <= m->tmask; i++) {
@@ -563,7 +563,7 @@ trex_code trex_tok_trainer_finish(trex_tok_trainer *tr, int32_t vocab_size, int6
         min_frequency = 1;
     merger m = {0};
     m.tmask = 1023;
-    m.tmap = td_xmalloc((m.tmask + 1) * sizeof *m.tmap);
+    m.tmap = trex_xmalloc((m.tmask + 1) * sizeof *m.tmap);
     for (uint64_t i = 0; i <= m.tmask; i++)
         m.tmap[i] = -1;
     pmap_grow(&m);
@@ -576,7 +576,7 @@ trex_code trex_tok_trainer_finish(trex_tok_trainer *tr, int32_t vocab_size, int6
 
     /* words in hash-table order; the counts, and so the merges, do not depend on that order */
     int64_t nw = tr->nwords, total = 0;
-    word_slot *ws = td_xmalloc((size_t)(nw ? nw : 1) * sizeof *ws);
+    word_slot *ws = trex_xmalloc((size_t)(nw ? nw : 1) * sizeof *ws);
     int64_t k = 0;
     for (uint64_t i = 0; i <= tr->mask; i++)
         if (tr->slots[i].hash)
@@ -585,11 +585,11 @@ trex_code trex_tok_trainer_finish(trex_tok_trainer *tr, int32_t vocab_size, int6
     for (int64_t i = 0; i < nw; i++)
         total += ws[i].len;
     m.nw = nw;
-    m.sym = td_xmalloc((size_t)(total ? total : 1) * sizeof *m.sym);
-    m.woff = td_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.woff);
-    m.wlen = td_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.wlen);
-    m.wfreq = td_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.wfreq);
-    m.wstamp = td_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.wstamp);
+    m.sym = trex_xmalloc((size_t)(total ? total : 1) * sizeof *m.sym);
+    m.woff = trex_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.woff);
+    m.wlen = trex_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.wlen);
+    m.wfreq = trex_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.wfreq);
+    m.wstamp = trex_xmalloc((size_t)(nw ? nw : 1) * sizeof *m.wstamp);
     int64_t off = 0;
     for (int64_t w = 0; w < nw; w++) {
         m.woff[w] = off;

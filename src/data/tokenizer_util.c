@@ -7,35 +7,10 @@
 
 #include "data/data_internal.h"
 
-/* --- allocation --------------------------------------------------------------------------------- */
-
-void *td_xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        TREX_ABORT("out of memory (%zu bytes)", n);
-    return p;
-}
-
-void *td_xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p)
-        TREX_ABORT("out of memory (%zu x %zu bytes)", n, size);
-    return p;
-}
-
-void *td_xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        TREX_ABORT("out of memory (%zu bytes)", n);
-    return q;
-}
 
 char *td_xstrndup(const char *s, size_t n)
 {
-    char *p = td_xmalloc(n + 1);
+    char *p = trex_xmalloc(n + 1);
     memcpy(p, s, n);
     p[n] = 0;
     return p;
@@ -51,7 +26,7 @@ void td_grow(void **p, int64_t *cap, int64_t need, size_t size)
         c *= 2;
     }
     TREX_ASSERT((uint64_t)c <= SIZE_MAX / size);
-    *p = td_xrealloc(*p, (size_t)c * size);
+    *p = trex_xrealloc(*p, (size_t)c * size);
     *cap = c;
 }
 
@@ -513,8 +488,8 @@ void td_tokbuf_reserve(trex_tokbuf *b, int64_t extra)
     int64_t c = b->cap ? b->cap : 64;
     while (c < need)
         c *= 2;
-    b->ids = td_xrealloc(b->ids, (size_t)c * sizeof *b->ids);
-    b->mask = td_xrealloc(b->mask, (size_t)c);
+    b->ids = trex_xrealloc(b->ids, (size_t)c * sizeof *b->ids);
+    b->mask = trex_xrealloc(b->mask, (size_t)c);
     b->cap = c;
 }
 

@@ -22,7 +22,7 @@ static char *b4o_fix(const char *lp)
     while (*p) {
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p) : strlen(p);
-        char *line = or_xmalloc(n + 1);
+        char *line = trex_xmalloc(n + 1);
         memcpy(line, p, n);
         line[n] = '\0';
         for (size_t k = 0; k < n; k++)

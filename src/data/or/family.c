@@ -55,7 +55,7 @@ void or_set_labels(or_set *s, or_rng *r, const char *const *pool, int npool, con
 {
     if (pool) {
         TREX_ASSERT(npool >= s->n);
-        int *perm = or_xmalloc((size_t)npool * sizeof *perm);
+        int *perm = trex_xmalloc((size_t)npool * sizeof *perm);
         for (int k = 0; k < npool; k++)
             perm[k] = k;
         or_rng_shuffle(r, perm, npool);
@@ -111,7 +111,7 @@ or_cfam *or_add_cfam(or_inst *in, const char *role, bool required, const char *m
 int or_col(or_inst *in, const char *name, double lb, double ub, double obj, trex_or_kind k, const char *desc)
 {
     int j = trex_or_add_col(&in->m, name, lb, ub, obj, k);
-    in->col_desc = or_xrealloc(in->col_desc, (size_t)in->m.cap_cols * sizeof *in->col_desc);
+    in->col_desc = trex_xrealloc(in->col_desc, (size_t)in->m.cap_cols * sizeof *in->col_desc);
     snprintf(in->col_desc[j], sizeof in->col_desc[j], "%s", desc);
     return j;
 }
@@ -120,7 +120,7 @@ int or_row(or_inst *in, const char *name, const char *role, int n, const int *co
            double rhs, const char *desc)
 {
     int r = trex_or_add_row(&in->m, name, role, n, cols, co, sense, rhs);
-    in->row_desc = or_xrealloc(in->row_desc, (size_t)in->m.cap_rows * sizeof *in->row_desc);
+    in->row_desc = trex_xrealloc(in->row_desc, (size_t)in->m.cap_rows * sizeof *in->row_desc);
     snprintf(in->row_desc[r], sizeof in->row_desc[r], "%s", desc);
     return r;
 }

@@ -52,7 +52,7 @@ static bool set_has(const u64set *s, uint64_t key)
 static void set_add(u64set *s, uint64_t key)
 {
     if ((s->n + 1) * 2 > s->cap) {
-        u64set t = {or_xcalloc(s->cap ? s->cap * 2 : 1024, sizeof(uint64_t)), s->cap ? s->cap * 2 : 1024, 0};
+        u64set t = {trex_xcalloc(s->cap ? s->cap * 2 : 1024, sizeof(uint64_t)), s->cap ? s->cap * 2 : 1024, 0};
         for (size_t i = 0; i < s->cap; i++)
             if (s->k[i])
                 set_add(&t, s->k[i]);
@@ -81,8 +81,8 @@ typedef struct bucket_map {
 static int64_t *bm_head(bucket_map *b, uint64_t key, bool create)
 {
     if (create && (b->n + 1) * 2 > b->cap) {
-        bucket_map t = {or_xcalloc(b->cap ? b->cap * 2 : 4096, sizeof(uint64_t)),
-                        or_xmalloc((b->cap ? b->cap * 2 : 4096) * sizeof(int64_t)), b->cap ? b->cap * 2 : 4096, 0,
+        bucket_map t = {trex_xcalloc(b->cap ? b->cap * 2 : 4096, sizeof(uint64_t)),
+                        trex_xmalloc((b->cap ? b->cap * 2 : 4096) * sizeof(int64_t)), b->cap ? b->cap * 2 : 4096, 0,
                         b->next_slot, b->slot_of, b->nent, b->capent};
         for (size_t i = 0; i < b->cap; i++)
             if (b->key[i]) {
@@ -114,8 +114,8 @@ static void bm_add(bucket_map *b, uint64_t key, int64_t slot_idx)
     int64_t *h = bm_head(b, key, true);
     if (b->nent == b->capent) {
         b->capent = b->capent ? b->capent * 2 : 4096;
-        b->next_slot = or_xrealloc(b->next_slot, (size_t)b->capent * sizeof(int64_t));
-        b->slot_of = or_xrealloc(b->slot_of, (size_t)b->capent * sizeof(int64_t));
+        b->next_slot = trex_xrealloc(b->next_slot, (size_t)b->capent * sizeof(int64_t));
+        b->slot_of = trex_xrealloc(b->slot_of, (size_t)b->capent * sizeof(int64_t));
     }
     b->slot_of[b->nent] = slot_idx;
     b->next_slot[b->nent] = *h;
@@ -164,7 +164,7 @@ static words split_words(const char *t)
             continue;
         if (w.n == cap) {
             cap = cap ? cap * 2 : 256;
-            w.h = or_xrealloc(w.h, (size_t)cap * sizeof *w.h);
+            w.h = trex_xrealloc(w.h, (size_t)cap * sizeof *w.h);
         }
         w.h[w.n++] = or_hash_bytes(buf, k2, 11);
     }
@@ -372,7 +372,7 @@ static void plan_slots(slot *s, int64_t n, int kind, uint64_t seed)
     if (n == 0)
         return;
     int nf = trex_or_family_count();
-    int *tasks = or_xmalloc((size_t)n * sizeof *tasks);
+    int *tasks = trex_xmalloc((size_t)n * sizeof *tasks);
     or_rng r = or_rng_make(seed, kind ? 0xc0 : 0x50);
     quota_fill(tasks, n, kind ? or_doc_share : or_task_share, kind ? OR_NDOC : OR_NTASK, &r);
     int capable[64], ncap = 0;
@@ -532,8 +532,8 @@ static trex_code run_round(const trex_or_gen_opts *o, slot *slots, int64_t n_sft
                 continue;
             }
             attempts[s->kind]++;
-            s->line = or_xmalloc(h.line_len + 1);
-            (*texts)[h.slot] = or_xmalloc(h.text_len + 1);
+            s->line = trex_xmalloc(h.line_len + 1);
+            (*texts)[h.slot] = trex_xmalloc(h.text_len + 1);
             if (fread(s->line, 1, h.line_len, f) != h.line_len ||
                 fread((*texts)[h.slot], 1, h.text_len, f) != h.text_len) {
                 fclose(f);
@@ -572,10 +572,10 @@ static trex_code rebuild_slot(const trex_or_gen_opts *o, slot *s, int64_t k, int
         s->attempt += MAX_ATTEMPTS;
     else {
         attempts[s->kind]++;
-        s->line = or_xmalloc(h.line_len + 1);
+        s->line = trex_xmalloc(h.line_len + 1);
         memcpy(s->line, buf + sizeof h, h.line_len);
         s->line[h.line_len] = '\0';
-        *text = or_xmalloc(h.text_len + 1);
+        *text = trex_xmalloc(h.text_len + 1);
         memcpy(*text, buf + sizeof h + h.line_len, h.text_len);
         (*text)[h.text_len] = '\0';
         s->st = h.st;
@@ -620,8 +620,8 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
     snprintf(tmpdir, sizeof tmpdir, "%s/.or-gen-tmp.%d", o->out_dir, (int)getpid());
     if (mkdir(tmpdir, 0777) != 0)
         return trex_err_set(err, TREX_EIO, "%s: cannot create a work folder (%s)", tmpdir, strerror(errno));
-    slot *slots = or_xcalloc((size_t)n + 1, sizeof *slots);
-    char **texts = or_xcalloc((size_t)n + 1, sizeof *texts);
+    slot *slots = trex_xcalloc((size_t)n + 1, sizeof *slots);
+    char **texts = trex_xcalloc((size_t)n + 1, sizeof *texts);
     plan_slots(slots, o->n_sft, 0, o->seed);
     plan_slots(slots + o->n_sft, o->n_cpt, 1, o->seed);
     contam ct;
@@ -638,12 +638,12 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
         fprintf(stderr, "or-gen: warning: no eval rows under %s; decontamination is off (the manifest says so)\n",
                 edir);
     int32_t rej[2][TREX_OR_REJ_COUNT] = {{0}};
-    int64_t attempts[2] = {0, 0}, *pend = or_xmalloc((size_t)n * sizeof *pend), np = 0;
+    int64_t attempts[2] = {0, 0}, *pend = trex_xmalloc((size_t)n * sizeof *pend), np = 0;
     for (int64_t k = 0; k < n; k++)
         pend[np++] = k;
     u64set seen_inst = {0}, seen_text = {0};
     bucket_map bands = {0};
-    uint32_t (*sigs)[NHASH] = or_xcalloc((size_t)n + 1, sizeof *sigs);
+    uint32_t (*sigs)[NHASH] = trex_xcalloc((size_t)n + 1, sizeof *sigs);
     int64_t dedup_exact = 0, dedup_near = 0, dedup_inst = 0, contam_hits = 0, redo = 0;
     if (!o->quiet)
         fprintf(stderr, "or-gen: building %lld slots with %d worker(s)\n", (long long)np, o->workers);
@@ -749,7 +749,7 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
         snprintf(sum.eval_dir, sizeof sum.eval_dir, "%s", edir);
         memcpy(sum.rejects, rej, sizeof rej);
         memcpy(sum.attempts, attempts, sizeof attempts);
-        or_stat *st = or_xmalloc((size_t)n * sizeof *st);
+        or_stat *st = trex_xmalloc((size_t)n * sizeof *st);
         for (int64_t k = 0; k < n; k++)
             st[k] = slots[k].st;
         char *man = or_manifest_json(&sum, st, n, false);

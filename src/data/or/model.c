@@ -15,7 +15,7 @@ void trex_or_model_init(trex_or_model *m, const char *name, trex_or_sense sense)
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name ? name : "model");
     m->sense = sense;
-    m->row_start = or_xcalloc(1, sizeof *m->row_start);
+    m->row_start = trex_xcalloc(1, sizeof *m->row_start);
 }
 
 void trex_or_model_free(trex_or_model *m)
@@ -42,11 +42,11 @@ static void grow_cols(trex_or_model *m, int need)
     int cap = m->cap_cols ? m->cap_cols * 2 : 16;
     while (cap < need)
         cap *= 2;
-    m->col_name = or_xrealloc(m->col_name, (size_t)cap * sizeof *m->col_name);
-    m->lb = or_xrealloc(m->lb, (size_t)cap * sizeof *m->lb);
-    m->ub = or_xrealloc(m->ub, (size_t)cap * sizeof *m->ub);
-    m->obj = or_xrealloc(m->obj, (size_t)cap * sizeof *m->obj);
-    m->kind = or_xrealloc(m->kind, (size_t)cap * sizeof *m->kind);
+    m->col_name = trex_xrealloc(m->col_name, (size_t)cap * sizeof *m->col_name);
+    m->lb = trex_xrealloc(m->lb, (size_t)cap * sizeof *m->lb);
+    m->ub = trex_xrealloc(m->ub, (size_t)cap * sizeof *m->ub);
+    m->obj = trex_xrealloc(m->obj, (size_t)cap * sizeof *m->obj);
+    m->kind = trex_xrealloc(m->kind, (size_t)cap * sizeof *m->kind);
     m->cap_cols = cap;
 }
 
@@ -56,19 +56,19 @@ static void grow_rows(trex_or_model *m, int need_rows, int64_t need_nnz)
         int cap = m->cap_rows ? m->cap_rows * 2 : 16;
         while (cap < need_rows)
             cap *= 2;
-        m->row_name = or_xrealloc(m->row_name, (size_t)cap * sizeof *m->row_name);
-        m->row_sense = or_xrealloc(m->row_sense, (size_t)cap);
-        m->rhs = or_xrealloc(m->rhs, (size_t)cap * sizeof *m->rhs);
-        m->role = or_xrealloc(m->role, (size_t)cap * sizeof *m->role);
-        m->row_start = or_xrealloc(m->row_start, (size_t)(cap + 1) * sizeof *m->row_start);
+        m->row_name = trex_xrealloc(m->row_name, (size_t)cap * sizeof *m->row_name);
+        m->row_sense = trex_xrealloc(m->row_sense, (size_t)cap);
+        m->rhs = trex_xrealloc(m->rhs, (size_t)cap * sizeof *m->rhs);
+        m->role = trex_xrealloc(m->role, (size_t)cap * sizeof *m->role);
+        m->row_start = trex_xrealloc(m->row_start, (size_t)(cap + 1) * sizeof *m->row_start);
         m->cap_rows = cap;
     }
     if (need_nnz > m->cap_nnz) {
         int64_t cap = m->cap_nnz ? m->cap_nnz * 2 : 64;
         while (cap < need_nnz)
             cap *= 2;
-        m->idx = or_xrealloc(m->idx, (size_t)cap * sizeof *m->idx);
-        m->val = or_xrealloc(m->val, (size_t)cap * sizeof *m->val);
+        m->idx = trex_xrealloc(m->idx, (size_t)cap * sizeof *m->idx);
+        m->val = trex_xrealloc(m->val, (size_t)cap * sizeof *m->val);
         m->cap_nnz = cap;
     }
 }
@@ -213,7 +213,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 trex_code trex_or_model_check(const trex_or_model *m, trex_err *err)
 {
     trex_code rc = TREX_OK;
-    const char **names = or_xmalloc((size_t)(m->ncols + m->nrows + 1) * sizeof *names);
+    const char **names = trex_xmalloc((size_t)(m->ncols + m->nrows + 1) * sizeof *names);
     int nn = 0;
     double amin = INFINITY, amax = 0;
     if (m->ncols == 0) {
@@ -435,8 +435,8 @@ trex_code trex_or_lp_read(const char *text, size_t len, trex_or_model *m, trex_e
         const char *nm = glp_get_col_name(P, j);
         trex_or_add_col(m, nm ? nm : "c", lo, hi, glp_get_obj_coef(P, j), kk);
     }
-    ind = or_xmalloc((size_t)(nc + 1) * sizeof *ind);
-    val = or_xmalloc((size_t)(nc + 1) * sizeof *val);
+    ind = trex_xmalloc((size_t)(nc + 1) * sizeof *ind);
+    val = trex_xmalloc((size_t)(nc + 1) * sizeof *val);
     for (int i = 1; i <= nr; i++) {
         int t = glp_get_row_type(P, i);
         int n = glp_get_mat_row(P, i, ind, val);
@@ -491,18 +491,18 @@ static int cmp_u64(const void *a, const void *b)
 uint64_t trex_or_canon_hash(const trex_or_model *m)
 {
     int nc = m->ncols, nr = m->nrows;
-    uint64_t *cl = or_xmalloc((size_t)(nc + 1) * sizeof *cl), *rl = or_xmalloc((size_t)(nr + 1) * sizeof *rl);
-    uint64_t *tmp = or_xmalloc((size_t)(m->nnz + nc + nr + 1) * sizeof *tmp);
-    double *sgn = or_xmalloc((size_t)(nr + 1) * sizeof *sgn);
+    uint64_t *cl = trex_xmalloc((size_t)(nc + 1) * sizeof *cl), *rl = trex_xmalloc((size_t)(nr + 1) * sizeof *rl);
+    uint64_t *tmp = trex_xmalloc((size_t)(m->nnz + nc + nr + 1) * sizeof *tmp);
+    double *sgn = trex_xmalloc((size_t)(nr + 1) * sizeof *sgn);
     /* CSC view for the column refinement */
-    int64_t *cs = or_xcalloc((size_t)nc + 1, sizeof *cs);
-    int *ri = or_xmalloc((size_t)(m->nnz + 1) * sizeof *ri);
-    double *rv = or_xmalloc((size_t)(m->nnz + 1) * sizeof *rv);
+    int64_t *cs = trex_xcalloc((size_t)nc + 1, sizeof *cs);
+    int *ri = trex_xmalloc((size_t)(m->nnz + 1) * sizeof *ri);
+    double *rv = trex_xmalloc((size_t)(m->nnz + 1) * sizeof *rv);
     for (int64_t q = 0; q < m->nnz; q++)
         cs[m->idx[q] + 1]++;
     for (int j = 0; j < nc; j++)
         cs[j + 1] += cs[j];
-    int64_t *fill = or_xmalloc((size_t)(nc + 1) * sizeof *fill);
+    int64_t *fill = trex_xmalloc((size_t)(nc + 1) * sizeof *fill);
     memcpy(fill, cs, (size_t)(nc + 1) * sizeof *fill);
     for (int i = 0; i < nr; i++) {
         /* normalise: G rows become L rows; E rows get a non-negative rhs */

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trex/alloc.h"
 #include "trex/or.h"
 
 /* ---- string buffer ---- */
@@ -51,9 +52,6 @@ void or_rng_shuffle(or_rng *r, int *a, int n);
 #define OR_PICK(r, arr) ((arr)[or_rng_int((r), 0, (int)(sizeof(arr) / sizeof((arr)[0])) - 1)])
 
 /* ---- misc ---- */
-void *or_xmalloc(size_t n);
-void *or_xcalloc(size_t n, size_t sz);
-void *or_xrealloc(void *p, size_t n);
 char *or_xstrdup(const char *s);
 
 /* GLPK terminal output off for the duration of a call; returns the previous setting to restore. */

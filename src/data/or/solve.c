@@ -95,8 +95,8 @@ static glp_prob *to_glpk(const trex_or_model *m)
     }
     if (m->nrows)
         glp_add_rows(P, m->nrows);
-    int *ind = or_xmalloc((size_t)(m->ncols + 1) * sizeof *ind);
-    double *val = or_xmalloc((size_t)(m->ncols + 1) * sizeof *val);
+    int *ind = trex_xmalloc((size_t)(m->ncols + 1) * sizeof *ind);
+    double *val = trex_xmalloc((size_t)(m->ncols + 1) * sizeof *val);
     for (int i = 0; i < m->nrows; i++) {
         char s = m->row_sense[i];
         glp_set_row_bnds(P, i + 1, s == 'L' ? GLP_UP : s == 'G' ? GLP_LO : GLP_FX, m->rhs[i], m->rhs[i]);
@@ -200,13 +200,13 @@ trex_code trex_or_solve_glpk(const trex_or_model *m, const trex_or_solve_opts *o
     s->status = mip ? glpk_mip(P, o, tm) : glpk_lp(P, tm);
     s->obj = NAN;
     if (s->status == TREX_OR_OPTIMAL) {
-        s->x = or_xmalloc((size_t)(m->ncols + 1) * sizeof *s->x);
+        s->x = trex_xmalloc((size_t)(m->ncols + 1) * sizeof *s->x);
         s->obj = mip ? glp_mip_obj_val(P) : glp_get_obj_val(P);
         for (int j = 0; j < m->ncols; j++)
             s->x[j] = mip ? glp_mip_col_val(P, j + 1) : glp_get_col_prim(P, j + 1);
         if (!mip && o && o->want_duals) {
-            s->dual = or_xmalloc((size_t)(m->nrows + 1) * sizeof *s->dual);
-            s->rcost = or_xmalloc((size_t)(m->ncols + 1) * sizeof *s->rcost);
+            s->dual = trex_xmalloc((size_t)(m->nrows + 1) * sizeof *s->dual);
+            s->rcost = trex_xmalloc((size_t)(m->ncols + 1) * sizeof *s->rcost);
             bool uniq = true;
             for (int i = 0; i < m->nrows; i++) {
                 s->dual[i] = glp_get_row_dual(P, i + 1);
@@ -236,7 +236,7 @@ static void cbc_finish(Cbc_Model *c, int ncols, trex_or_solution *s)
         s->obj = Cbc_getObjValue(c);
         const double *x = Cbc_getColSolution(c);
         if (x && ncols > 0) {
-            s->x = or_xmalloc((size_t)ncols * sizeof *s->x);
+            s->x = trex_xmalloc((size_t)ncols * sizeof *s->x);
             memcpy(s->x, x, (size_t)ncols * sizeof *s->x);
         }
     } else if (Cbc_isSecondsLimitReached(c))
@@ -264,12 +264,12 @@ trex_code trex_or_solve_cbc(const trex_or_model *m, const trex_or_solve_opts *o,
     s->obj = NAN;
     double t0 = now_ms();
     int nc = m->ncols, nr = m->nrows;
-    CoinBigIndex *start = or_xcalloc((size_t)nc + 1, sizeof *start);
-    int *rows = or_xmalloc((size_t)(m->nnz + 1) * sizeof *rows);
-    double *vals = or_xmalloc((size_t)(m->nnz + 1) * sizeof *vals);
-    double *clb = or_xmalloc((size_t)(nc + 1) * sizeof *clb), *cub = or_xmalloc((size_t)(nc + 1) * sizeof *cub);
-    double *rlb = or_xmalloc((size_t)(nr + 1) * sizeof *rlb), *rub = or_xmalloc((size_t)(nr + 1) * sizeof *rub);
-    int *fill = or_xmalloc((size_t)(nc + 1) * sizeof *fill);
+    CoinBigIndex *start = trex_xcalloc((size_t)nc + 1, sizeof *start);
+    int *rows = trex_xmalloc((size_t)(m->nnz + 1) * sizeof *rows);
+    double *vals = trex_xmalloc((size_t)(m->nnz + 1) * sizeof *vals);
+    double *clb = trex_xmalloc((size_t)(nc + 1) * sizeof *clb), *cub = trex_xmalloc((size_t)(nc + 1) * sizeof *cub);
+    double *rlb = trex_xmalloc((size_t)(nr + 1) * sizeof *rlb), *rub = trex_xmalloc((size_t)(nr + 1) * sizeof *rub);
+    int *fill = trex_xmalloc((size_t)(nc + 1) * sizeof *fill);
     for (int64_t q = 0; q < m->nnz; q++)
         start[m->idx[q] + 1]++;
     for (int j = 0; j < nc; j++)
@@ -423,8 +423,8 @@ static bool binary_part_unique(const trex_or_model *m, const double *x, double z
             return false; /* general integers: not tested, claim nothing */
     trex_or_model w;
     trex_or_model_copy(&w, m);
-    int *cols = or_xmalloc((size_t)m->ncols * sizeof *cols);
-    double *co = or_xmalloc((size_t)m->ncols * sizeof *co);
+    int *cols = trex_xmalloc((size_t)m->ncols * sizeof *cols);
+    double *co = trex_xmalloc((size_t)m->ncols * sizeof *co);
     int n = 0, ones = 0;
     for (int j = 0; j < m->ncols; j++)
         if (m->kind[j] != TREX_OR_CONT) {
@@ -614,7 +614,7 @@ trex_code trex_or_iis(const trex_or_model *m, int *iis, int *n, trex_err *err)
         return trex_err_set(err, TREX_EINVAL, "model %s is not infeasible; no IIS to find", m->name);
     trex_or_model w;
     trex_or_model_copy(&w, m);
-    int *orig = or_xmalloc((size_t)(m->nrows + 1) * sizeof *orig); /* w's row -> m's row */
+    int *orig = trex_xmalloc((size_t)(m->nrows + 1) * sizeof *orig); /* w's row -> m's row */
     for (int i = 0; i < m->nrows; i++)
         orig[i] = i;
     for (int r = w.nrows - 1; r >= 0; r--) {
@@ -643,7 +643,7 @@ trex_code trex_or_elastic(const trex_or_model *m, double *total, double *relax, 
     memset(w.obj, 0, (size_t)w.ncols * sizeof *w.obj);
     w.sense = TREX_OR_MIN;
     int base = w.ncols;
-    int *sp = or_xmalloc((size_t)(m->nrows + 1) * sizeof *sp), *sm = or_xmalloc((size_t)(m->nrows + 1) * sizeof *sm);
+    int *sp = trex_xmalloc((size_t)(m->nrows + 1) * sizeof *sp), *sm = trex_xmalloc((size_t)(m->nrows + 1) * sizeof *sm);
     for (int i = 0; i < m->nrows; i++) {
         char nm[TREX_OR_NAME_MAX];
         sp[i] = sm[i] = -1;
@@ -663,8 +663,8 @@ trex_code trex_or_elastic(const trex_or_model *m, double *total, double *relax, 
     trex_or_model_init(&e, m->name, TREX_OR_MIN);
     for (int j = 0; j < w.ncols; j++)
         trex_or_add_col(&e, w.col_name[j], w.lb[j], w.ub[j], w.obj[j], (trex_or_kind)w.kind[j]);
-    int *cols = or_xmalloc((size_t)(w.ncols + 1) * sizeof *cols);
-    double *co = or_xmalloc((size_t)(w.ncols + 1) * sizeof *co);
+    int *cols = trex_xmalloc((size_t)(w.ncols + 1) * sizeof *cols);
+    double *co = trex_xmalloc((size_t)(w.ncols + 1) * sizeof *co);
     for (int i = 0; i < m->nrows; i++) {
         int n = 0;
         for (int64_t q = m->row_start[i]; q < m->row_start[i + 1]; q++) {

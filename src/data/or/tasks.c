@@ -432,8 +432,8 @@ static bool an_infeasible(const or_inst *in, analysis *a, trex_or_model *wout, d
     trex_or_verify_model(&w, false, &vd);
     bool ok = vd.reject == TREX_OR_ACCEPT;
     trex_or_verdict_free(&vd);
-    int *iis = or_xmalloc((size_t)(w.nrows + 1) * sizeof *iis), n = 0;
-    double total = 0, *relax = or_xcalloc((size_t)w.nrows + 1, sizeof *relax);
+    int *iis = trex_xmalloc((size_t)(w.nrows + 1) * sizeof *iis), n = 0;
+    double total = 0, *relax = trex_xcalloc((size_t)w.nrows + 1, sizeof *relax);
     trex_err err = {0};
     if (!ok || trex_or_iis(&w, iis, &n, &err) != TREX_OK || trex_or_elastic(&w, &total, relax, &err) != TREX_OK ||
         n == 0 || n > 12) {
@@ -569,7 +569,7 @@ void or_make_sft(uint64_t seed, int64_t slot, int attempt, int task, int family,
     res->int_gap = NAN;
     uint64_t iseed = or_hash2(or_hash2(seed, 0x5f7), (uint64_t)slot * 64 + (uint64_t)attempt);
     or_rng r = or_rng_make(iseed, 2);
-    or_inst *in = or_xcalloc(1, sizeof *in);
+    or_inst *in = trex_xcalloc(1, sizeof *in);
     trex_or_verdict v = {0};
     or_sb user = {0}, asst = {0}, meta = {0}, line = {0};
     analysis an = {0};
@@ -814,7 +814,7 @@ void or_make_cpt(uint64_t seed, int64_t slot, int attempt, int doc, int family, 
     res->int_gap = NAN;
     uint64_t iseed = or_hash2(or_hash2(seed, 0xc97), (uint64_t)slot * 64 + (uint64_t)attempt);
     or_rng r = or_rng_make(iseed, 2);
-    or_inst *in = or_xcalloc(1, sizeof *in);
+    or_inst *in = trex_xcalloc(1, sizeof *in);
     trex_or_verdict v = {0};
     or_sb text = {0}, meta = {0}, line = {0}, prob = {0};
     analysis an = {0};

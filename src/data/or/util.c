@@ -9,34 +9,10 @@
 
 #include "or_internal.h"
 
-void *or_xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        TREX_ABORT("out of memory (%zu bytes)", n);
-    return p;
-}
-
-void *or_xcalloc(size_t n, size_t sz)
-{
-    void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p)
-        TREX_ABORT("out of memory (%zu x %zu bytes)", n, sz);
-    return p;
-}
-
-void *or_xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        TREX_ABORT("out of memory (%zu bytes)", n);
-    return q;
-}
-
 char *or_xstrdup(const char *s)
 {
     size_t n = strlen(s);
-    char *p = or_xmalloc(n + 1);
+    char *p = trex_xmalloc(n + 1);
     memcpy(p, s, n + 1);
     return p;
 }
@@ -48,7 +24,7 @@ static void sb_grow(or_sb *b, size_t extra)
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra + 1)
         cap *= 2;
-    b->s = or_xrealloc(b->s, cap);
+    b->s = trex_xrealloc(b->s, cap);
     b->cap = cap;
 }
 
@@ -236,7 +212,7 @@ char *or_fence_extract(const char *text, const char *info, int *count)
         n++;
         if (!body) {
             size_t len = (size_t)(end - start) + 1;
-            body = or_xmalloc(len + 1);
+            body = trex_xmalloc(len + 1);
             memcpy(body, start, len);
             body[len] = '\0';
         }

@@ -106,7 +106,7 @@ static bool check_final_line(const char *text, const char *prefix, double want, 
 /* "- `name` = value" lines: the stated plan must be feasible and reach the optimum. */
 static bool check_decisions(const trex_or_model *m, const char *text, double z, vctx *c)
 {
-    double *x = or_xcalloc((size_t)m->ncols + 1, sizeof *x);
+    double *x = trex_xcalloc((size_t)m->ncols + 1, sizeof *x);
     int n = 0;
     for (const char *p = strstr(text, "\n- `"); p; p = strstr(p + 1, "\n- `")) {
         char name[64];
@@ -158,7 +158,7 @@ static bool verify_infeasible(const trex_or_model *m, const cJSON *an, const cha
     trex_or_model_free(&sub);
     if (!ok)
         return fail(c, "the stated IIS is not an irreducible infeasible subset");
-    double total = 0, *relax = or_xcalloc((size_t)m->nrows + 1, sizeof *relax);
+    double total = 0, *relax = trex_xcalloc((size_t)m->nrows + 1, sizeof *relax);
     trex_err err = {0};
     ok = trex_or_elastic(m, &total, relax, &err) == TREX_OK && trex_or_obj_close(total, rel->valuedouble);
     free(relax);
