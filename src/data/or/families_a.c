@@ -9,23 +9,6 @@
 
 #include "family.h"
 
-static int tier_n(or_rng *r, int tier, int a0, int b0, int a1, int b1, int a2, int b2)
-{
-    return tier == 0 ? or_rng_int(r, a0, b0) : tier == 1 ? or_rng_int(r, a1, b1) : or_rng_int(r, a2, b2);
-}
-
-/* Labels from a NULL-terminated list; a list shorter than the set shrinks the set. Returns the size. */
-static int set_from_list(or_set *s, or_rng *r, const char *const *list)
-{
-    int n = 0;
-    while (list[n])
-        n++;
-    if (s->n > n)
-        s->n = n;
-    or_set_labels(s, r, list, n, NULL);
-    return s->n;
-}
-
 /* ---------------- product mix ---------------- */
 typedef struct pm_skin {
     const char *skin, *org, *period, *money;
@@ -63,12 +46,12 @@ static void build_product_mix(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MAX;
     const pm_skin *sk = &OR_PICK(r, pm_skins);
     in->skin = sk->skin;
-    int np = tier_n(r, tier, 2, 3, 4, 5, 6, 7), nr = tier_n(r, tier, 2, 3, 3, 4, 4, 6);
+    int np = or_tier_n(r, tier, 2, 3, 4, 5, 6, 7), nr = or_tier_n(r, tier, 2, 3, 3, 4, 4, 6);
     bool integer = or_rng_unif(r) < 0.5, demand = tier > 0;
     or_set *P = or_add_set(in, "j", "J", "product", "products", np);
-    np = set_from_list(P, r, sk->prod);
+    np = or_set_from_list(P, r, sk->prod);
     or_set *R = or_add_set(in, "i", "I", "resource", "resources", nr);
-    nr = set_from_list(R, r, sk->res);
+    nr = or_set_from_list(R, r, sk->res);
     or_param *pr = or_add_param(in, "p", "profit", 1, 0, -1);
     or_param *a = or_add_param(in, "a", "usage", 2, 0, 1);
     or_param *b = or_add_param(in, "b", "available", 1, 1, -1);
@@ -197,17 +180,17 @@ static void build_diet(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const diet_skin *sk = &OR_PICK(r, diet_skins);
     in->skin = sk->skin;
-    int nf = tier_n(r, tier, 3, 4, 5, 6, 6, 8), nn = tier_n(r, tier, 2, 3, 3, 4, 4, 5);
+    int nf = or_tier_n(r, tier, 3, 4, 5, 6, 6, 8), nn = or_tier_n(r, tier, 2, 3, 3, 4, 4, 5);
     bool maxes = tier == 2, integer = tier == 1 && or_rng_unif(r) < 0.4;
     or_set *F = or_add_set(in, "j", "J", sk->food_sg, sk->food_pl, nf);
-    nf = set_from_list(F, r, sk->foods);
+    nf = or_set_from_list(F, r, sk->foods);
     int nnl = 0;
     while (sk->nutr[nnl])
         nnl++;
     if (nn > nnl)
         nn = nnl;
     or_set *N = or_add_set(in, "i", "I", "nutrient", "nutrients", nn);
-    nn = set_from_list(N, r, sk->nutr);
+    nn = or_set_from_list(N, r, sk->nutr);
     or_param *c = or_add_param(in, "c", "cost", 1, 0, -1);
     or_param *a = or_add_param(in, "a", "content", 2, 0, 1);
     or_param *lo = or_add_param(in, "r", "min_intake", 1, 1, -1);
@@ -347,11 +330,11 @@ static void build_blending(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const blend_skin *sk = &OR_PICK(r, blend_skins);
     in->skin = sk->skin;
-    int ni = tier_n(r, tier, 3, 4, 4, 5, 5, 6), nk = tier_n(r, tier, 1, 2, 2, 2, 2, 3);
+    int ni = or_tier_n(r, tier, 3, 4, 4, 5, 5, 6), nk = or_tier_n(r, tier, 1, 2, 2, 2, 2, 3);
     or_set *I = or_add_set(in, "j", "J", sk->input_sg, sk->input_pl, ni);
-    ni = set_from_list(I, r, sk->inputs);
+    ni = or_set_from_list(I, r, sk->inputs);
     or_set *K = or_add_set(in, "k", "K", "property", "properties", nk);
-    nk = set_from_list(K, r, sk->attrs);
+    nk = or_set_from_list(K, r, sk->attrs);
     or_param *c = or_add_param(in, "c", "cost", 1, 0, -1);
     or_param *av = or_add_param(in, "s", "available", 1, 0, -1);
     or_param *q = or_add_param(in, "q", "percent", 2, 0, 1);
@@ -485,7 +468,7 @@ static void build_transportation(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const tr_skin *sk = &OR_PICK(r, tr_skins);
     in->skin = sk->skin;
-    int ns = tier_n(r, tier, 2, 2, 3, 3, 4, 5), nd = tier_n(r, tier, 3, 3, 4, 5, 5, 7);
+    int ns = or_tier_n(r, tier, 2, 2, 3, 3, 4, 5), nd = or_tier_n(r, tier, 3, 3, 4, 5, 5, 7);
     bool integer = or_rng_unif(r) < 0.3;
     or_set *S = or_add_set(in, "i", "I", sk->src_sg, sk->src_pl, ns);
     or_set *D = or_add_set(in, "j", "J", sk->dst_sg, sk->dst_pl, nd);
@@ -597,12 +580,12 @@ static void build_assignment(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const as_skin *sk = &OR_PICK(r, as_skins);
     in->skin = sk->skin;
-    int nt = tier_n(r, tier, 3, 3, 4, 5, 6, 7);
+    int nt = or_tier_n(r, tier, 3, 3, 4, 5, 6, 7);
     int na = tier == 2 ? nt + or_rng_int(r, 0, 2) : nt;
     or_set *A = or_add_set(in, "i", "I", sk->agent_sg, sk->agent_pl, na);
     or_set_labels(A, r, or_person_names, or_nperson_names, NULL);
     or_set *T = or_add_set(in, "j", "J", sk->task_sg, sk->task_pl, nt);
-    nt = set_from_list(T, r, sk->tasks);
+    nt = or_set_from_list(T, r, sk->tasks);
     or_param *c = or_add_param(in, "c", "cost", 2, 0, 1);
     for (int i = 0; i < na; i++)
         for (int j = 0; j < nt; j++)
@@ -687,9 +670,9 @@ static void build_knapsack(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MAX;
     const ks_skin *sk = &OR_PICK(r, ks_skins);
     in->skin = sk->skin;
-    int n = tier_n(r, tier, 4, 5, 6, 8, 8, 10);
+    int n = or_tier_n(r, tier, 4, 5, 6, 8, 8, 10);
     or_set *I = or_add_set(in, "j", "J", sk->item_sg, sk->item_pl, n);
-    n = set_from_list(I, r, sk->items);
+    n = or_set_from_list(I, r, sk->items);
     or_param *v = or_add_param(in, "v", "value", 1, 0, -1);
     or_param *w = or_add_param(in, "w", "weight", 1, 0, -1);
     or_param *W = or_add_param(in, "W", "capacity", 0, -1, -1);
@@ -794,7 +777,7 @@ static void build_facility(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const fl_skin *sk = &OR_PICK(r, fl_skins);
     in->skin = sk->skin;
-    int nf = tier_n(r, tier, 2, 3, 3, 4, 4, 5), nc = tier_n(r, tier, 3, 4, 5, 6, 6, 8);
+    int nf = or_tier_n(r, tier, 2, 3, 3, 4, 4, 5), nc = or_tier_n(r, tier, 3, 4, 5, 6, 6, 8);
     or_set *F = or_add_set(in, "i", "I", sk->fac_sg, sk->fac_pl, nf);
     or_set *C = or_add_set(in, "j", "J", sk->cus_sg, sk->cus_pl, nc);
     or_set_labels(F, r, or_place_names, 20, NULL);

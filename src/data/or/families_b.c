@@ -7,11 +7,6 @@
 
 #include "family.h"
 
-static int tier_n(or_rng *r, int tier, int a0, int b0, int a1, int b1, int a2, int b2)
-{
-    return tier == 0 ? or_rng_int(r, a0, b0) : tier == 1 ? or_rng_int(r, a1, b1) : or_rng_int(r, a2, b2);
-}
-
 static const char *const months[] = {"January", "February", "March",     "April",   "May",      "June",
                                      "July",    "August",   "September", "October", "November", "December"};
 static const char *const days[] = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"};
@@ -35,7 +30,7 @@ static void build_lot_sizing(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const ls_skin *sk = &OR_PICK(r, ls_skins);
     in->skin = sk->skin;
-    int T = tier_n(r, tier, 3, 4, 5, 6, 6, 8);
+    int T = or_tier_n(r, tier, 3, 4, 5, 6, 6, 8);
     bool setup = tier >= 1 && or_rng_unif(r) < 0.7;
     or_set *P = or_add_set(in, "t", "T", "month", "months", T);
     int m0 = or_rng_int(r, 0, 11);
@@ -178,7 +173,7 @@ static void build_network(or_inst *in, int tier, or_rng *r, bool maxflow)
     in->m.sense = maxflow ? TREX_OR_MAX : TREX_OR_MIN;
     const net_skin *sk = &OR_PICK(r, net_skins);
     in->skin = sk->skin;
-    int n = tier_n(r, tier, 4, 5, 6, 7, 8, 9);
+    int n = or_tier_n(r, tier, 4, 5, 6, 7, 8, 9);
     or_set *N = or_add_set(in, "i", "N", sk->node_sg, sk->node_pl, n);
     or_set_labels(N, r, or_place_names, or_nplace_names, NULL);
     or_add_set(in, "j", "N", sk->node_sg, sk->node_pl, n);
@@ -306,7 +301,7 @@ static void build_set_cover(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const sc_skin *sk = &OR_PICK(r, sc_skins);
     in->skin = sk->skin;
-    int ns = tier_n(r, tier, 4, 5, 6, 8, 8, 10), nz = tier_n(r, tier, 4, 6, 7, 9, 9, 12);
+    int ns = or_tier_n(r, tier, 4, 5, 6, 8, 8, 10), nz = or_tier_n(r, tier, 4, 6, 7, 9, 9, 12);
     bool multi = tier == 2;
     or_set *S = or_add_set(in, "i", "I", sk->site_sg, sk->site_pl, ns);
     or_set_labels(S, r, or_place_names, 21, NULL);
@@ -406,7 +401,7 @@ static void build_bin_packing(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const bp_skin *sk = &OR_PICK(r, bp_skins);
     in->skin = sk->skin;
-    int n = tier_n(r, tier, 4, 5, 6, 7, 8, 9);
+    int n = or_tier_n(r, tier, 4, 5, 6, 7, 8, 9);
     or_set *I = or_add_set(in, "i", "I", sk->item_sg, sk->item_pl, n);
     or_set_labels(I, r, NULL, 0, sk->item_sg[0] >= 'a' ? "Item" : "Item");
     or_param *w = or_add_param(in, "w", "size", 1, 0, -1);

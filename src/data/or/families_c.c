@@ -8,22 +8,6 @@
 
 #include "family.h"
 
-static int tier_n(or_rng *r, int tier, int a0, int b0, int a1, int b1, int a2, int b2)
-{
-    return tier == 0 ? or_rng_int(r, a0, b0) : tier == 1 ? or_rng_int(r, a1, b1) : or_rng_int(r, a2, b2);
-}
-
-static int from_list(or_set *s, or_rng *r, const char *const *list)
-{
-    int n = 0;
-    while (list[n])
-        n++;
-    if (s->n > n)
-        s->n = n;
-    or_set_labels(s, r, list, n, NULL);
-    return s->n;
-}
-
 /* ---------------- transshipment ---------------- */
 typedef struct ts_skin {
     const char *skin, *p_sg, *p_pl, *h_sg, *h_pl, *c_sg, *c_pl, *unit, *money;
@@ -44,8 +28,8 @@ static void build_transshipment(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const ts_skin *sk = &OR_PICK(r, ts_skins);
     in->skin = sk->skin;
-    int np = tier_n(r, tier, 2, 2, 2, 3, 3, 3), nh = tier_n(r, tier, 2, 2, 2, 3, 3, 4),
-        nc = tier_n(r, tier, 2, 3, 3, 4, 4, 5);
+    int np = or_tier_n(r, tier, 2, 2, 2, 3, 3, 3), nh = or_tier_n(r, tier, 2, 2, 2, 3, 3, 4),
+        nc = or_tier_n(r, tier, 2, 3, 3, 4, 4, 5);
     bool caps = tier >= 1;
     or_set *P = or_add_set(in, "p", "P", sk->p_sg, sk->p_pl, np);
     or_set *H = or_add_set(in, "h", "H", sk->h_sg, sk->h_pl, nh);
@@ -204,12 +188,12 @@ static void build_gap(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const ga_skin *sk = &OR_PICK(r, ga_skins);
     in->skin = sk->skin;
-    int na = tier_n(r, tier, 2, 3, 3, 3, 3, 4), nj = tier_n(r, tier, 4, 5, 6, 7, 8, 9);
+    int na = or_tier_n(r, tier, 2, 3, 3, 3, 3, 4), nj = or_tier_n(r, tier, 4, 5, 6, 7, 8, 9);
     or_set *A = or_add_set(in, "i", "I", sk->agent_sg, sk->agent_pl, na);
     for (int i = 0; i < na; i++)
         snprintf(A->label[i], OR_LABEL, "%c%s %c", sk->agent_sg[0] - 32, sk->agent_sg + 1, 'A' + i);
     or_set *J = or_add_set(in, "j", "J", sk->job_sg, sk->job_pl, nj);
-    nj = from_list(J, r, sk->jobs);
+    nj = or_set_from_list(J, r, sk->jobs);
     or_param *c = or_add_param(in, "c", "cost", 2, 0, 1);
     or_param *a = or_add_param(in, "a", "use", 2, 0, 1);
     or_param *b = or_add_param(in, "b", "capacity", 1, 0, -1);
@@ -309,11 +293,11 @@ static void build_multi_knapsack(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MAX;
     const mk_skin *sk = &OR_PICK(r, mk_skins);
     in->skin = sk->skin;
-    int n = tier_n(r, tier, 4, 5, 6, 8, 8, 10), nk = tier_n(r, tier, 2, 2, 2, 3, 3, 4);
+    int n = or_tier_n(r, tier, 4, 5, 6, 8, 8, 10), nk = or_tier_n(r, tier, 2, 2, 2, 3, 3, 4);
     or_set *I = or_add_set(in, "j", "J", sk->item_sg, sk->item_pl, n);
-    n = from_list(I, r, sk->items);
+    n = or_set_from_list(I, r, sk->items);
     or_set *K = or_add_set(in, "k", "K", "resource", "resources", nk);
-    nk = from_list(K, r, sk->res);
+    nk = or_set_from_list(K, r, sk->res);
     or_param *v = or_add_param(in, "v", "value", 1, 0, -1);
     or_param *w = or_add_param(in, "w", "use", 2, 0, 1);
     or_param *W = or_add_param(in, "W", "limit", 1, 1, -1);
@@ -392,7 +376,7 @@ static void build_makespan(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const pm2_skin *sk = &OR_PICK(r, pmk_skins);
     in->skin = sk->skin;
-    int nm_ = tier_n(r, tier, 2, 2, 2, 3, 3, 3), nj = tier_n(r, tier, 4, 5, 5, 6, 6, 7);
+    int nm_ = or_tier_n(r, tier, 2, 2, 2, 3, 3, 3), nj = or_tier_n(r, tier, 4, 5, 5, 6, 6, 7);
     bool unrelated = tier == 2;
     or_set *M = or_add_set(in, "m", "M", sk->mach_sg, sk->mach_pl, nm_);
     for (int m = 0; m < nm_; m++)
@@ -500,9 +484,9 @@ static void build_portfolio(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MAX;
     const pf_skin *sk = &OR_PICK(r, pf_skins);
     in->skin = sk->skin;
-    int na = tier_n(r, tier, 3, 4, 4, 5, 6, 7), ns = tier_n(r, tier, 2, 2, 3, 3, 4, 5);
+    int na = or_tier_n(r, tier, 3, 4, 4, 5, 6, 7), ns = or_tier_n(r, tier, 2, 2, 3, 3, 4, 5);
     or_set *A = or_add_set(in, "j", "J", sk->asset_sg, sk->asset_pl, na);
-    na = from_list(A, r, sk->assets);
+    na = or_set_from_list(A, r, sk->assets);
     or_set *S = or_add_set(in, "s", "S", "scenario", "scenarios", ns);
     or_set_labels(S, r, scen_names, 6, NULL);
     or_param *mu = or_add_param(in, "mu", "expected_return", 1, 0, -1);
@@ -608,7 +592,7 @@ static void build_fixed_charge(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const fc_skin *sk = &OR_PICK(r, fc_skins);
     in->skin = sk->skin;
-    int ns = tier_n(r, tier, 2, 2, 2, 3, 3, 3), nd = tier_n(r, tier, 2, 3, 3, 4, 4, 5);
+    int ns = or_tier_n(r, tier, 2, 2, 2, 3, 3, 3), nd = or_tier_n(r, tier, 2, 3, 3, 4, 4, 5);
     or_set *S = or_add_set(in, "i", "I", sk->src_sg, sk->src_pl, ns);
     or_set *D = or_add_set(in, "j", "J", sk->dst_sg, sk->dst_pl, nd);
     or_set_labels(S, r, or_place_names, 21, NULL);
@@ -728,7 +712,7 @@ static void build_tsp(or_inst *in, int tier, or_rng *r)
     in->m.sense = TREX_OR_MIN;
     const tsp_skin *sk = &OR_PICK(r, tsp_skins);
     in->skin = sk->skin;
-    int n = tier_n(r, tier, 4, 4, 5, 5, 6, 7);
+    int n = or_tier_n(r, tier, 4, 4, 5, 5, 6, 7);
     or_set *N = or_add_set(in, "i", "N", "stop", "stops", n);
     or_set_labels(N, r, or_place_names, or_nplace_names, NULL);
     or_add_set(in, "j", "N", "stop", "stops", n);

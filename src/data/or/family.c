@@ -161,3 +161,19 @@ double or_round(double v, int decimals)
     snprintf(t, sizeof t, "%.*f", decimals, nearbyint(v * f) / f);
     return strtod(t, NULL);
 }
+
+int or_set_from_list(or_set *s, or_rng *r, const char *const *list)
+{
+    int n = 0;
+    while (list[n])
+        n++;
+    if (s->n > n)
+        s->n = n;
+    or_set_labels(s, r, list, n, NULL);
+    return s->n;
+}
+
+int or_tier_n(or_rng *r, int tier, int a0, int b0, int a1, int b1, int a2, int b2)
+{
+    return tier == 0 ? or_rng_int(r, a0, b0) : tier == 1 ? or_rng_int(r, a1, b1) : or_rng_int(r, a2, b2);
+}

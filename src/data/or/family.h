@@ -89,6 +89,10 @@ void or_inst_free(or_inst *in);
 or_set *or_add_set(or_inst *in, const char *sym, const char *name, const char *sg, const char *pl, int n);
 /* Fills labels of set s from a pool of names (distinct, shuffled), or "<prefix> k" when pool is NULL. */
 void or_set_labels(or_set *s, or_rng *r, const char *const *pool, int npool, const char *prefix);
+/* Labels from a NULL-terminated list; a list shorter than the set shrinks the set. Returns the size. */
+int or_set_from_list(or_set *s, or_rng *r, const char *const *list);
+/* A size drawn uniformly from [a_t, b_t] of the instance's tier t (0, 1 or 2). */
+int or_tier_n(or_rng *r, int tier, int a0, int b0, int a1, int b1, int a2, int b2);
 or_param *or_add_param(or_inst *in, const char *sym, const char *key, int dims, int s0, int s1);
 or_vfam *or_add_vfam(or_inst *in, const char *sym, const char *idx, const char *domain, const char *desc);
 or_cfam *or_add_cfam(or_inst *in, const char *role, bool required, const char *math, const char *desc);
