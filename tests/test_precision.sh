@@ -23,24 +23,11 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The batch of tests/test_determinism.sh: 2 rows of 128 tokens, row 1 holds two documents, a sparse mask.
 "$PY" - "$tmp" <<'EOF' || { echo "cannot write the batch file"; echo "0 passed, 1 failed"; exit 1; }
-import json, struct, sys
+import sys
+sys.path.insert(0, "tests/lib")
+from tiny_batch import save, write_batch
 out = sys.argv[1]
-def save(path, tensors):
-    hdr, blobs, off = {}, [], 0
-    for name, (dtype, shape, fmt, vals) in tensors.items():
-        b = struct.pack("<%d%s" % (len(vals), fmt), *vals)
-        hdr[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(b)]}
-        blobs.append(b); off += len(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-B, T, V = 2, 128, 4096
-tok = [(i * 2654435761 + 12345) % V for i in range(B * T)]
-doc = [0] * T + [1] * 70 + [2] * (T - 70)
-mask = [0 if i % 17 == 3 else 1 for i in range(B * T)]
-save(out + "/batch.safetensors", {"tokens": ("I32", [B, T], "i", tok), "doc_ids": ("I32", [B, T], "i", doc),
-                                  "loss_mask": ("U8", [B, T], "B", mask)})
+B, T, V, tok, doc, mask = write_batch(out)
 EOF
 
 if ! "$TREX" model init --config "$CFG" --seed 3 --out "$tmp/w.safetensors" >/dev/null 2>"$tmp/init.err"; then
