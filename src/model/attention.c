@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fused.h"
 #include "kernels/kernels.h"
 #include "model/layers.h"
 #include "model/rope.h"
@@ -99,12 +100,12 @@ static int64_t zigzag(int64_t k, int64_t n)
     return (k % 2 == 0) ? k / 2 : n - 1 - k / 2;
 }
 
-static float idx_score(float *a, const float *iq, const float *k, const float *hw, int64_t nI,
-                       int64_t cI)
+static float idx_from_heads(float *a, const float *ia, int64_t stride, int64_t i, const float *hw,
+                            int64_t nI)
 {
     float s = 0.0f;
     for (int64_t h = 0; h < nI; h++) {
-        float v = am_dot_f(iq + h * cI, k, cI);
+        const float v = ia[h * stride + i];
         if (a)
             a[h] = v;
         if (v > 0.0f)
@@ -356,7 +357,7 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
 
 /* Per-thread scratch of the query loops. */
 typedef struct qscr {
-    size_t V, cidx, heap, z, o, scores, ps, mark, a, total;
+    size_t V, cidx, heap, z, o, scores, ps, mark, a, ws, kp, ia, total;
 } qscr;
 
 static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse)
@@ -375,6 +376,9 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse)
     L.ps = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
     L.mark = lay(&t, (size_t)(docs->maxnb + 1));
     L.a = lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
+    L.ws = lay(&t, (size_t)TREX_FUSED_SATTN_WS(ne, dm->H) * sizeof(float));
+    L.kp = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float *));
+    L.ia = lay(&t, (size_t)((dm->nI + 1) * (docs->maxnb + 1)) * sizeof(float));
     L.total = t;
     return L;
 }
@@ -383,6 +387,7 @@ typedef struct qtask {
     const attn_dims *dm;
     const attn_docs *docs;
     const trex_attn_cache *c; /* q, kv, compressed entries, indexer, selections */
+    const trex_fused_table *fk;
     const float *sink;
     bool select;              /* forward: choose top-k (CSA sparse) */
     bool kl;                  /* KL terms (forward) / KL gradient (backward) */
@@ -401,10 +406,12 @@ typedef struct qtask {
 } qtask;
 
 /* Gathers the entries of query t: the window (same document) then the compressed set. Returns n and
- * sets *nw (window count) and *ncs (compressed count); cidx receives the local entry indices. */
+ * sets *nw (window count) and *ncs (compressed count); cidx receives the local entry indices. With
+ * scores (CSA), also the indexer score of every visible entry (idx_from_heads), through the scratch
+ * kp (visible key pointers) and ia (head scores [nI][vis]). */
 static int64_t gather_entries(const qtask *a, int64_t t, const float **V, int64_t *cidx,
-                              float *scores, int64_t *heap, unsigned char *mark, int64_t *nw_out,
-                              int64_t *ncs_out)
+                              float *scores, const float **kp, float *ia, int64_t *heap,
+                              unsigned char *mark, int64_t *nw_out, int64_t *ncs_out)
 {
     const attn_dims *dm = a->dm;
     const attn_docs *docs = a->docs;
@@ -418,10 +425,14 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, int64_
     if (dm->m > 0) {
         const int64_t vis = (p + 1) / dm->m, cb = docs->cstart[s];
         if (dm->csa && scores) {
+            /* the score of every visible entry: the nI x vis head scores as one batch of dots */
+            const int64_t nI = dm->nI, cI = dm->cI;
+            const float *hw = c->hw + t * nI;
             for (int64_t i = 0; i < vis; i++)
-                scores[i] = idx_score(NULL, c->iq + t * dm->nI * dm->cI,
-                                      c->icmp.out + (cb + i) * dm->cI, c->hw + t * dm->nI, dm->nI,
-                                      dm->cI);
+                kp[i] = c->icmp.out + (cb + i) * cI;
+            a->fk->dots(ia, c->iq + t * nI * cI, cI, nI, kp, vis, cI);
+            for (int64_t i = 0; i < vis; i++)
+                scores[i] = idx_from_heads(NULL, ia, vis, i, hw, nI);
         }
         if (dm->csa && c->sparse) {
             if (a->select) {
@@ -460,8 +471,11 @@ static void qfwd_one(const qtask *a, int64_t t, char *w)
     unsigned char *mark = (unsigned char *)(w + a->L.mark);
     const bool need_scores = dm->csa && (c->sparse || a->kl);
     int64_t nw, ncs;
-    int64_t n = gather_entries(a, t, V, cidx, need_scores ? scores : NULL, heap, mark, &nw, &ncs);
-    am_sattn_forward_f(opre, a->lse + t * H, z, c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale);
+    int64_t n = gather_entries(a, t, V, cidx, need_scores ? scores : NULL,
+                               (const float **)(w + a->L.kp), (float *)(w + a->L.ia), heap, mark,
+                               &nw, &ncs);
+    a->fk->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H, dm->c,
+                     a->sink, dm->scale);
     /* inverse RoPE of the output at the query's position */
     const int64_t pos = a->docs->tpos[t];
     float *o = a->o + t * hc;
@@ -516,24 +530,29 @@ static void qbwd_one(const qtask *a, int64_t t, char *w)
     int64_t *cidx = (int64_t *)(w + a->L.cidx);
     float *P = (float *)(w + a->L.z), *av = (float *)(w + a->L.a);
     int64_t nw, ncs;
-    int64_t n = gather_entries(a, t, V, cidx, NULL, NULL, NULL, &nw, &ncs);
+    int64_t n = gather_entries(a, t, V, cidx, NULL, NULL, NULL, NULL, NULL, &nw, &ncs);
     const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
-    am_sattn_backward_query_f(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL, a->gO + t * hc,
-                              c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale, c->lse + t * H,
-                              a->D + t * H);
+    a->fk->sattn_bwd_query(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL, (float *)(w + a->L.ws),
+                           a->gO + t * hc, c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale,
+                           c->lse + t * H, a->D + t * H);
     if (!kl)
         return;
     /* dKL/dI_s = il_scale (q_s - p_s); through the head weights and the ReLU into iq and hw */
     const int64_t nI = dm->nI, cI = dm->cI, cb = a->docs->cstart[a->docs->seg[t]];
     const float *iq = c->iq + t * nI * cI, *hw = c->hw + t * nI;
     float *diq = a->diq + t * nI * cI, *dhw = a->dhw + t * nI;
+    const float **kp = (const float **)(w + a->L.kp);
+    float *ia = (float *)(w + a->L.ia);
+    for (int64_t i = 0; i < ncs; i++)
+        kp[i] = c->icmp.out + (cb + cidx[i]) * cI;
+    a->fk->dots(ia, iq, cI, nI, kp, ncs, cI);
     for (int64_t i = 0; i < ncs; i++) {
         float psum = 0.0f;
         for (int64_t h = 0; h < H; h++)
             psum += P[h * n + nw + i];
         const float pp = psum / c->mass[t];
-        const float *k = c->icmp.out + (cb + cidx[i]) * cI;
-        const float sc = idx_score(av, iq, k, hw, nI, cI);
+        const float *k = kp[i];
+        const float sc = idx_from_heads(av, ia, ncs, i, hw, nI);
         const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
         for (int64_t h = 0; h < nI; h++) {
             if (av[h] > 0.0f) {
@@ -576,6 +595,7 @@ typedef struct ktask {
     const attn_dims *dm;
     const attn_docs *docs;
     const trex_attn_cache *c;
+    const trex_fused_table *fk;
     const float *gO, *D;
     float *dkv;             /* [N, c] */
     float *dC, *dik;        /* [nc, c], [nc, cI] */
@@ -590,7 +610,8 @@ typedef struct ktask {
 typedef struct kscr {
     const float **V;
     float **dV;
-    float *psum, *av;
+    float *psum, *av, *ws, *ia;
+    const float **kp;
     int64_t *ent;
 } kscr;
 
@@ -602,6 +623,9 @@ static size_t kscr_bytes(const attn_dims *dm)
     lay(&t, KTILE * sizeof(float));
     lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
     lay(&t, KTILE * sizeof(int64_t));
+    lay(&t, (size_t)TREX_FUSED_SATTN_WS(KTILE, dm->H) * sizeof(float));
+    lay(&t, (size_t)((dm->nI + 1) * KTILE) * sizeof(float));
+    lay(&t, KTILE * sizeof(float *));
     return t;
 }
 
@@ -615,6 +639,9 @@ static kscr kscr_get(const ktask *a, int tid)
     k.psum = (float *)(w + lay(&t, KTILE * sizeof(float)));
     k.av = (float *)(w + lay(&t, (size_t)(a->dm->nI + 1) * sizeof(float)));
     k.ent = (int64_t *)(w + lay(&t, KTILE * sizeof(int64_t)));
+    k.ws = (float *)(w + lay(&t, (size_t)TREX_FUSED_SATTN_WS(KTILE, a->dm->H) * sizeof(float)));
+    k.ia = (float *)(w + lay(&t, (size_t)((a->dm->nI + 1) * KTILE) * sizeof(float)));
+    k.kp = (const float **)(w + lay(&t, KTILE * sizeof(float *)));
     return k;
 }
 
@@ -639,8 +666,9 @@ static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
                 ks.V[n] = a->c->kv + j * c;
                 ks.dV[n++] = a->dkv + j * c;
             }
-            am_sattn_backward_entries_f(ks.dV, ks.psum, ks.V, n, a->c->q + t * hc, a->gO + t * hc,
-                                        H, c, dm->scale, a->c->lse + t * H, a->D + t * H);
+            a->fk->sattn_bwd_entries(ks.dV, ks.psum, ks.ws, ks.V, n, a->c->q + t * hc,
+                                     a->gO + t * hc, H, c, dm->scale, a->c->lse + t * H,
+                                     a->D + t * H);
         }
     }
 }
@@ -657,16 +685,19 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n)
         ks->V[i] = c->cmp.out + ks->ent[i] * dm->c;
         ks->dV[i] = a->dC + ks->ent[i] * dm->c;
     }
-    am_sattn_backward_entries_f(ks->dV, ks->psum, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
-                                dm->c, dm->scale, c->lse + t * H, a->D + t * H);
+    a->fk->sattn_bwd_entries(ks->dV, ks->psum, ks->ws, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
+                             dm->c, dm->scale, c->lse + t * H, a->D + t * H);
     if (!a->kl || !(c->mass[t] > 0.0f))
         return;
     const int64_t nI = dm->nI, cI = dm->cI;
     const float *iq = c->iq + t * nI * cI, *hw = c->hw + t * nI;
+    for (int64_t i = 0; i < n; i++)
+        ks->kp[i] = c->icmp.out + ks->ent[i] * cI;
+    a->fk->dots(ks->ia, iq, cI, nI, ks->kp, n, cI);
     for (int64_t i = 0; i < n; i++) {
         const int64_t e = ks->ent[i];
         const float pp = ks->psum[i] / c->mass[t];
-        const float sc = idx_score(ks->av, iq, c->icmp.out + e * cI, hw, nI, cI);
+        const float sc = idx_from_heads(ks->av, ks->ia, n, i, hw, nI);
         const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
         for (int64_t h = 0; h < nI; h++)
             if (ks->av[h] > 0.0f)
@@ -712,6 +743,24 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
     }
 }
 
+/* ---- D = g.o per (token, head) ------------------------------------------------------------------ */
+
+typedef struct delta_task {
+    float *D;
+    const float *g, *o;
+    int64_t rows, c;
+    trex_fused_dot_fn dot;
+} delta_task;
+
+/* D[r] = g_r . o_r for rows r = t*H + h (am_sattn_delta, one row per (token, head)). */
+static void delta_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const delta_task *a = arg;
+    for (int64_t r = r0; r < r1; r++)
+        a->D[r] = a->dot(a->g + r * a->c, a->o + r * a->c, a->c);
+}
+
 /* ---- weightless per-head RMS backward (q) ----------------------------------------------------- */
 
 typedef struct qnorm_task {
@@ -720,6 +769,7 @@ typedef struct qnorm_task {
     const attn_dims *dm;
     const int64_t *tpos;
     const float *ct, *st;
+    trex_fused_dot_fn dot;
 } qnorm_task;
 
 /* q = R(y), y = u * rs. With g = dL/dq, rotation-invariance of dot products gives
@@ -735,7 +785,7 @@ static void qnorm_rows(void *arg, int64_t t0, int64_t t1, int tid)
             const int64_t row = t * dm->H + h;
             float *g = a->dq + row * c;
             const float *q = a->q + row * c, rs = a->rstd[row];
-            const float mean = am_dot_f(g, q, c) / (float)c;
+            const float mean = a->dot(g, q, c) / (float)c;
             for (int64_t i = 0; i < c; i++)
                 g[i] = rs * (g[i] - q[i] * mean);
             trex_rope_rotate(g + dm->nope, a->ct + a->tpos[t] * dm->half,
@@ -967,6 +1017,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.dm = dm;
     qa.docs = docs;
     qa.c = C;
+    qa.fk = trex_fused();
     qa.sink = w->attn_sink;
     qa.select = C->sparse;
     qa.kl = C->kl;
@@ -1045,8 +1096,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     /* D = g.o is rotation-invariant: take it in the output frame, then rotate g back to the frame
      * of the attention output before its inverse RoPE (the backward of R^-1 is R). */
     float *D = XALLOC(N * H);
-    for (int64_t t = 0; t < N; t++)
-        am_sattn_delta_f(D + t * H, gO + t * hc, C->o + t * hc, H, c);
+    delta_task dt = {D, gO, C->o, H * N, c, trex_fused()->dot};
+    trex_pool_for(pool, H * N, 4096 / c + 1, delta_rows, &dt);
     rope_apply(pool, gO, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
 
     /* query side: dq, d sink, indexer query-side gradients */
@@ -1060,6 +1111,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qa.dm = dm;
     qa.docs = docs;
     qa.c = C;
+    qa.fk = trex_fused();
     qa.sink = w->attn_sink;
     qa.kl = kl;
     qa.gO = gO;
@@ -1087,6 +1139,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     ka.dm = dm;
     ka.docs = docs;
     ka.c = C;
+    ka.fk = trex_fused();
     ka.gO = gO;
     ka.D = D;
     ka.dkv = dkv;
@@ -1122,7 +1175,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     }
 
     /* q path: per-head RMS and RoPE, wq_b, q_norm, wq_a (dx is written here) */
-    qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin};
+    qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
     trex_pool_for(pool, N, (4096 / (hc > 0 ? hc : 1)) + 1, qnorm_rows, &qn);
     float *dqr = XALLOC(N * dc), *dqa = XALLOC(N * dc);
     trex_linear_backward_ex(pool, gws, gdt, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);

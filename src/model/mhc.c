@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/fused.h"
 #include "kernels/kernels.h"
 
 #define MHC_REAL float
@@ -45,6 +46,7 @@ typedef struct mhc_job {
     float *out, *state, *dstate, *dX, *dy;
     const float *X, *y, *dXo, *dx_in;
     const float *scale, *base;
+    const trex_fused_table *fk; /* collapse and HC_post on the widest ISA (same bits) */
 } mhc_job;
 
 static int64_t token_grain(int64_t nd)
@@ -63,6 +65,7 @@ static mhc_job job_make(const trex_config *cfg)
     j.norm_eps = (float)cfg->rms_norm_eps;
     j.ss = trex_mhc_state_size(j.n);
     j.ds = trex_mhc_dstate_size(j.n);
+    j.fk = trex_fused();
     return j;
 }
 
@@ -82,7 +85,7 @@ static void pre_fwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
         for (int m = 0; m < mix; m++)
             mu[m] *= st[0];
         mhc_mix_fwd_f(j->n, j->iters, j->eps, j->scale, j->base, mu, mixes, sk);
-        mhc_collapse_f(j->n, j->d, mixes, X, j->out + t * j->d);
+        j->fk->mhc_collapse(j->n, j->d, mixes, X, j->out + t * j->d);
     }
 }
 
@@ -108,7 +111,8 @@ static void collapse_tokens(void *arg, int64_t t0, int64_t t1, int tid)
     const int mix = (2 + j->n) * j->n;
     const int64_t nd = j->n * j->d;
     for (int64_t t = t0; t < t1; t++)
-        mhc_collapse_f(j->n, j->d, j->state + t * j->ss + 1 + mix, j->X + t * nd, j->out + t * j->d);
+        j->fk->mhc_collapse(j->n, j->d, j->state + t * j->ss + 1 + mix, j->X + t * nd,
+                            j->out + t * j->d);
 }
 
 void trex_mhc_pre_collapse(const trex_ctx *ctx, const trex_config *cfg, int64_t N, float *x_in,
@@ -134,7 +138,7 @@ static void pre_bwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
         float *dX = j->dX + t * nd;
         float *dout = j->dstate + t * j->ds, *dz = dout + mix, *dscale = dz + mix;
         /* dpre_k = X_k . dx_in; dX_k += pre_k dx_in */
-        mhc_collapse_bwd_f(n, j->d, mixes, X, j->dx_in + t * j->d, dout, dX);
+        j->fk->mhc_collapse_bwd(n, j->d, mixes, X, j->dx_in + t * j->d, dout, dX);
         mhc_mix_bwd_f(n, j->iters, j->eps, j->scale, j->base, mu, dout, dz, dout, dscale, sk);
         mhc_rho_bwd_f(mix, nd, st[0], mu, dout, X, dX);
         for (int m = 0; m < mix; m++)
@@ -190,8 +194,8 @@ static void post_fwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
     const int64_t nd = n * j->d;
     for (int64_t t = t0; t < t1; t++) {
         const float *mixes = j->state + t * j->ss + 1 + mix;
-        mhc_post_tok_fwd_f(n, j->d, mixes + n, mixes + 2 * n, j->y + t * j->d, j->X + t * nd,
-                           j->out + t * nd);
+        j->fk->mhc_post_fwd(n, j->d, mixes + n, mixes + 2 * n, j->y + t * j->d, j->X + t * nd,
+                            j->out + t * nd);
     }
 }
 
@@ -216,9 +220,9 @@ static void post_bwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
     for (int64_t t = t0; t < t1; t++) {
         const float *mixes = j->state + t * j->ss + 1 + mix;
         float *dout = j->dstate + t * j->ds;
-        mhc_post_tok_bwd_f(n, j->d, mixes + n, mixes + 2 * n, j->y + t * j->d, j->X + t * nd,
-                           j->dXo + t * nd, j->dy + t * j->d, j->dX + t * nd, dout + n,
-                           dout + 2 * n);
+        j->fk->mhc_post_bwd(n, j->d, mixes + n, mixes + 2 * n, j->y + t * j->d, j->X + t * nd,
+                            j->dXo + t * nd, j->dy + t * j->d, j->dX + t * nd, dout + n,
+                            dout + 2 * n);
     }
 }
 
@@ -254,7 +258,7 @@ static void head_fwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
             mu[k] *= st[0];
             w[k] = mhc_sigmoid_f(j->scale[0] * mu[k] + j->base[k]) + j->eps;
         }
-        mhc_collapse_f(n, j->d, w, X, j->out + t * j->d);
+        j->fk->mhc_collapse(n, j->d, w, X, j->out + t * j->d);
     }
 }
 
@@ -285,7 +289,7 @@ static void head_bwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
         float *dX = j->dX + t * nd;
         float *work = j->dstate + t * j->ds, *dz = work + n;
         float dw[MHC_MAX_N];
-        mhc_collapse_bwd_f(n, j->d, w, X, j->dx_in + t * j->d, dw, dX);
+        j->fk->mhc_collapse_bwd(n, j->d, w, X, j->dx_in + t * j->d, dw, dX);
         work[2 * n] = mhc_head_w_bwd_f(n, j->scale, j->base, mu, dw, dz, work);
         mhc_rho_bwd_f(n, nd, st[0], mu, work, X, dX);
         for (int k = 0; k < n; k++)

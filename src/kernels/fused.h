@@ -1,0 +1,119 @@
+/* kernels/fused.h — fused element-wise and attention kernels of the model (issue 4, items 3 and 5).
+ *
+ * The model's non-GEMM work (attention over the window, the compressed entries and the sink; the mHC
+ * residual mixes) runs through one small table of entry points, chosen once per process from the
+ * level of the kernel dispatch (trex_kernels_isa(), so TREX_ISA caps it too): the plain-C reference
+ * (kernels/ref/fused.c, the scalar code of model/attention_math.h and model/mhc_real.h) or the AVX-512
+ * leaves (kernels/x86/avx512/fused.c, reached only through this table).
+ *
+ * Every variant gives the reference's bits. The leaves vectorise across the independent sums (16
+ * partial sums of a dot product are one 512-bit register; several dot products run at once) and keep,
+ * per output element, the reference's order of operations and its separate multiply and add (no fused
+ * multiply-add: the build is ISO C, so the compiler never contracts either). exp and log stay libm's
+ * scalar expf / logf calls. So a model run gives the same output files at every level and for any
+ * thread count, and the fp32 model's agreement with the PyTorch reference is unchanged.
+ * tests/test_fused.c checks every level against the reference bit for bit on awkward shapes.
+ *
+ * Attention (one query, H heads q_h = q[h*c ..], n entries V[e] of c floats that serve as key and
+ * value; docs/attention.md): the functions are exactly am_sattn_forward_f, am_sattn_backward_query_f,
+ * am_sattn_backward_entries_f and am_dot_f of model/attention_math.h, plus a scratch argument ws of
+ * TREX_FUSED_SATTN_WS(n, H) floats (the reference ignores it). */
+#ifndef TREX_KERNELS_FUSED_H
+#define TREX_KERNELS_FUSED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/dispatch.h"
+
+/* Floats of scratch the attention entries need for n entries and H heads. */
+#define TREX_FUSED_SATTN_WS(n, H) (4 * (int64_t)(H) * (int64_t)(n) + 16)
+
+/* sum_i a_i b_i over 16 interleaved partial sums combined in a fixed tree (am_dot_f). */
+typedef float (*trex_fused_dot_fn)(const float *a, const float *b, int64_t n);
+/* out[r*n + e] = dot(A + r*lda, V[e], c) for r < R, e < n, each exactly as the dot above. */
+typedef void (*trex_fused_dots_fn)(float *out, const float *A, int64_t lda, int64_t R,
+                                   const float *const *V, int64_t n, int64_t c);
+
+/* am_sattn_forward_f: z_he = scale q_h.v_e, lse_h = log(sum_e exp z_he + exp sink_h),
+ * o_h = sum_e exp(z_he - lse_h) v_e. Writes o [H*c], lse [H], z [H*n] (row h). n may be 0. */
+typedef void (*trex_fused_sattn_fwd_fn)(float *o, float *lse, float *z, float *ws, const float *q,
+                                        const float *const *V, int64_t n, int64_t H, int64_t c,
+                                        const float *sink, float scale);
+
+/* am_sattn_backward_query_f: given g = dL/do [H*c], lse and D (= g.o per head): p_e = exp(scale
+ * q.v_e - lse), dz_e = p_e (g.v_e - D), dq = scale sum_e dz_e v_e, dsink = -exp(sink - lse) D.
+ * Writes dq [H*c], dsink [H] and, when P is not NULL, p into P [H*n] (row h). */
+typedef void (*trex_fused_sattn_bwd_query_fn)(float *dq, float *dsink, float *P, float *ws,
+                                              const float *g, const float *q,
+                                              const float *const *V, int64_t n, int64_t H,
+                                              int64_t c, const float *sink, float scale,
+                                              const float *lse, const float *D);
+
+/* am_sattn_backward_entries_f: dV[e] += sum_h (p_he g_h + scale dz_he q_h), heads ascending
+ * (accumulates); psum[e] = sum_h p_he (written). */
+typedef void (*trex_fused_sattn_bwd_entries_fn)(float *const *dV, float *psum, float *ws,
+                                                const float *const *V, int64_t n, const float *q,
+                                                const float *g, int64_t H, int64_t c, float scale,
+                                                const float *lse, const float *D);
+
+/* mHC, one token of n <= 8 streams of d floats (model/mhc_real.h):
+ *   post_fwd      Xo_k = post_k y + sum_j comb_jk X_j (mhc_post_tok_fwd_f);
+ *   post_bwd      its backward: dy, dX written, dpost [n], dcomb [n*n] written, the sums over d in
+ *                 double, element by element in order (mhc_post_tok_bwd_f);
+ *   collapse      x = sum_k w_k X_k (mhc_collapse_f);
+ *   collapse_bwd  dw_k = X_k . dx in double (written), dX_k += w_k dx (mhc_collapse_bwd_f). */
+typedef void (*trex_fused_mhc_post_fwd_fn)(int n, int64_t d, const float *post, const float *comb,
+                                           const float *y, const float *X, float *Xo);
+typedef void (*trex_fused_mhc_post_bwd_fn)(int n, int64_t d, const float *post, const float *comb,
+                                           const float *y, const float *X, const float *dXo,
+                                           float *dy, float *dX, float *dpost, float *dcomb);
+typedef void (*trex_fused_mhc_collapse_fn)(int n, int64_t d, const float *w, const float *X,
+                                           float *x);
+typedef void (*trex_fused_mhc_collapse_bwd_fn)(int n, int64_t d, const float *w, const float *X,
+                                               const float *dx, float *dw, float *dX);
+
+typedef struct trex_fused_table {
+    trex_isa isa;
+    const char *name;
+    trex_fused_dot_fn dot;
+    trex_fused_dots_fn dots;
+    trex_fused_sattn_fwd_fn sattn_fwd;
+    trex_fused_sattn_bwd_query_fn sattn_bwd_query;
+    trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
+    trex_fused_mhc_post_fwd_fn mhc_post_fwd;
+    trex_fused_mhc_post_bwd_fn mhc_post_bwd;
+    trex_fused_mhc_collapse_fn mhc_collapse;
+    trex_fused_mhc_collapse_bwd_fn mhc_collapse_bwd;
+} trex_fused_table;
+
+/* The table of the level in use (trex_kernels_isa()); TREX_VERBOSE=1 logs the choice once. */
+const trex_fused_table *trex_fused(void);
+/* The table a cap would choose on this machine (tests run every level with it). Never NULL. */
+const trex_fused_table *trex_fused_for(trex_isa cap);
+
+/* ---- leaves (reached only through the tables) ---- */
+float trex_fused_dot_avx512(const float *a, const float *b, int64_t n);
+void trex_fused_dots_avx512(float *out, const float *A, int64_t lda, int64_t R,
+                            const float *const *V, int64_t n, int64_t c);
+void trex_fused_sattn_fwd_avx512(float *o, float *lse, float *z, float *ws, const float *q,
+                                 const float *const *V, int64_t n, int64_t H, int64_t c,
+                                 const float *sink, float scale);
+void trex_fused_sattn_bwd_query_avx512(float *dq, float *dsink, float *P, float *ws, const float *g,
+                                       const float *q, const float *const *V, int64_t n, int64_t H,
+                                       int64_t c, const float *sink, float scale, const float *lse,
+                                       const float *D);
+void trex_fused_sattn_bwd_entries_avx512(float *const *dV, float *psum, float *ws,
+                                         const float *const *V, int64_t n, const float *q,
+                                         const float *g, int64_t H, int64_t c, float scale,
+                                         const float *lse, const float *D);
+void trex_fused_mhc_post_fwd_avx512(int n, int64_t d, const float *post, const float *comb,
+                                    const float *y, const float *X, float *Xo);
+void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const float *comb,
+                                    const float *y, const float *X, const float *dXo, float *dy,
+                                    float *dX, float *dpost, float *dcomb);
+void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const float *X, float *x);
+void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
+                                        const float *dx, float *dw, float *dX);
+
+#endif

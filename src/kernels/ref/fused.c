@@ -1,0 +1,141 @@
+/* kernels/ref/fused.c — the reference entries of the fused-kernel table and the table choice.
+ *
+ * The reference entries are the model's own scalar code (model/attention_math.h, model/mhc_real.h,
+ * float instances), wrapped to the table's signatures; the AVX-512 leaves (kernels/x86/avx512/fused.c)
+ * must give the same bits. The table follows the kernel dispatch level (trex_kernels_isa), read once. */
+#include "kernels/fused.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define AM_REAL float
+#define AM_SFX f
+#include "model/attention_math.h"
+
+#define MHC_REAL float
+#define MHC_SUFFIX f
+#define MHC_EXP expf
+#define MHC_SQRT sqrtf
+#include "model/mhc_real.h"
+
+static float dot_ref(const float *a, const float *b, int64_t n)
+{
+    return am_dot_f(a, b, n);
+}
+
+static void dots_ref(float *out, const float *A, int64_t lda, int64_t R, const float *const *V,
+                     int64_t n, int64_t c)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t e = 0; e < n; e++)
+            out[r * n + e] = am_dot_f(A + r * lda, V[e], c);
+}
+
+static void sattn_fwd_ref(float *o, float *lse, float *z, float *ws, const float *q,
+                          const float *const *V, int64_t n, int64_t H, int64_t c, const float *sink,
+                          float scale)
+{
+    (void)ws;
+    am_sattn_forward_f(o, lse, z, q, V, n, H, c, sink, scale);
+}
+
+static void sattn_bwd_query_ref(float *dq, float *dsink, float *P, float *ws, const float *g,
+                                const float *q, const float *const *V, int64_t n, int64_t H,
+                                int64_t c, const float *sink, float scale, const float *lse,
+                                const float *D)
+{
+    (void)ws;
+    am_sattn_backward_query_f(dq, dsink, P, g, q, V, n, H, c, sink, scale, lse, D);
+}
+
+static void sattn_bwd_entries_ref(float *const *dV, float *psum, float *ws, const float *const *V,
+                                  int64_t n, const float *q, const float *g, int64_t H, int64_t c,
+                                  float scale, const float *lse, const float *D)
+{
+    (void)ws;
+    am_sattn_backward_entries_f(dV, psum, V, n, q, g, H, c, scale, lse, D);
+}
+
+static void mhc_post_fwd_ref(int n, int64_t d, const float *post, const float *comb,
+                             const float *y, const float *X, float *Xo)
+{
+    mhc_post_tok_fwd_f(n, d, post, comb, y, X, Xo);
+}
+
+static void mhc_post_bwd_ref(int n, int64_t d, const float *post, const float *comb,
+                             const float *y, const float *X, const float *dXo, float *dy, float *dX,
+                             float *dpost, float *dcomb)
+{
+    mhc_post_tok_bwd_f(n, d, post, comb, y, X, dXo, dy, dX, dpost, dcomb);
+}
+
+static void mhc_collapse_ref(int n, int64_t d, const float *w, const float *X, float *x)
+{
+    mhc_collapse_f(n, d, w, X, x);
+}
+
+static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *X, const float *dx,
+                                 float *dw, float *dX)
+{
+    mhc_collapse_bwd_f(n, d, w, X, dx, dw, dX);
+}
+
+static const trex_fused_table table_ref = {
+    .isa = TREX_ISA_REF,
+    .name = "ref",
+    .dot = dot_ref,
+    .dots = dots_ref,
+    .sattn_fwd = sattn_fwd_ref,
+    .sattn_bwd_query = sattn_bwd_query_ref,
+    .sattn_bwd_entries = sattn_bwd_entries_ref,
+    .mhc_post_fwd = mhc_post_fwd_ref,
+    .mhc_post_bwd = mhc_post_bwd_ref,
+    .mhc_collapse = mhc_collapse_ref,
+    .mhc_collapse_bwd = mhc_collapse_bwd_ref,
+};
+
+#if defined(__x86_64__) || defined(__i386__)
+static const trex_fused_table table_avx512 = {
+    .isa = TREX_ISA_AVX512,
+    .name = "avx512",
+    .dot = trex_fused_dot_avx512,
+    .dots = trex_fused_dots_avx512,
+    .sattn_fwd = trex_fused_sattn_fwd_avx512,
+    .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
+    .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
+    .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,
+    .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
+    .mhc_collapse = trex_fused_mhc_collapse_avx512,
+    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,
+};
+#endif
+
+const trex_fused_table *trex_fused_for(trex_isa cap)
+{
+    /* trex_kernels_table_for applies the machine's limits (CPU and OS) under the cap */
+    const trex_isa isa = trex_kernels_table_for(cap)->isa;
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa >= TREX_ISA_AVX512)
+        return &table_avx512;
+#endif
+    (void)isa;
+    return &table_ref;
+}
+
+static const trex_fused_table *active;
+static pthread_once_t active_once = PTHREAD_ONCE_INIT;
+
+static void active_init(void)
+{
+    active = trex_fused_for(trex_kernels_isa());
+    const char *v = getenv("TREX_VERBOSE");
+    if (v && v[0] && v[0] != '0')
+        fprintf(stderr, "trex: kernels: fused attention / mHC kernels: %s\n", active->name);
+}
+
+const trex_fused_table *trex_fused(void)
+{
+    pthread_once(&active_once, active_init);
+    return active;
+}
