@@ -29,11 +29,11 @@ for path in sys.argv[2:]:
     k = json.load(open(path))
     print(f"\n{k['threads']} thread(s), level {k['level']} ({k['gemm']}), per-core peak "
           f"{k['core_peak_tflops_per_cpu_second']:.2f} TFLOP/s per CPU-second")
-    print(f"{'case':22} {'shape':18} {'TFLOP/s':>8} {'cpu-TF':>7} {'%core':>6} | oneDNN {'TFLOP/s':>7} "
+    print(f"{'case':30} {'shape':18} {'TFLOP/s':>8} {'cpu-TF':>7} {'%core':>6} | oneDNN {'TFLOP/s':>7} "
           f"{'cpu-TF':>7} | packed {'TFLOP/s':>7} {'cpu-TF':>7}")
     nan = float("nan")
     for r in k["kernels"]:
-        print(f"{r['name']:22} {r['shape']:18} {r['tflops']:8.3f} {r['cpu_tflops']:7.3f} "
+        print(f"{r['name']:30} {r['shape']:18} {r['tflops']:8.3f} {r['cpu_tflops']:7.3f} "
               f"{r['pct_core_peak']:5.1f}% |        {r.get('onednn_tflops', nan):7.3f} "
               f"{r.get('onednn_cpu_tflops', nan):7.3f} |        {r.get('onednn_packed_tflops', nan):7.3f} "
               f"{r.get('onednn_packed_cpu_tflops', nan):7.3f}")

@@ -444,7 +444,8 @@ static void test_gemm(const trex_kernel_table *t, trex_pool *pool)
     const int64_t shapes[][3] = {{1, 1, 1},     {1, 17, 3},    {2, 1, 2},      {5, 3, 0},
                                  {0, 4, 3},     {4, 0, 3},     {31, 33, 65},   {37, 29, 41},
                                  {32, 32, 32},  {64, 96, 64},  {100, 7, 513},  {13, 300, 33},
-                                 {257, 263, 97}, {300, 270, 1100}};
+                                 {257, 263, 97}, {300, 270, 1100}, {45, 70, 96},  {100, 33, 128},
+                                 {1, 5, 32}};
     const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}, {2, 0}, {-1, 0.25f}};
     int64_t bad_total = 0, runs = 0;
     double worst = 0;
@@ -611,6 +612,169 @@ static void test_stream(const trex_kernel_table *t, trex_pool *pool)
     free(B);
     free(C1);
     free(C2);
+}
+
+/* ---- 6b. pre-packed B ------------------------------------------------------------------------------ */
+
+/* C after a pre-packed call: A of type a_f32 ? fp32 : bf16, B packed from the fp32 or bf16 source with
+ * the packer of table tp (the panels are the same bytes on every level), run on table t. */
+static void run_prepacked(const trex_kernel_table *t, const trex_kernel_table *tp, trex_pool *pool,
+                          const mats *m, bool a_f32, bool b_f32, float alpha, float beta, float *C)
+{
+    memcpy(C, m->C0, (size_t)(m->M * m->ldc) * sizeof *C);
+    trex_gemm_packed *pk =
+        trex_gemm_pack_b_with(tp, pool, b_f32 ? TREX_F32 : TREX_BF16, m->tb, m->N, m->K,
+                              b_f32 ? (const void *)m->Bf : (const void *)m->Bb, m->ldb);
+    CHECK(pk != NULL && trex_gemm_packed_n(pk) == m->N && trex_gemm_packed_k(pk) == m->K,
+          "pack_b %lldx%lld", (long long)m->N, (long long)m->K);
+    CHECK(trex_gemm_packed_bytes(pk) >= trex_gemm_pack_b_bytes(m->N, m->K), "packed bytes");
+    const trex_gemm_problem p = {m->M, m->N, m->K, a_f32 ? (const void *)m->Af : (const void *)m->Ab,
+                                 m->lda, pk, 0, C, m->ldc};
+    trex_gemm_grouped_prepacked_with(t, pool, (ws_toggle++ & 1) ? shared_ws : NULL,
+                                     a_f32 ? TREX_F32 : TREX_BF16, m->ta, alpha, beta, &p, 1);
+    trex_gemm_packed_free(pk);
+}
+
+/* Pre-packed B gives the bits of the unpacked call (same level) on awkward shapes, every layout, fp32
+ * and bf16 A, B packed from fp32 or bf16 and by another level's packer; and stays within the bound. */
+static void test_prepacked(const trex_kernel_table *t, const trex_kernel_table *ref, trex_pool *pool)
+{
+    const int64_t shapes[][3] = {{1, 1, 1},   {1, 17, 3},  {5, 3, 0},    {0, 4, 3},   {4, 0, 3},
+                                 {31, 33, 65}, {37, 29, 41}, {100, 7, 513}, {13, 300, 33},
+                                 {257, 263, 97}, {70, 45, 96}};
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}};
+    int64_t diff = 0, bad = 0, runs = 0;
+    double worst = 0;
+    uint64_t seed = 4000;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tr = 0; tr < 4; tr++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            mats m = mats_make(M, N, K, tr & 1, tr & 2, seed++);
+            const size_t nc = (size_t)(M * m.ldc);
+            float *C1 = xmalloc((nc + 1) * sizeof *C1), *C2 = xmalloc((nc + 1) * sizeof *C2);
+            for (size_t a = 0; a < sizeof ab / sizeof ab[0]; a++)
+                for (int v = 0; v < 4; v++) {
+                    /* v: 0 fp32 A, fp32 B | 1 bf16 A, bf16 B | 2 bf16 A, B packed from fp32 |
+                     * 3 fp32 A, B packed by the reference level */
+                    const bool a_f32 = v == 0 || v == 3, b_f32 = v != 1;
+                    const float alpha = ab[a][0], beta = ab[a][1];
+                    run_one(t, pool, &m, a_f32, alpha, beta, false, C1);
+                    run_prepacked(t, v == 3 ? ref : t, pool, &m, a_f32, b_f32, alpha, beta, C2);
+                    const bool d = memcmp(C1, C2, nc * sizeof *C1) != 0;
+                    if (d && diff < 5)
+                        fprintf(stderr, "%s prepacked: M=%lld N=%lld K=%lld ta=%d tb=%d v=%d "
+                                "alpha=%g beta=%g differs from the unpacked call\n", t->gemm_name,
+                                (long long)M, (long long)N, (long long)K, tr & 1, (tr & 2) >> 1,
+                                v, alpha, beta);
+                    diff += d;
+                    bad += check_c(&m, C2, alpha, beta, false, &worst);
+                    runs++;
+                }
+            free(C1);
+            free(C2);
+            mats_free(&m);
+        }
+    CHECK(diff == 0, "%s prepacked: %lld of %lld runs differ from the unpacked call", t->gemm_name,
+          (long long)diff, (long long)runs);
+    CHECK(bad == 0, "%s prepacked: %lld elements outside the bound", t->gemm_name, (long long)bad);
+
+    /* Grouped (experts of different sizes, one empty), and the same call on 1-3 threads. */
+    enum { G = 5 };
+    const int64_t Ms[G] = {45, 0, 1, 300, 70}, N = 70, K = 130;
+    mats g[G];
+    trex_gemm_problem pu[G], pp[G];
+    trex_gemm_packed *pk[G];
+    float *Cu[G], *Cp[G];
+    for (int e = 0; e < G; e++) {
+        g[e] = mats_make(Ms[e], N, K, false, e % 2 == 0, 4500 + e);
+        Cu[e] = xmalloc((size_t)(Ms[e] * g[e].ldc + 1) * sizeof *Cu[e]);
+        Cp[e] = xmalloc((size_t)(Ms[e] * g[e].ldc + 1) * sizeof *Cp[e]);
+        memcpy(Cu[e], g[e].C0, (size_t)(Ms[e] * g[e].ldc) * sizeof *Cu[e]);
+        pk[e] = trex_gemm_pack_b_with(t, pool, TREX_F32, g[e].tb, N, K, g[e].Bf, g[e].ldb);
+        pu[e] = (trex_gemm_problem){Ms[e], N, K, g[e].Af, g[e].lda, g[e].Bf, g[e].ldb, Cu[e], g[e].ldc};
+        pp[e] = (trex_gemm_problem){Ms[e], N, K, g[e].Af, g[e].lda, pk[e], 0, Cp[e], g[e].ldc};
+    }
+    /* The unpacked call takes one tb for all: run each problem alone with its own. */
+    for (int e = 0; e < G; e++)
+        trex_gemm_grouped_with(t, pool, NULL, TREX_F32, false, g[e].tb, 1.0f, 1.0f, &pu[e], 1);
+    trex_pool *pools[3] = {NULL, trex_pool_create(1), trex_pool_create(3)};
+    CHECK(pools[1] && pools[2], "pools of 1 and 3 threads");
+    for (int pi = 0; pi < 4; pi++) {
+        for (int e = 0; e < G; e++)
+            memcpy(Cp[e], g[e].C0, (size_t)(Ms[e] * g[e].ldc) * sizeof *Cp[e]);
+        trex_gemm_grouped_prepacked_with(t, pi < 3 ? pools[pi] : pool, shared_ws, TREX_F32, false,
+                                         1.0f, 1.0f, pp, G);
+        int64_t gd = 0;
+        for (int e = 0; e < G; e++)
+            gd += memcmp(Cu[e], Cp[e], (size_t)(Ms[e] * g[e].ldc) * sizeof *Cu[e]) != 0;
+        CHECK(gd == 0, "%s grouped prepacked (pool %d): %lld experts differ from unpacked calls",
+              t->gemm_name, pi, (long long)gd);
+    }
+    for (int i = 1; i < 3; i++)
+        trex_pool_destroy(pools[i]);
+    for (int e = 0; e < G; e++) {
+        trex_gemm_packed_free(pk[e]);
+        free(Cu[e]);
+        free(Cp[e]);
+        mats_free(&g[e]);
+    }
+    printf("%s: %lld prepacked runs bit-identical to unpacked, worst error %.3f of the bound\n",
+           t->gemm_name, (long long)runs, worst);
+}
+
+/* The public pre-packed entries: linear-layer packing of W [out, in] for y = x W^T and dx = dy W, repack
+ * with new values, sizes; against trex_gemm_f32_bf16 bit for bit. */
+static void test_prepacked_public(trex_pool *pool)
+{
+    const int64_t n = 77, in = 131, out = 45;
+    uint64_t st = 5;
+    float *W = xmalloc((size_t)(out * in) * sizeof *W), *x = xmalloc((size_t)(n * in) * sizeof *x);
+    float *dy = xmalloc((size_t)(n * out) * sizeof *dy);
+    for (int64_t i = 0; i < out * in; i++)
+        W[i] = rnd(&st);
+    for (int64_t i = 0; i < n * in; i++)
+        x[i] = rnd(&st);
+    for (int64_t i = 0; i < n * out; i++)
+        dy[i] = rnd(&st);
+    float *y1 = xmalloc((size_t)(n * out) * sizeof *y1), *y2 = xmalloc((size_t)(n * out) * sizeof *y2);
+    float *d1 = xmalloc((size_t)(n * in) * sizeof *d1), *d2 = xmalloc((size_t)(n * in) * sizeof *d2);
+    trex_gemm_packed *wf = trex_linear_pack_weight(pool, TREX_LINEAR_FWD, W, out, in);
+    trex_gemm_packed *wd = trex_linear_pack_weight(pool, TREX_LINEAR_DX, W, out, in);
+    CHECK(wf && wd, "linear pack");
+    CHECK(trex_gemm_packed_n(wf) == out && trex_gemm_packed_k(wf) == in &&
+              trex_gemm_packed_n(wd) == in && trex_gemm_packed_k(wd) == out,
+          "linear pack shapes");
+    CHECK(trex_gemm_pack_b_bytes(out, in) == 64 * 160 * 2 && trex_gemm_pack_b_bytes(0, 5) == 0,
+          "pack_b_bytes");
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* an optimizer step: new values, packed into the same buffers */
+            for (int64_t i = 0; i < out * in; i++)
+                W[i] = rnd(&st);
+            trex_gemm_repack_b(pool, wf, W, in);
+            trex_gemm_repack_b(pool, wd, W, in);
+        }
+        trex_gemm_f32_bf16(pool, shared_ws, false, true, n, out, in, 1.0f, x, in, W, in, 0.0f, y1, out);
+        trex_gemm_prepacked(pool, shared_ws, TREX_F32, false, n, 1.0f, x, in, wf, 0.0f, y2, out);
+        CHECK(memcmp(y1, y2, (size_t)(n * out) * sizeof *y1) == 0,
+              "prepacked forward = trex_gemm_f32_bf16 (round %d)", round);
+        for (int64_t i = 0; i < n * in; i++)
+            d1[i] = d2[i] = (float)i * 1e-3f;
+        trex_gemm_f32_bf16(pool, NULL, false, false, n, in, out, 1.0f, dy, out, W, in, 1.0f, d1, in);
+        trex_gemm_prepacked(pool, NULL, TREX_F32, false, n, 1.0f, dy, out, wd, 1.0f, d2, in);
+        CHECK(memcmp(d1, d2, (size_t)(n * in) * sizeof *d1) == 0,
+              "prepacked input gradient = trex_gemm_f32_bf16 (round %d)", round);
+    }
+    trex_gemm_packed_free(wf);
+    trex_gemm_packed_free(wd);
+    trex_gemm_packed_free(NULL);
+    CHECK(trex_gemm_packed_bytes(NULL) == 0, "bytes of NULL");
+    free(W);
+    free(x);
+    free(dy);
+    free(y1);
+    free(y2);
+    free(d1);
+    free(d2);
 }
 
 /* ---- 7. determinism over thread counts --------------------------------------------------------- */
@@ -867,6 +1031,7 @@ int main(int argc, char **argv)
         test_ukr(lv[i]);
         test_gemm(lv[i], pool);
         test_grouped(lv[i], pool);
+        test_prepacked(lv[i], lv[0], pool);
         test_determinism(lv[i]);
     }
     test_chunked(lv[n - 1], pool);
@@ -874,6 +1039,7 @@ int main(int argc, char **argv)
         if (lv[i]->isa >= TREX_ISA_AVX512)
             test_stream(lv[i], pool);
     test_public(pool);
+    test_prepacked_public(pool);
     test_linear_ex(pool);
     test_gemm_f32(lv, n, pool);
     CHECK(trex_gemm_ws_bytes(shared_ws) > 0, "the shared workspace was used");

@@ -25,6 +25,10 @@
  * (and c 64-byte aligned, ldc a multiple of 16) C may be written with non-temporal stores, which the
  * level's gemm_end fences.
  *
+ * A pre-packed B (trex_gemm_pack_b in kernels/kernels.h) is exactly these VNNI panels, ceil(N/32) of
+ * them one after the other, packed once by the caller with the level's pack_b; every level packs the
+ * same bytes, so a packed operand can be used by any level.
+ *
  * The leaf entry points below are reached only through the dispatch table (kernels/dispatch.c). */
 #ifndef TREX_KERNELS_GEMM_PANELS_H
 #define TREX_KERNELS_GEMM_PANELS_H
@@ -43,6 +47,11 @@
 void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                             trex_dtype in, bool ta, bool tb, float alpha, float beta,
                             const trex_gemm_problem *probs, int64_t count);
+trex_gemm_packed *trex_gemm_pack_b_with(const trex_kernel_table *t, trex_pool *pool, trex_dtype in,
+                                        bool tb, int64_t N, int64_t K, const void *B, int64_t ldb);
+void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                                      trex_dtype a_in, bool ta, float alpha, float beta,
+                                      const trex_gemm_problem *probs, int64_t count);
 
 /* ---- leaves: plain C reference (kernels/ref/bf16.c) ---------------------------------------------- */
 void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,

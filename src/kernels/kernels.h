@@ -90,6 +90,51 @@ typedef struct trex_gemm_problem {
 void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
                        float alpha, float beta, const trex_gemm_problem *probs, int64_t count);
 
+/* ---- pre-packed B operands (weights packed once, used by many GEMMs) ----------------------------------
+ * A trex_gemm_packed holds op(B) of a bf16 GEMM ([K, N]) rounded to bf16 and packed once into the panel
+ * format every micro-kernel reads (kernels/gemm_panels.h; the same bytes on every ISA). GEMMs with it
+ * skip packing B, and their results are bit-identical to trex_gemm_bf16 / trex_gemm_f32_bf16 (and the
+ * grouped call) on the same operands and ISA: the same panels meet the same micro-kernel in the same
+ * order. Typical use: pack the bf16 compute copy of each weight once per optimizer step, then run every
+ * forward and input-gradient product of the step from it.
+ *
+ * trex_gemm_pack_b: B of type in (TREX_F32, rounded to bf16 as trex_f32_to_bf16, or TREX_BF16) stored
+ * [K, N] (ldb >= N) or, with tb, [N, K] (ldb >= K), exactly the B of trex_gemm_f32_bf16 with that tb.
+ * Packs on the pool's threads. NULL when out of memory. N or K may be 0. */
+typedef struct trex_gemm_packed trex_gemm_packed;
+trex_gemm_packed *trex_gemm_pack_b(trex_pool *pool, trex_dtype in, bool tb, int64_t N, int64_t K,
+                                   const void *B, int64_t ldb);
+/* Packs new values of the same shape, source type and layout into p (after an optimizer step). */
+void trex_gemm_repack_b(trex_pool *pool, trex_gemm_packed *p, const void *B, int64_t ldb);
+/* Bytes of packed panels for op(B) of N columns and K rows: 2 * ceil(N/32)*32 * ceil(K/32)*32. */
+size_t trex_gemm_pack_b_bytes(int64_t N, int64_t K);
+size_t trex_gemm_packed_bytes(const trex_gemm_packed *p); /* bytes held by p (0 for NULL) */
+int64_t trex_gemm_packed_n(const trex_gemm_packed *p);
+int64_t trex_gemm_packed_k(const trex_gemm_packed *p);
+void trex_gemm_packed_free(trex_gemm_packed *p);      /* NULL is a no-op */
+
+/* The two uses of a linear layer's fp32 weight W [out, in] (torch layout, ldw = in):
+ *   TREX_LINEAR_FWD  forward y[n,out] = x W^T: op(B) = W^T (N = out, K = in);
+ *   TREX_LINEAR_DX   input gradient dx[n,in] = dy W: op(B) = W (N = in, K = out).
+ * Each use is its own packed copy (2 bytes per weight each); the weight gradient dW = dy^T x has no
+ * weight operand. */
+typedef enum trex_linear_use { TREX_LINEAR_FWD, TREX_LINEAR_DX } trex_linear_use;
+trex_gemm_packed *trex_linear_pack_weight(trex_pool *pool, trex_linear_use use, const float *W,
+                                          int64_t out, int64_t in);
+
+/* C[M,N] = alpha * op(A) B + beta * C with B pre-packed (N, K from B), A of type a_in (TREX_F32,
+ * rounded while packed, or TREX_BF16), [M,K] (lda >= K) or with ta stored [K,M] (lda >= M). So
+ * y = x W^T is trex_gemm_prepacked(pool, ws, TREX_F32, false, n, 1, x, in, Wfwd, 0, y, out) and
+ * dx (+)= dy W is trex_gemm_prepacked(pool, ws, TREX_F32, false, n, 1, dy, out, Wdx, acc, dx, in). */
+void trex_gemm_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta, int64_t M,
+                         float alpha, const void *A, int64_t lda, const trex_gemm_packed *B,
+                         float beta, float *C, int64_t ldc);
+/* trex_gemm_grouped with every B a const trex_gemm_packed * (whose N and K must equal the problem's;
+ * ldb unused): the experts' forward and input-gradient products from pre-packed expert weights. */
+void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta,
+                                 float alpha, float beta, const trex_gemm_problem *probs,
+                                 int64_t count);
+
 /* ---- precision-aware entries of the model (kernels/ref/gemm_mixed.c) ------------------------------
  * The model's linear layers call these with the precision of the run (docs/precision.md):
  *   compute TREX_F32   exactly trex_gemm / trex_linear_* (the fp32 reference; ws unused, may be NULL);

@@ -16,7 +16,8 @@
  *      non-temporal stores: it would not stay in cache, and streaming saves reading its lines first.
  *      (Cutting K into cache-sized blocks instead costs a reload of the C block and a drain of the AMX
  *      pipeline per K block, which measured slower: docs/kernels.md.)
- * fp32 sources are rounded to bf16 while packed.
+ * fp32 sources are rounded to bf16 while packed. A pre-packed B (trex_gemm_pack_b: the same panels,
+ * packed once by the caller) skips step 1; everything else is the same, so are the bits.
  * Which thread computes a block varies from run to run, but each element of C is owned by one block and
  * summed over all of K by one micro-kernel call in a fixed order, then combined with alpha and beta
  * once: the bits of C never depend on the thread count or on the schedule. (The atomic counter hands
@@ -52,6 +53,7 @@ typedef struct sub {
     int64_t npan;            /* 32-column panels of B */
     int64_t mblk, nblk;      /* mb x NB blocks of C */
     int64_t b_off;           /* packed B panels, in bf16 elements from the batch workspace */
+    const uint16_t *bpan;    /* its first packed B panel (workspace, or a pre-packed operand) */
 } sub;
 
 typedef struct item {        /* a unit of work handed to whichever thread asks next */
@@ -62,8 +64,8 @@ typedef struct item {        /* a unit of work handed to whichever thread asks n
 typedef struct run {
     const trex_kernel_table *t;
     trex_pool *pool;
-    bool f32;
-    size_t esz;
+    bool a_f32, b_f32;       /* source types of A and of B (B unused when pre-packed) */
+    size_t a_esz, b_esz;
     int mode;
     bool stream;             /* MODE_SET with a large C: non-temporal stores */
     float alpha, beta;
@@ -102,12 +104,12 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
 {
     (void)w0, (void)w1, (void)tid;
     const run *r = arg;
-    const trex_pack_fn fn = r->f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
+    const trex_pack_fn fn = r->b_f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
     for (int64_t i; (i = next_item(r)) >= 0;) {
         const sub *s = &r->subs[r->items[i].s];
         for (int64_t p = r->items[i].i; p < r->items[i].i + r->items[i].n; p++)
             fn(r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp,
-               s->B + (size_t)(p * TREX_GEMM_NR * s->b_rs) * r->esz, s->b_rs, s->b_ks,
+               s->B + (size_t)(p * TREX_GEMM_NR * s->b_rs) * r->b_esz, s->b_rs, s->b_ks,
                min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR), s->K, s->Kp);
     }
 }
@@ -116,11 +118,11 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
 
 static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
 {
-    const trex_pack_fn fn = r->f32 ? r->t->pack_a_f32 : r->t->pack_a_bf16;
+    const trex_pack_fn fn = r->a_f32 ? r->t->pack_a_f32 : r->t->pack_a_bf16;
     const int64_t m0 = bi * s->mb, mb = min64(s->mb, s->M - m0);
     for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
         fn(dst + ip * TREX_GEMM_MR * s->Kp,
-           s->A + (size_t)((m0 + ip * TREX_GEMM_MR) * s->a_rs) * r->esz, s->a_rs, s->a_ks,
+           s->A + (size_t)((m0 + ip * TREX_GEMM_MR) * s->a_rs) * r->a_esz, s->a_rs, s->a_ks,
            min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K, s->Kp);
 }
 
@@ -132,7 +134,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
     const trex_gemm_ukr_fn ukr = r->t->gemm_ukr;
     float tmp[R * Q] = {0};
     for (int64_t jp = 0; jp < np; jp++) {
-        const uint16_t *bpan = r->bpack + s->b_off + (n0 / Q + jp) * Q * s->Kp;
+        const uint16_t *bpan = s->bpan + (n0 / Q + jp) * Q * s->Kp;
         for (int64_t ip = 0; ip < mp; ip++) {
             const uint16_t *apan = ablk + ip * R * s->Kp;
             const int64_t i0 = m0 + ip * R, j0 = n0 + jp * Q;
@@ -265,19 +267,151 @@ static int64_t sub_packed(const sub *s)
     return s->npan * TREX_GEMM_NR * s->Kp;
 }
 
-void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
-                            trex_dtype in, bool ta, bool tb, float alpha, float beta,
-                            const trex_gemm_problem *probs, int64_t count)
+/* Bytes of B panels a sub-problem needs in the workspace: none when B is pre-packed. */
+static int64_t sub_ws_packed(const sub *s, bool prepacked)
+{
+    return prepacked ? 0 : sub_packed(s);
+}
+
+/* ---- pre-packed B operands --------------------------------------------------------------------------- */
+
+struct trex_gemm_packed {
+    int64_t N, K, Kp;        /* op(B) is [K, N]; panels of 32 columns, K padded to Kp */
+    trex_dtype src;          /* the source type it was packed from */
+    bool tb;                 /* the source was stored [N, K] */
+    uint16_t *panels;        /* ceil(N/32) panels of 32 x Kp, VNNI format (kernels/gemm_panels.h) */
+    size_t bytes;            /* of panels */
+};
+
+typedef struct pack_job {
+    const trex_kernel_table *t;
+    const trex_gemm_packed *p;
+    const char *B;
+    int64_t ldb;
+} pack_job;
+
+static void pack_panels(void *arg, int64_t p0, int64_t p1, int tid)
+{
+    (void)tid;
+    const pack_job *j = arg;
+    const trex_gemm_packed *p = j->p;
+    const bool f32 = p->src == TREX_F32;
+    const trex_pack_fn fn = f32 ? j->t->pack_b_f32 : j->t->pack_b_bf16;
+    const int64_t rs = p->tb ? j->ldb : 1, ks = p->tb ? 1 : j->ldb;
+    for (int64_t q = p0; q < p1; q++)
+        fn(p->panels + q * TREX_GEMM_NR * p->Kp,
+           j->B + (size_t)(q * TREX_GEMM_NR * rs) * (f32 ? 4 : 2), rs, ks,
+           min64(TREX_GEMM_NR, p->N - q * TREX_GEMM_NR), p->K, p->Kp);
+}
+
+size_t trex_gemm_pack_b_bytes(int64_t N, int64_t K)
+{
+    TREX_ASSERT(N >= 0 && K >= 0);
+    return (size_t)(ceil_div(N, TREX_GEMM_NR) * TREX_GEMM_NR * ceil_div(K, TREX_GEMM_KU) *
+                    TREX_GEMM_KU) * 2;
+}
+
+static void repack_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_packed *p,
+                        const void *B, int64_t ldb)
+{
+    if (p->N == 0 || p->K == 0)
+        return;
+    TREX_ASSERT(B != NULL && ldb >= (p->tb ? p->K : p->N));
+    const pack_job j = {t, p, B, ldb};
+    trex_pool_for(pool, ceil_div(p->N, TREX_GEMM_NR), 4, pack_panels, (void *)&j);
+}
+
+trex_gemm_packed *trex_gemm_pack_b_with(const trex_kernel_table *t, trex_pool *pool, trex_dtype in,
+                                        bool tb, int64_t N, int64_t K, const void *B, int64_t ldb)
+{
+    TREX_ASSERT(t != NULL && (in == TREX_BF16 || in == TREX_F32) && N >= 0 && K >= 0);
+    trex_gemm_packed *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->N = N;
+    p->K = K;
+    p->Kp = ceil_div(K, TREX_GEMM_KU) * TREX_GEMM_KU;
+    p->src = in;
+    p->tb = tb;
+    p->bytes = trex_gemm_pack_b_bytes(N, K);
+    p->panels = aligned_alloc(64, p->bytes ? (p->bytes + 63) / 64 * 64 : 64);
+    if (!p->panels) {
+        free(p);
+        return NULL;
+    }
+    repack_with(t, pool, p, B, ldb);
+    return p;
+}
+
+trex_gemm_packed *trex_gemm_pack_b(trex_pool *pool, trex_dtype in, bool tb, int64_t N, int64_t K,
+                                   const void *B, int64_t ldb)
+{
+    return trex_gemm_pack_b_with(trex_kernels_table(), pool, in, tb, N, K, B, ldb);
+}
+
+void trex_gemm_repack_b(trex_pool *pool, trex_gemm_packed *p, const void *B, int64_t ldb)
+{
+    TREX_ASSERT(p != NULL);
+    repack_with(trex_kernels_table(), pool, p, B, ldb);
+}
+
+trex_gemm_packed *trex_linear_pack_weight(trex_pool *pool, trex_linear_use use, const float *W,
+                                          int64_t out, int64_t in)
+{
+    TREX_ASSERT(use == TREX_LINEAR_FWD || use == TREX_LINEAR_DX);
+    /* forward y = x W^T: op(B) = W^T, [K = in, N = out], stored [N, K] (tb);
+     * input gradient dx = dy W: op(B) = W, [K = out, N = in], stored [K, N]. */
+    return use == TREX_LINEAR_FWD ? trex_gemm_pack_b(pool, TREX_F32, true, out, in, W, in)
+                                  : trex_gemm_pack_b(pool, TREX_F32, false, in, out, W, in);
+}
+
+size_t trex_gemm_packed_bytes(const trex_gemm_packed *p)
+{
+    return p ? sizeof *p + p->bytes : 0;
+}
+
+int64_t trex_gemm_packed_n(const trex_gemm_packed *p)
+{
+    TREX_ASSERT(p != NULL);
+    return p->N;
+}
+
+int64_t trex_gemm_packed_k(const trex_gemm_packed *p)
+{
+    TREX_ASSERT(p != NULL);
+    return p->K;
+}
+
+void trex_gemm_packed_free(trex_gemm_packed *p)
+{
+    if (!p)
+        return;
+    free(p->panels);
+    free(p);
+}
+
+/* ---- the driver ------------------------------------------------------------------------------------- */
+
+/* a_in: type of every A; b_in: type of every B, or prepacked: every B is a trex_gemm_packed whose N
+ * and K match the problem (ldb and tb unused). */
+static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
+                     trex_dtype b_in, bool prepacked, bool ta, bool tb, float alpha, float beta,
+                     const trex_gemm_problem *probs, int64_t count)
 {
     TREX_ASSERT(t != NULL && count >= 0 && (count == 0 || probs != NULL));
-    TREX_ASSERT(in == TREX_BF16 || in == TREX_F32);
-    const size_t esz = in == TREX_F32 ? 4 : 2;
+    TREX_ASSERT(a_in == TREX_BF16 || a_in == TREX_F32);
+    TREX_ASSERT(prepacked || b_in == TREX_BF16 || b_in == TREX_F32);
+    const size_t a_esz = a_in == TREX_F32 ? 4 : 2, b_esz = b_in == TREX_F32 ? 4 : 2;
 
     /* Count the sub-problems (problems cut along N); empty sums are done here. */
     int64_t nsubs = 0;
     for (int64_t p = 0; p < count; p++) {
         const trex_gemm_problem *q = &probs[p];
         TREX_ASSERT(q->M >= 0 && q->N >= 0 && q->K >= 0);
+        if (prepacked) {
+            const trex_gemm_packed *pk = q->B;
+            TREX_ASSERT(pk != NULL && pk->N == q->N && pk->K == q->K);
+        }
         if (q->M == 0 || q->N == 0)
             continue;
         TREX_ASSERT(q->C != NULL && q->ldc >= q->N);
@@ -286,7 +420,7 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
             continue;
         }
         TREX_ASSERT(q->A != NULL && q->B != NULL);
-        TREX_ASSERT(q->lda >= (ta ? q->M : q->K) && q->ldb >= (tb ? q->K : q->N));
+        TREX_ASSERT(q->lda >= (ta ? q->M : q->K) && (prepacked || q->ldb >= (tb ? q->K : q->N)));
         nsubs += ceil_div(q->N, chunk_cols(ceil_div(q->K, TREX_GEMM_KU) * TREX_GEMM_KU));
     }
     if (nsubs == 0)
@@ -306,6 +440,7 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
         const int64_t b_rs = tb ? q->ldb : 1, b_ks = tb ? 1 : q->ldb;
         for (int64_t n0 = 0; n0 < q->N; n0 += cols) {
             sub *s = &subs[ns++];
+            memset(s, 0, sizeof *s);
             s->M = q->M;
             s->N = min64(cols, q->N - n0);
             s->K = q->K;
@@ -313,9 +448,14 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
             s->A = q->A;
             s->a_rs = ta ? 1 : q->lda;
             s->a_ks = ta ? q->lda : 1;
-            s->B = (const char *)q->B + (size_t)(n0 * b_rs) * esz;
-            s->b_rs = b_rs;
-            s->b_ks = b_ks;
+            if (prepacked) {
+                const trex_gemm_packed *pk = q->B;
+                s->bpan = pk->panels + (n0 / TREX_GEMM_NR) * TREX_GEMM_NR * Kp;
+            } else {
+                s->B = (const char *)q->B + (size_t)(n0 * b_rs) * b_esz;
+                s->b_rs = b_rs;
+                s->b_ks = b_ks;
+            }
             s->C = q->C + n0;
             s->ldc = q->ldc;
             s->mb = mb;
@@ -333,9 +473,10 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
     int64_t max_pack = 0, max_items = 0;
     for (int64_t b = 0; b < nsubs;) {
         int64_t e = b, pack = 0, items_p = 0, items_c = 0;
-        while (e < nsubs && (e == b || 2 * (pack + sub_packed(&subs[e])) <= BATCH_LIMIT)) {
-            pack += sub_packed(&subs[e]);
-            items_p += ceil_div(subs[e].npan, PACK_UNIT);
+        while (e < nsubs &&
+               (e == b || 2 * (pack + sub_ws_packed(&subs[e], prepacked)) <= BATCH_LIMIT)) {
+            pack += sub_ws_packed(&subs[e], prepacked);
+            items_p += prepacked ? 0 : ceil_div(subs[e].npan, PACK_UNIT);
             items_c += subs[e].mblk;
             e++;
         }
@@ -354,27 +495,34 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
     item *items = ws_grow(&w->items, &w->items_cap, (size_t)max_items * sizeof(item));
     atomic_llong next;
 
-    run r = {.t = t, .pool = pool, .f32 = in == TREX_F32, .esz = esz, .mode = mode,
+    run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32,
+             .a_esz = a_esz, .b_esz = b_esz, .mode = mode,
              .stream = mode == MODE_SET && cbytes > (double)STREAM_LIMIT, .alpha = alpha,
              .beta = beta, .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
              .ablock = (int64_t)(abytes / 2), .items = items, .next = &next, .nslots = nslots};
     for (int64_t b = 0; b < nsubs;) {
         int64_t e = b, off = 0;
-        while (e < nsubs && (e == b || 2 * (off + sub_packed(&subs[e])) <= BATCH_LIMIT)) {
-            subs[e].b_off = off;
-            off += sub_packed(&subs[e]);
+        while (e < nsubs &&
+               (e == b || 2 * (off + sub_ws_packed(&subs[e], prepacked)) <= BATCH_LIMIT)) {
+            if (!prepacked) {
+                subs[e].b_off = off;
+                subs[e].bpan = r.bpack + off;
+            }
+            off += sub_ws_packed(&subs[e], prepacked);
             e++;
         }
         r.subs = subs + b;
 
         int64_t n = 0;
-        for (int64_t s = b; s < e; s++)
-            for (int64_t p = 0; p < subs[s].npan; p += PACK_UNIT)
-                items[n++] = (item){(int32_t)(s - b), (int32_t)p,
-                                    (int32_t)min64(PACK_UNIT, subs[s].npan - p)};
-        r.nitems = n;
-        atomic_init(&next, 0);
-        trex_pool_for(pool, nslots, 1, pack_slots, &r);
+        if (!prepacked) {
+            for (int64_t s = b; s < e; s++)
+                for (int64_t p = 0; p < subs[s].npan; p += PACK_UNIT)
+                    items[n++] = (item){(int32_t)(s - b), (int32_t)p,
+                                        (int32_t)min64(PACK_UNIT, subs[s].npan - p)};
+            r.nitems = n;
+            atomic_init(&next, 0);
+            trex_pool_for(pool, nslots, 1, pack_slots, &r);
+        }
 
         n = 0;
         for (int64_t s = b; s < e; s++)
@@ -389,10 +537,41 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
         ws_free_buffers(&local);
 }
 
+void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                            trex_dtype in, bool ta, bool tb, float alpha, float beta,
+                            const trex_gemm_problem *probs, int64_t count)
+{
+    gemm_run(t, pool, ws, in, in, false, ta, tb, alpha, beta, probs, count);
+}
+
+void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                                      trex_dtype a_in, bool ta, float alpha, float beta,
+                                      const trex_gemm_problem *probs, int64_t count)
+{
+    gemm_run(t, pool, ws, a_in, TREX_BF16, true, ta, false, alpha, beta, probs, count);
+}
+
 void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
                        float alpha, float beta, const trex_gemm_problem *probs, int64_t count)
 {
     trex_gemm_grouped_with(trex_kernels_table(), pool, ws, in, ta, tb, alpha, beta, probs, count);
+}
+
+void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta,
+                                 float alpha, float beta, const trex_gemm_problem *probs,
+                                 int64_t count)
+{
+    trex_gemm_grouped_prepacked_with(trex_kernels_table(), pool, ws, a_in, ta, alpha, beta, probs,
+                                     count);
+}
+
+void trex_gemm_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta, int64_t M,
+                         float alpha, const void *A, int64_t lda, const trex_gemm_packed *B,
+                         float beta, float *C, int64_t ldc)
+{
+    TREX_ASSERT(B != NULL);
+    const trex_gemm_problem p = {M, B->N, B->K, A, lda, B, 0, C, ldc};
+    trex_gemm_grouped_prepacked_with(trex_kernels_table(), pool, ws, a_in, ta, alpha, beta, &p, 1);
 }
 
 void trex_gemm_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t M, int64_t N,

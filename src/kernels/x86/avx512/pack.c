@@ -5,8 +5,11 @@
  * each dword a pair of consecutive k of one row. A source with k contiguous (ks == 1) loads a tile "by
  * rows" (vector i = row i, which is the A format); a source with rows contiguous (rs == 1) loads it "by
  * pairs" (vector p = k-pair p over 16 rows, made by interleaving two source rows: the VNNI format). A
- * 16x16 dword transpose turns one into the other. fp32 sources are rounded to bf16 exactly as
- * trex_f32_to_bf16 does (integer round-to-nearest-even, NaN quieted), so every level packs the same bits. */
+ * 16x16 dword transpose turns one into the other. The A format from a source with k contiguous needs no
+ * tile at all: it is a copy of 64-byte row pieces, done row by row (each source row one sequential
+ * stream: fp32 sources packed ~30% faster from L2 than by 16-row tiles, docs/kernels.md). fp32
+ * sources are rounded to bf16 exactly as trex_f32_to_bf16 does (integer round-to-nearest-even, NaN
+ * quieted), so every level packs the same bits. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -117,8 +120,44 @@ static inline void load_tile(const view *x, int64_t rr, int64_t kk, bool want_ro
         transpose16(v);
 }
 
+/* A format from a source with k contiguous: each step's row is 32 consecutive k of one source row, a
+ * plain copy (fp32 rounded). Row by row, so that each source row is read as one sequential stream. */
+static void pack_a_rows(uint16_t *dst, const view *x, int64_t kcp)
+{
+    for (int64_t r = 0; r < TREX_GEMM_MR; r++) {
+        uint16_t *d = dst + r * 32;
+        if (r >= x->rows) {
+            for (int64_t kk = 0; kk < kcp; kk += 32)
+                _mm512_storeu_si512(d + kk * TREX_GEMM_MR, _mm512_setzero_si512());
+            continue;
+        }
+        const char *src = x->src + (size_t)(r * x->rs) * x->esz;
+        int64_t kk = 0;
+        if (x->f32)
+            for (; kk + 32 <= x->kc; kk += 32) {
+                const float *q = (const float *)src + kk;
+                const __m512i v = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(f32_to_bf16(_mm512_loadu_ps(q))),
+                    f32_to_bf16(_mm512_loadu_ps(q + 16)), 1);
+                _mm512_storeu_si512(d + kk * TREX_GEMM_MR, v);
+            }
+        else
+            for (; kk + 32 <= x->kc; kk += 32)
+                _mm512_storeu_si512(d + kk * TREX_GEMM_MR,
+                                    _mm512_loadu_si512((const uint16_t *)src + kk));
+        for (; kk < kcp; kk += 32)
+            _mm512_storeu_si512(d + kk * TREX_GEMM_MR,
+                                kk < x->kc ? load32(src + (size_t)kk * x->esz, x->f32, x->kc - kk)
+                                           : _mm512_setzero_si512());
+    }
+}
+
 static void pack_a(uint16_t *dst, const view *x, int64_t kcp)
 {
+    if (x->ks == 1) {
+        pack_a_rows(dst, x, kcp);
+        return;
+    }
     __m512i v[16];
     for (int64_t kk = 0; kk < kcp; kk += 32)
         for (int64_t rr = 0; rr < TREX_GEMM_MR; rr += 16) {
