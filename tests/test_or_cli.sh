@@ -116,7 +116,52 @@ exec 2>&3 3>&-
   || bad "a killed or-gen left output files"
 pgrep -f "or-gen --quiet --seed 8 --sft 3000" >/dev/null && bad "workers outlived a killed or-gen" || ok
 
-# 8. or-stats and bad flags
+# 8. restrictions (--tasks, --families, --max-chars): only the named tasks and families, every SFT sample
+#    within the bound, the bound's rejections in the funnel, worker-count independence, or-verify 100%
+R="--quiet --seed 9 --sft 24 --cpt 6 --tasks code,solve --families knapsack,diet,max_flow --max-chars 2800 --no-system"
+"$TREX" data or-gen $R --workers 1 --out "$tmp/r1" 2>"$tmp/r.log" || bad "restricted or-gen failed: $(tail -3 "$tmp/r.log")"
+"$TREX" data or-gen $R --workers 3 --out "$tmp/r3" 2>/dev/null
+for f in sft.jsonl cpt.jsonl manifest.json; do cmp -s "$tmp/r1/$f" "$tmp/r3/$f" && ok || bad "restricted $f differs between 1 and 3 workers"; done
+if "$PY" - "$tmp/r1" <<'PYEOF'
+import json, sys
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+errs = []
+fams = {"knapsack", "diet", "max_flow"}
+rows = [json.loads(l) for l in open(d + "/sft.jsonl")]
+for r in rows:
+    md = r["metadata"]
+    if md["task"] not in ("code", "solve"): errs.append("task " + md["task"])
+    if md["family"] not in fams: errs.append("family " + md["family"])
+    n = sum(len(x["content"].encode()) for x in r["messages"])
+    if n > 2800: errs.append("sample of %d characters" % n)
+    if [x["role"] for x in r["messages"]] != ["user", "assistant"]: errs.append("roles")
+for l in open(d + "/cpt.jsonl"):
+    if json.loads(l)["metadata"]["family"] not in fams: errs.append("cpt family")
+if m["sft"]["by_task"] != {"code": 11, "solve": 13}: errs.append("task split %s" % m["sft"]["by_task"])
+if sorted(m["sft"]["by_family"].values()) != [8, 8, 8]: errs.append("families %s" % m["sft"]["by_family"])
+f = m["sft"]["funnel"]
+if f["rejected"].get("OVER_MAX_CHARS", 0) < 1: errs.append("no OVER_MAX_CHARS rejections: %s" % f)
+if f["attempted"] != f["written"] + f["rejected_total"]: errs.append("funnel does not add up")
+c = m["config"]
+if c.get("max_sft_chars") != 2800 or c["families"] != ["diet", "knapsack", "max_flow"] or c["task_share"]["formulate"] != 0:
+    errs.append("config %s" % c)
+if errs: print("\n".join(errs[:10]))
+sys.exit(1 if errs else 0)
+PYEOF
+then ok; else bad "restricted output"; fi
+"$TREX" data or-verify --quiet "$tmp/r1/sft.jsonl" "$tmp/r1/cpt.jsonl" 2>&1 | grep -q "or-verify: 30 passed, 0 failed" && ok \
+  || bad "or-verify of the restricted output"
+"$TREX" data or-gen --quiet --sft 4 --tasks code,nope --out "$tmp/x1" >"$tmp/x.log" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'unknown name "nope"' "$tmp/x.log" && grep -q "formulate,code,solve,analyze" "$tmp/x.log" && [ ! -e "$tmp/x1" ] && ok \
+  || bad "unknown --tasks name: exit $rc, $(cat "$tmp/x.log")"
+"$TREX" data or-gen --quiet --sft 4 --families knapsack,knapsack --out "$tmp/x2" >"$tmp/x.log" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'repeated name "knapsack"' "$tmp/x.log" && ok || bad "repeated --families name: exit $rc, $(cat "$tmp/x.log")"
+"$TREX" data or-gen --quiet --sft 2 --tasks code --families knapsack --max-chars 300 --out "$tmp/x3" >"$tmp/x.log" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "could not be filled.*--max-chars" "$tmp/x.log" && [ ! -e "$tmp/x3/sft.jsonl" ] && ok \
+  || bad "an unreachable --max-chars: exit $rc, $(cat "$tmp/x.log")"
+
+# 9. or-stats and bad flags
 "$TREX" data or-stats "$tmp/g2" >"$tmp/stats.md" 2>&1 && grep -q "| formulate | 50 |" "$tmp/stats.md" && ok || bad "or-stats"
 "$TREX" data or-gen --sft 10 >/dev/null 2>&1; [ $? = 2 ] && ok || bad "missing --out is not a usage error"
 "$TREX" data or-gen --sft -1 --out "$tmp/x" >/dev/null 2>&1; [ $? = 1 ] && ok || bad "negative --sft accepted"

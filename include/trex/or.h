@@ -189,8 +189,20 @@ typedef struct trex_or_gen_opts {
     bool no_system;   /* leave out the system message */
     const char *eval_dir; /* for decontamination; NULL = ../shared/or/eval if present */
     bool quiet;
+    /* Restrictions, for small corpora such as the `make demo` one (all off by default; the output of a
+     * run without them is unchanged). tasks: comma-separated SFT task names (formulate, code, solve,
+     * analyze), the shares of the others renormalised; families: comma-separated family names, for both
+     * streams (infeasibility_case documents are left out when none of them admits an infeasible variant);
+     * NULL = all. max_chars: an SFT sample whose message contents (system, user, assistant) are longer is
+     * rejected as OVER_MAX_CHARS and its slot moves on to its next attempt; 0 = no bound. CPT documents
+     * are not bounded (the tokenizer splits them across sequences). */
+    const char *tasks, *families;
+    int64_t max_chars;
 } trex_or_gen_opts;
 
+/* Bad input (TREX_EINVAL): an unknown task or family name, an empty list, max_chars < 0. A slot that no
+ * attempt can fill (e.g. max_chars too small for a family) fails the run with TREX_ESOLVER and writes
+ * nothing. */
 trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err);
 /* Re-verifies every row of an SFT JSONL file (or a CPT file: lines with "text"). Prints one line per
  * failure and a summary; *n_ok / *n_bad receive counts. */

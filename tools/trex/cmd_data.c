@@ -18,8 +18,8 @@ static int parse(const trex_opt *opts, int argc, char **argv, trex_cmd_info *inf
 
 static int or_gen(int argc, char **argv)
 {
-    int64_t seed = 1, sft = 0, cpt = 0, workers = 2;
-    const char *out = NULL, *eval = NULL;
+    int64_t seed = 1, sft = 0, cpt = 0, workers = 2, max_chars = 0;
+    const char *out = NULL, *eval = NULL, *tasks = NULL, *families = NULL;
     bool no_system = false, quiet = false;
     const trex_opt opts[] = {
         {"seed", TREX_OPT_I64, &seed, "S", "global seed (output bytes are a function of it)", false},
@@ -28,6 +28,13 @@ static int or_gen(int argc, char **argv)
         {"out", TREX_OPT_STR, &out, "DIR", "output folder (sft.jsonl, cpt.jsonl, manifest.json)", true},
         {"workers", TREX_OPT_I64, &workers, "N", "worker processes (does not change the output)", false},
         {"eval-dir", TREX_OPT_STR, &eval, "DIR", "eval sets to decontaminate against [../shared/or/eval]", false},
+        {"tasks", TREX_OPT_STR, &tasks, "LIST",
+         "SFT tasks to make, comma-separated, from formulate,code,solve,analyze (shares renormalised) [all]", false},
+        {"families", TREX_OPT_STR, &families, "LIST",
+         "problem families to use, comma-separated (names as in the manifest; both streams) [all]", false},
+        {"max-chars", TREX_OPT_I64, &max_chars, "N",
+         "reject SFT samples whose messages exceed N characters (OVER_MAX_CHARS; the slot tries its next "
+         "instance); CPT documents are not bounded; 0: no bound", false},
         {"no-system", TREX_OPT_FLAG, &no_system, NULL, "leave out the system message", false},
         {"quiet", TREX_OPT_FLAG, &quiet, NULL, "no progress lines", false},
         {0}};
@@ -37,14 +44,16 @@ static int or_gen(int argc, char **argv)
     int rc = parse(opts, argc, argv, &info);
     if (rc >= 0)
         return rc;
-    if (sft < 0 || cpt < 0 || sft + cpt == 0 || workers < 1 || workers > 64 || seed < 0)
+    if (sft < 0 || cpt < 0 || sft + cpt == 0 || workers < 1 || workers > 64 || seed < 0 || max_chars < 0)
         return trex_cli_error("or-gen: need --sft N and/or --cpt M >= 0 (not both 0), 1 <= --workers <= 64, "
-                              "--seed >= 0");
+                              "--seed >= 0, --max-chars >= 0");
     trex_or_gen_opts o = {.seed = (uint64_t)seed, .n_sft = sft, .n_cpt = cpt, .out_dir = out,
-                          .workers = (int)workers, .no_system = no_system, .eval_dir = eval, .quiet = quiet};
+                          .workers = (int)workers, .no_system = no_system, .eval_dir = eval, .quiet = quiet,
+                          .tasks = tasks, .families = families, .max_chars = max_chars};
     if (!quiet)
-        fprintf(stderr, "trex data or-gen: seed=%lld sft=%lld cpt=%lld workers=%lld out=%s\n", (long long)seed,
-                (long long)sft, (long long)cpt, (long long)workers, out);
+        fprintf(stderr, "trex data or-gen: seed=%lld sft=%lld cpt=%lld workers=%lld tasks=%s families=%s "
+                        "max_chars=%lld out=%s\n", (long long)seed, (long long)sft, (long long)cpt,
+                (long long)workers, tasks ? tasks : "all", families ? families : "all", (long long)max_chars, out);
     trex_err err = {0};
     if (trex_or_gen(&o, &err) != TREX_OK)
         return trex_cli_error("or-gen: %s", err.msg);

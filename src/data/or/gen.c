@@ -333,7 +333,7 @@ static void quota_fill(int *out, int64_t n, const double *share, int k, or_rng *
     for (int t = 0; t < k; t++) {
         double x = (double)n * share[t];
         cnt[t] = (int64_t)floor(x);
-        rem[t] = x - (double)cnt[t];
+        rem[t] = share[t] > 0 ? x - (double)cnt[t] : -2; /* a left-out task never gets a remainder slot */
         tot += cnt[t];
     }
     while (tot < n) {
@@ -367,22 +367,96 @@ static bool infeasible_capable(int f)
     return false;
 }
 
-static void plan_slots(slot *s, int64_t n, int kind, uint64_t seed)
+/* The effective plan of a run: shares per task and document type, and the families in use (all of them,
+ * with the built-in shares, unless --tasks / --families restrict them). */
+typedef struct gen_plan {
+    double task_share[OR_NTASK], doc_share[OR_NDOC];
+    int fams[64], nfams;       /* families in use, in family order */
+    int capable[64], ncapable; /* those of them that admit an infeasible variant */
+} gen_plan;
+
+/* Parses --tasks and --families into p. An unknown or repeated name, or an empty list, is bad input. */
+static trex_code plan_make(gen_plan *p, const trex_or_gen_opts *o, trex_err *err)
+{
+    int nf = trex_or_family_count();
+    TREX_ASSERT(nf <= 64);
+    memcpy(p->task_share, or_task_share, sizeof p->task_share);
+    memcpy(p->doc_share, or_doc_share, sizeof p->doc_share);
+    bool use_task[OR_NTASK], use_fam[64];
+    for (int t = 0; t < OR_NTASK; t++)
+        use_task[t] = !o->tasks;
+    for (int f = 0; f < nf; f++)
+        use_fam[f] = !o->families;
+    for (int list = 0; list < 2; list++) {
+        const char *txt = list ? o->families : o->tasks, *flag = list ? "--families" : "--tasks";
+        if (!txt)
+            continue;
+        for (const char *c = txt;; c++) {
+            const char *e = strchr(c, ',');
+            size_t len = e ? (size_t)(e - c) : strlen(c);
+            int hit = -1, nk = list ? nf : OR_NTASK;
+            for (int k = 0; k < nk && hit < 0; k++) {
+                const char *name = list ? trex_or_family_name(k) : or_task_names[k];
+                if (len && strlen(name) == len && !strncmp(name, c, len))
+                    hit = k;
+            }
+            if (hit < 0 || (list ? use_fam[hit] : use_task[hit])) {
+                char valid[1024] = "";
+                for (int k = 0; k < nk; k++)
+                    snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", k ? "," : "",
+                             list ? trex_or_family_name(k) : or_task_names[k]);
+                return trex_err_set(err, TREX_EINVAL, "%s %s: %s \"%.*s\"; give a comma-separated list of names "
+                                    "from: %s", flag, txt, hit < 0 ? "unknown name" : "repeated name", (int)len, c,
+                                    valid);
+            }
+            if (list)
+                use_fam[hit] = true;
+            else
+                use_task[hit] = true;
+            if (!e)
+                break;
+            c = e;
+        }
+    }
+    p->nfams = p->ncapable = 0;
+    for (int f = 0; f < nf; f++)
+        if (use_fam[f]) {
+            p->fams[p->nfams++] = f;
+            if (infeasible_capable(f))
+                p->capable[p->ncapable++] = f;
+        }
+    /* renormalise only when something is left out, so that an unrestricted plan keeps the exact shares */
+    double sum = 0;
+    for (int t = 0; t < OR_NTASK; t++)
+        sum += use_task[t] ? p->task_share[t] : 0;
+    if (o->tasks)
+        for (int t = 0; t < OR_NTASK; t++)
+            p->task_share[t] = use_task[t] ? p->task_share[t] / sum : 0;
+    if (p->ncapable == 0) {
+        p->doc_share[OR_DOC_INFEASIBLE] = 0;
+        sum = 0;
+        for (int t = 0; t < OR_NDOC; t++)
+            sum += p->doc_share[t];
+        for (int t = 0; t < OR_NDOC; t++)
+            p->doc_share[t] /= sum;
+    }
+    return TREX_OK;
+}
+
+static void plan_slots(slot *s, int64_t n, int kind, uint64_t seed, const gen_plan *p)
 {
     if (n == 0)
         return;
-    int nf = trex_or_family_count();
+    int nf = p->nfams, ncap = p->ncapable;
+    const int *capable = p->capable;
     int *tasks = trex_xmalloc((size_t)n * sizeof *tasks);
     or_rng r = or_rng_make(seed, kind ? 0xc0 : 0x50);
-    quota_fill(tasks, n, kind ? or_doc_share : or_task_share, kind ? OR_NDOC : OR_NTASK, &r);
-    int capable[64], ncap = 0;
-    for (int f = 0; f < nf; f++)
-        if (infeasible_capable(f))
-            capable[ncap++] = f;
+    quota_fill(tasks, n, kind ? p->doc_share : p->task_share, kind ? OR_NDOC : OR_NTASK, &r);
     /* families come in shuffled rounds per stream, so every family gets n/nf slots (+-1) */
     int64_t pos[2] = {0, 0};
     for (int64_t k = 0; k < n; k++) {
         bool inf = kind == 1 && tasks[k] == OR_DOC_INFEASIBLE;
+        TREX_ASSERT(!inf || ncap > 0);
         int64_t q = pos[inf]++;
         int m = inf ? ncap : nf, pp[64];
         or_rng rr = or_rng_make(seed, (uint64_t)(kind * 2 + inf) * 1000003u + (uint64_t)(q / m));
@@ -391,7 +465,7 @@ static void plan_slots(slot *s, int64_t n, int kind, uint64_t seed)
         or_rng_shuffle(&rr, pp, m);
         s[k].kind = kind;
         s[k].task = tasks[k];
-        s[k].family = inf ? capable[pp[q % m]] : pp[q % m];
+        s[k].family = inf ? capable[pp[q % m]] : p->fams[pp[q % m]];
         s[k].attempt = 0;
     }
     free(tasks);
@@ -401,10 +475,27 @@ static void plan_slots(slot *s, int64_t n, int kind, uint64_t seed)
 typedef struct rec_hdr {
     int64_t slot;    /* global index: SFT slots first, then CPT */
     int32_t attempt; /* the accepted attempt, or -1 when every attempt failed */
-    int32_t rejects[TREX_OR_REJ_COUNT];
+    int32_t rejects[OR_NREJ];
     or_stat st;
     uint64_t line_len, text_len;
 } rec_hdr;
+
+/* Characters (UTF-8 bytes) of an SFT record's message contents: what --max-chars bounds. */
+static int64_t sft_chars(const char *line)
+{
+    cJSON *j = cJSON_Parse(line);
+    TREX_ASSERT(j); /* our own record */
+    int64_t n = 0;
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, cJSON_GetObjectItemCaseSensitive(j, "messages"))
+    {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        TREX_ASSERT(cJSON_IsString(c));
+        n += (int64_t)strlen(c->valuestring);
+    }
+    cJSON_Delete(j);
+    return n;
+}
 
 static void run_slot(const trex_or_gen_opts *o, const slot *s, int64_t gidx, int64_t local, FILE *out)
 {
@@ -418,11 +509,14 @@ static void run_slot(const trex_or_gen_opts *o, const slot *s, int64_t gidx, int
             or_make_sft(o->seed, local, a, s->task, s->family, o->no_system, &res);
         else
             or_make_cpt(o->seed, local, a, s->task, s->family, &res);
-        if (res.reject == TREX_OR_ACCEPT) {
+        int r = res.reject;
+        if (r == TREX_OR_ACCEPT && s->kind == 0 && o->max_chars > 0 && sft_chars(res.line) > o->max_chars)
+            r = OR_REJ_OVER_MAX_CHARS;
+        if (r == TREX_OR_ACCEPT) {
             h.attempt = a;
             break;
         }
-        h.rejects[res.reject]++;
+        h.rejects[r]++;
         or_result_free(&res);
     }
     if (h.attempt >= 0) {
@@ -476,7 +570,7 @@ static void run_slot(const trex_or_gen_opts *o, const slot *s, int64_t gidx, int
 }
 
 static trex_code run_round(const trex_or_gen_opts *o, slot *slots, int64_t n_sft, const int64_t *pend, int64_t np,
-                           const char *tmpdir, char ***texts, int32_t (*rej)[TREX_OR_REJ_COUNT], int64_t *attempts,
+                           const char *tmpdir, char ***texts, int32_t (*rej)[OR_NREJ], int64_t *attempts,
                            trex_err *err)
 {
     int W = o->workers > 0 ? o->workers : 2;
@@ -523,7 +617,7 @@ static trex_code run_round(const trex_or_gen_opts *o, slot *slots, int64_t n_sft
         rec_hdr h;
         while (fread(&h, sizeof h, 1, f) == 1) {
             slot *s = &slots[h.slot];
-            for (int c = 0; c < TREX_OR_REJ_COUNT; c++) {
+            for (int c = 0; c < OR_NREJ; c++) {
                 rej[s->kind][c] += h.rejects[c];
                 attempts[s->kind] += h.rejects[c];
             }
@@ -552,7 +646,7 @@ static trex_code run_round(const trex_or_gen_opts *o, slot *slots, int64_t n_sft
 
 /* Rebuilds one slot in this process (after a run-level rejection), starting at its current attempt. */
 static trex_code rebuild_slot(const trex_or_gen_opts *o, slot *s, int64_t k, int64_t n_sft, char **text,
-                              int32_t (*rej)[TREX_OR_REJ_COUNT], int64_t *attempts, trex_err *err)
+                              int32_t (*rej)[OR_NREJ], int64_t *attempts, trex_err *err)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -564,7 +658,7 @@ static trex_code rebuild_slot(const trex_or_gen_opts *o, slot *s, int64_t k, int
     rec_hdr h;
     TREX_ASSERT(len >= sizeof h);
     memcpy(&h, buf, sizeof h);
-    for (int c = 0; c < TREX_OR_REJ_COUNT; c++) {
+    for (int c = 0; c < OR_NREJ; c++) {
         rej[s->kind][c] += h.rejects[c];
         attempts[s->kind] += h.rejects[c];
     }
@@ -614,6 +708,11 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
     trex_code rc = TREX_OK;
     double t0 = now_s();
     int64_t n = o->n_sft + o->n_cpt;
+    gen_plan plan;
+    if (o->max_chars < 0)
+        return trex_err_set(err, TREX_EINVAL, "--max-chars %lld: give a bound >= 0 (0: none)", (long long)o->max_chars);
+    if ((rc = plan_make(&plan, o, err)) != TREX_OK)
+        return rc;
     if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST)
         return trex_err_set(err, TREX_EIO, "--out %s: cannot create the folder (%s)", o->out_dir, strerror(errno));
     char tmpdir[1100];
@@ -622,8 +721,8 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
         return trex_err_set(err, TREX_EIO, "%s: cannot create a work folder (%s)", tmpdir, strerror(errno));
     slot *slots = trex_xcalloc((size_t)n + 1, sizeof *slots);
     char **texts = trex_xcalloc((size_t)n + 1, sizeof *texts);
-    plan_slots(slots, o->n_sft, 0, o->seed);
-    plan_slots(slots + o->n_sft, o->n_cpt, 1, o->seed);
+    plan_slots(slots, o->n_sft, 0, o->seed, &plan);
+    plan_slots(slots + o->n_sft, o->n_cpt, 1, o->seed, &plan);
     contam ct;
     const char *edir = o->eval_dir ? o->eval_dir : "../shared/or/eval";
     contam_load(&ct, edir);
@@ -637,7 +736,7 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
     if (!ct.loaded && !o->quiet)
         fprintf(stderr, "or-gen: warning: no eval rows under %s; decontamination is off (the manifest says so)\n",
                 edir);
-    int32_t rej[2][TREX_OR_REJ_COUNT] = {{0}};
+    int32_t rej[2][OR_NREJ] = {{0}};
     int64_t attempts[2] = {0, 0}, *pend = trex_xmalloc((size_t)n * sizeof *pend), np = 0;
     for (int64_t k = 0; k < n; k++)
         pend[np++] = k;
@@ -659,9 +758,11 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
                 if (tries > 8 || s->attempt > 4 * MAX_ATTEMPTS) {
                     rc = trex_err_set(err, TREX_ESOLVER,
                                       "slot %lld (%s, family %s) could not be filled: every attempt was "
-                                      "rejected (no output written; try another --seed)",
+                                      "rejected (no output written; try another --seed%s)",
                                       (long long)k, s->kind ? or_doc_names[s->task] : or_task_names[s->task],
-                                      trex_or_family_name(s->family));
+                                      trex_or_family_name(s->family),
+                                      o->max_chars > 0 && !s->kind ? ", a larger --max-chars or other --families"
+                                                                   : "");
                     goto out;
                 }
                 rc = rebuild_slot(o, s, k, o->n_sft, &texts[k], rej, attempts, err);
@@ -747,6 +848,12 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
                               .dedup_near = dedup_near, .dedup_instance = dedup_inst, .contam_hits = contam_hits,
                               .contam_loaded = ct.loaded, .contam_questions = ct.n_questions, .rebuilt = redo};
         snprintf(sum.eval_dir, sizeof sum.eval_dir, "%s", edir);
+        memcpy(sum.task_share, plan.task_share, sizeof sum.task_share);
+        memcpy(sum.doc_share, plan.doc_share, sizeof sum.doc_share);
+        for (int f = 0; f < plan.nfams; f++)
+            sum.fam_used[plan.fams[f]] = true;
+        sum.restricted = o->tasks || o->families;
+        sum.max_chars = o->max_chars;
         memcpy(sum.rejects, rej, sizeof rej);
         memcpy(sum.attempts, attempts, sizeof attempts);
         or_stat *st = trex_xmalloc((size_t)n * sizeof *st);

@@ -4,6 +4,12 @@
 
 #include "tasks.h"
 
+/* The rejection taxonomy of or-gen: the verification codes of trex_or_reject plus the generator's own
+ * length bound (--max-chars), which has no meaning outside a run with that option. */
+#define OR_REJ_OVER_MAX_CHARS ((int)TREX_OR_REJ_COUNT)
+#define OR_NREJ (OR_REJ_OVER_MAX_CHARS + 1)
+const char *or_reject_name(int code);
+
 typedef struct or_stat {
     int kind; /* 0 SFT, 1 CPT */
     int family, task, rep, tier;
@@ -22,7 +28,7 @@ typedef struct or_stat {
 typedef struct or_gen_summary {
     uint64_t seed;
     int64_t n_sft, n_cpt;
-    int32_t rejects[2][TREX_OR_REJ_COUNT];
+    int32_t rejects[2][OR_NREJ];
     int64_t attempts[2];
     int64_t dedup_exact, dedup_near, dedup_instance, contam_hits, rebuilt;
     bool contam_loaded;
@@ -30,6 +36,11 @@ typedef struct or_gen_summary {
     char eval_dir[512];
     int workers;
     double wall_s;
+    /* the effective plan: task and document-type shares, the families used (fam_used[f]), the bound */
+    double task_share[OR_NTASK], doc_share[OR_NDOC];
+    bool fam_used[64];
+    bool restricted; /* --tasks or --families given (the configuration records the plan) */
+    int64_t max_chars;
 } or_gen_summary;
 
 /* manifest.json (timing = false: deterministic content only) or run.json (timing = true). */

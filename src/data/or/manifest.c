@@ -52,6 +52,11 @@ static cJSON *child(cJSON *obj, const char *key)
     return it;
 }
 
+const char *or_reject_name(int code)
+{
+    return code == OR_REJ_OVER_MAX_CHARS ? "OVER_MAX_CHARS" : trex_or_reject_str((trex_or_reject)code);
+}
+
 static const char *gap_bin(double g)
 {
     if (isnan(g))
@@ -98,15 +103,22 @@ char *or_manifest_json(const or_gen_summary *s, const or_stat *st, int64_t n, bo
     /* configuration */
     cJSON *cfg = cJSON_AddObjectToObject(root, "config");
     cJSON *ts = cJSON_AddObjectToObject(cfg, "task_share"), *ds = cJSON_AddObjectToObject(cfg, "doc_share");
+    /* the effective plan: without --tasks / --families these are the built-in shares and every family */
     for (int t = 0; t < OR_NTASK; t++)
-        cJSON_AddNumberToObject(ts, or_task_names[t], or_task_share[t]);
+        cJSON_AddNumberToObject(ts, or_task_names[t], s->task_share[t]);
     for (int t = 0; t < OR_NDOC; t++)
-        cJSON_AddNumberToObject(ds, or_doc_names[t], or_doc_share[t]);
+        cJSON_AddNumberToObject(ds, or_doc_names[t], s->doc_share[t]);
     cJSON *fams = cJSON_AddArrayToObject(cfg, "families");
     for (int f = 0; f < trex_or_family_count(); f++)
-        cJSON_AddItemToArray(fams, cJSON_CreateString(trex_or_family_name(f)));
+        if (s->fam_used[f])
+            cJSON_AddItemToArray(fams, cJSON_CreateString(trex_or_family_name(f)));
     cJSON_AddStringToObject(cfg, "family_balance", "equal shares per stream (+-1); infeasibility_case documents "
                                                    "use the families that admit a verified infeasible variant");
+    if (s->restricted)
+        cJSON_AddStringToObject(cfg, "restricted", "--tasks / --families: the shares and families above are "
+                                                   "the effective ones");
+    if (s->max_chars > 0)
+        cJSON_AddNumberToObject(cfg, "max_sft_chars", (double)s->max_chars);
     char *cfgtxt = cJSON_PrintUnformatted(cfg);
     char ch[24];
     snprintf(ch, sizeof ch, "%016llx", (unsigned long long)or_hash_bytes(cfgtxt, strlen(cfgtxt), 1));
@@ -142,9 +154,9 @@ char *or_manifest_json(const or_gen_summary *s, const or_stat *st, int64_t n, bo
         cJSON_AddNumberToObject(fu, "attempted", (double)s->attempts[kind]);
         cJSON *rj = cJSON_AddObjectToObject(fu, "rejected");
         int64_t tot = 0;
-        for (int c = 1; c < TREX_OR_REJ_COUNT; c++)
+        for (int c = 1; c < OR_NREJ; c++)
             if (s->rejects[kind][c]) {
-                cJSON_AddNumberToObject(rj, trex_or_reject_str((trex_or_reject)c), s->rejects[kind][c]);
+                cJSON_AddNumberToObject(rj, or_reject_name(c), s->rejects[kind][c]);
                 tot += s->rejects[kind][c];
             }
         cJSON_AddNumberToObject(fu, "rejected_total", (double)tot);
