@@ -2,9 +2,11 @@
 # bench/plan_local.sh — measures the rates of trex's fp32 reference engine on this machine, for the
 # planner's "fp32_ref" object in configs/clusters/local.json (docs/planner.md, "The local fp32 engine").
 #
-#   bench/plan_local.sh [BUILD] [--write]
-#     BUILD    a build directory with libtrex.a and trex (default: build)
-#     --write  also store the rates in configs/clusters/local.json (fp32_ref, measured date, load)
+#   bench/plan_local.sh [BUILD] [--write] [--out FILE]
+#     BUILD       a build directory with libtrex.a and trex (default: build)
+#     --write     also store the rates in configs/clusters/local.json (fp32_ref, measured date, load)
+#     --out FILE  store them in a copy of local.json at FILE instead (bench/plan_local_validate.sh
+#                 calibrates this way without touching the repository)
 #
 # What it measures (one process; CPU time of the measuring thread, CLOCK_THREAD_CPUTIME_ID, which other
 # jobs on a shared machine disturb little; the load average before and after is printed and stored):
@@ -31,12 +33,15 @@
 set -euo pipefail
 build=build
 write=0
-for a in "$@"; do
-  case $a in
+out=configs/clusters/local.json
+while [ $# -gt 0 ]; do
+  case $1 in
     --write) write=1 ;;
+    --out) write=1; out=$2; shift ;;
     -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0"; exit 0 ;;
-    *) build=$a ;;
+    *) build=$1 ;;
   esac
+  shift
 done
 [ -f "$build/libtrex.a" ] && [ -x "$build/trex" ] || {
   echo "bench/plan_local.sh: $build has no libtrex.a / trex (build it: make BUILD=$build)" >&2; exit 2; }
@@ -496,7 +501,7 @@ echo "plan_local: load after: $load_after" >&2
 base_kb=$(/usr/bin/time -f %M "$build/trex" model info --config configs/dsv4-tiny.json 2>&1 >/dev/null | tail -n 1)
 # the machine's fp32 peak (MFU denominator of local.json): AVX-512 fp32 FMA per CPU-second x threads
 "$build/trex" bench peak --reps 3 --json --threads "$threads" >"$work/peak.json"
-/usr/bin/python3 - "$work/rates.json" "$base_kb" "$load_before" "$load_after" "$write" "$work/peak.json" <<'PY'
+/usr/bin/python3 - "$work/rates.json" "$base_kb" "$load_before" "$load_after" "$write" "$work/peak.json" "$out" <<'PY'
 import json, sys, datetime, collections
 r = json.load(open(sys.argv[1]), object_pairs_hook=collections.OrderedDict)
 peak = json.load(open(sys.argv[6]))
@@ -511,8 +516,8 @@ r["notes"] = ("measured by bench/plan_local.sh on %s, load average %s before, %s
 print(json.dumps(r, indent=2))
 print("fp32 FMA peak: %.4f TFLOPS (%d threads x %.4f per CPU-second)" % (fma, peak["threads"], fma / peak["threads"]))
 if sys.argv[5] == "1":
-    path = "configs/clusters/local.json"
-    c = json.load(open(path), object_pairs_hook=collections.OrderedDict)
+    path = sys.argv[7]
+    c = json.load(open("configs/clusters/local.json"), object_pairs_hook=collections.OrderedDict)
     c["engine"] = "fp32-ref"
     c["fp32_ref"] = r
     c["reserved_gib"] = round(r["baseline_mib"] / 1024.0, 4)

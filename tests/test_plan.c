@@ -540,6 +540,157 @@ static void test_fp32_engine(void)
     trex_layout_free(&lay);
 }
 
+/* Checks one simulated timeline: per rank the ops do not overlap, every (chunk, micro-batch) has one
+ * forward and one backward (a split backward: an input part and a later weight part), every op starts
+ * after its inputs (the previous stage's forward, the next stage's backward). Returns the makespan. */
+static double check_timeline(const trex_plan_timeline *tl, const char *what)
+{
+    int64_t p = tl->ranks, v = tl->chunks, m = tl->m, S = p * v;
+    double *fe = calloc((size_t)(S * m), sizeof *fe), *be = calloc((size_t)(S * m), sizeof *be);
+    int *nf = calloc((size_t)(S * m), sizeof *nf), *nb = calloc((size_t)(S * m), sizeof *nb);
+    TREX_ASSERT(fe && be && nf && nb);
+    bool dpv = tl->schedule == TREX_SCHED_DUALPIPEV;
+#define STAGE(r, c) (dpv ? ((c) == 0 ? (r) : 2 * p - 1 - (r)) : (c) * p + (r))
+    int bad_overlap = 0, bad_dep = 0;
+    for (int64_t r = 0; r < p; r++)
+        for (int64_t i = tl->rank_first[r]; i < tl->rank_first[r + 1]; i++) {
+            const trex_plan_op *o = &tl->ops[i];
+            if (i > tl->rank_first[r] && o->start < tl->ops[i - 1].end - 1e-12)
+                bad_overlap++;
+            int64_t st = STAGE(r, o->chunk);
+            if (o->kind == TREX_OP_F || o->kind == TREX_OP_FB) {
+                nf[st * m + o->mb]++;
+                fe[st * m + o->mb] = o->end;
+            }
+            if (o->kind == TREX_OP_B || o->kind == TREX_OP_BI || o->kind == TREX_OP_FB) {
+                int64_t sb = o->kind == TREX_OP_FB ? STAGE(r, o->chunk_b) : st;
+                int64_t mb = o->kind == TREX_OP_FB ? o->mb_b : o->mb;
+                nb[sb * m + mb]++;
+                be[sb * m + mb] = o->end;
+            }
+        }
+    /* dependencies, from the recorded end times */
+    for (int64_t r = 0; r < p; r++)
+        for (int64_t i = tl->rank_first[r]; i < tl->rank_first[r + 1]; i++) {
+            const trex_plan_op *o = &tl->ops[i];
+            int64_t st = STAGE(r, o->chunk);
+            if ((o->kind == TREX_OP_F || o->kind == TREX_OP_FB) && st > 0 &&
+                o->start < fe[(st - 1) * m + o->mb] - 1e-12)
+                bad_dep++;
+            if (o->kind == TREX_OP_B || o->kind == TREX_OP_BI || o->kind == TREX_OP_FB) {
+                int64_t sb = o->kind == TREX_OP_FB ? STAGE(r, o->chunk_b) : st;
+                int64_t mb = o->kind == TREX_OP_FB ? o->mb_b : o->mb;
+                double need = sb == S - 1 ? fe[sb * m + mb] : be[(sb + 1) * m + mb];
+                if (o->start < need - 1e-12 || o->start < fe[sb * m + mb] - 1e-12 - (o->kind == TREX_OP_FB ? 1e30 : 0))
+                    bad_dep++;
+            }
+            if (o->kind == TREX_OP_W && o->start < be[st * m + o->mb] - 1e-12)
+                bad_dep++;
+        }
+#undef STAGE
+    int bad_count = 0;
+    for (int64_t i = 0; i < S * m; i++)
+        bad_count += nf[i] != 1 || nb[i] != 1;
+    CHECK(bad_overlap == 0, "%s: %d ops overlap on their rank", what, bad_overlap);
+    CHECK(bad_dep == 0, "%s: %d ops start before their inputs", what, bad_dep);
+    CHECK(bad_count == 0, "%s: %d (stage, micro-batch) pairs without exactly one F and one B", what, bad_count);
+    free(fe), free(be), free(nf), free(nb);
+    return tl->makespan;
+}
+
+/* The schedule simulator against the cost model's bubble formulas (uniform ranks): 1F1B (p-1)(F+B),
+ * interleaved (p-1)(F+B)/v, DualPipeV (p-1)(F+B/2)/2 with F, B per rank over both chunks; and the
+ * picture's timeline against the cost model's step on V1a (even stages, nothing hidden). */
+static void test_schedule_sim(void)
+{
+    double f[64], b[64], c[64];
+    trex_err err = {0};
+    trex_plan_timeline tl;
+    struct {
+        int sched;
+        int64_t p, v, m;
+        double F, B, comm;
+    } cases[] = {{TREX_SCHED_1F1B, 4, 1, 8, 1.3, 2.9, 0.25}, {TREX_SCHED_1F1B, 8, 1, 3, 1.3, 2.9, 0},
+                 {TREX_SCHED_1F1B, 1, 1, 5, 1.3, 2.9, 0}, {TREX_SCHED_INTERLEAVED, 4, 2, 8, 1.3, 2.9, 0.25},
+                 {TREX_SCHED_INTERLEAVED, 8, 3, 16, 1.3, 2.9, 0}, {TREX_SCHED_INTERLEAVED, 4, 4, 4, 1.3, 2.9, 0},
+                 {TREX_SCHED_DUALPIPEV, 4, 2, 8, 1.3, 2.6, 0}, {TREX_SCHED_DUALPIPEV, 8, 2, 40, 1.3, 2.6, 0},
+                 {TREX_SCHED_DUALPIPEV, 5, 2, 10, 1.3, 2.6, 0}, {TREX_SCHED_DUALPIPEV, 1, 2, 3, 1.3, 2.6, 0},
+                 {TREX_SCHED_DUALPIPEV, 4, 2, 8, 1.3, 2.9, 0}, {TREX_SCHED_DUALPIPEV, 6, 2, 12, 1.0, 3.5, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t p = cases[k].p, v = cases[k].v, m = cases[k].m;
+        double F = cases[k].F, B = cases[k].B, C = cases[k].comm;
+        for (int64_t r = 0; r < p; r++)
+            f[r] = F, b[r] = B, c[r] = C;
+        trex_code rc = trex_plan_timeline_simulate(&tl, cases[k].sched, p, v, m, f, b, c, &err);
+        CHECK(rc == TREX_OK, "simulate case %zu: %s", k, err.msg);
+        if (rc != TREX_OK)
+            continue;
+        char what[128];
+        snprintf(what, sizeof what, "schedule %d p=%lld v=%lld m=%lld F=%g B=%g", cases[k].sched, (long long)p,
+                 (long long)v, (long long)m, F, B);
+        double span = check_timeline(&tl, what);
+        double Fx = F + C / 2, Bx = B + C / 2, bubble;
+        if (cases[k].sched == TREX_SCHED_1F1B)
+            bubble = (double)(p - 1) * (Fx + Bx);
+        else if (cases[k].sched == TREX_SCHED_INTERLEAVED)
+            bubble = (double)(p - 1) * (Fx + Bx) / (double)v;
+        else if (B == 2 * F)
+            bubble = (double)(p - 1) * (Fx + Bx / 2) / 2; /* the cost model's (DualPipe README) formula */
+        else
+            bubble = -1; /* B != 2F: the formula is an approximation (docs/planner.md); report both */
+        if (bubble < 0) {
+            double formula = (double)(p - 1) * (Fx + Bx / 2) / 2, sim_b = span - (double)m * (Fx + Bx);
+            printf("  %s: simulated bubble %.4g, cost model formula %.4g (%+.1f%%)\n", what, sim_b, formula,
+                   100.0 * (formula / sim_b - 1.0));
+            CHECK(sim_b > 0 && sim_b < 2 * formula, "%s: simulated bubble %.4g", what, sim_b);
+        } else {
+            CHECK_NEAR(span, (double)m * (Fx + Bx) + bubble, 1e-9 * span, what);
+        }
+        CHECK_NEAR(tl.work_max, (double)m * (Fx + Bx), 1e-9 * span, what);
+        trex_plan_timeline_free(&tl);
+    }
+    /* uneven ranks: never shorter than the busiest rank plus the fill of the others */
+    for (int r = 0; r < 4; r++)
+        f[r] = 1.0 + r, b[r] = 2.0 + 0.5 * r, c[r] = 0.1;
+    if (trex_plan_timeline_simulate(&tl, TREX_SCHED_1F1B, 4, 1, 8, f, b, c, &err) == TREX_OK) {
+        double span = check_timeline(&tl, "1F1B uneven");
+        CHECK(span >= 8 * (4.0 + 3.5 + 0.1) + 1.0 + 2.0 + 3.0 - 1e-9, "1F1B uneven: makespan %.3f", span);
+        trex_plan_timeline_free(&tl);
+    }
+    /* what the simulator refuses */
+    CHECK(trex_plan_timeline_simulate(&tl, TREX_SCHED_DUALPIPEV, 4, 2, 7, f, b, c, &err) == TREX_EINVAL &&
+          strstr(err.msg, "DualPipeV needs"), "DualPipeV with m < 2p: %s", err.msg);
+    CHECK(trex_plan_timeline_simulate(&tl, TREX_SCHED_INTERLEAVED, 4, 2, 6, f, b, c, &err) == TREX_EINVAL,
+          "interleaved with m not a multiple of p");
+    CHECK(trex_plan_timeline_simulate(&tl, TREX_SCHED_DUALPIPE, 4, 1, 8, f, b, c, &err) == TREX_EINVAL,
+          "DualPipe is not simulated");
+
+    /* V1a (Qwen3-235B, 256 H100, TP2 PP8 VPP4, 128 micro-batches): the simulated pipeline plus the
+     * end of the step equals the cost model's step (even stages, no hidden all-to-all) */
+    trex_plan_result *res = malloc(sizeof *res);
+    trex_plan_model *q = load_model("configs/hf/qwen3-235b-a22b.json", 4096);
+    trex_cluster cl;
+    if (res && q && load_cluster(&cl, "h100")) {
+        trex_plan_run run;
+        trex_plan_run_defaults(&run);
+        run.devices = 256, run.gbs = 2048;
+        if (eval(q, &cl, &run, "tp=2,pp=8,vpp=4,ep=32,cp=1,zero=1,recompute=selective,mbs=1,a2a_overlap=0", res)) {
+            trex_code rc = trex_plan_timeline_simulate(&tl, (int)res->lay.schedule, res->n_stages, res->lay.vpp,
+                                                       res->m, res->stage_f, res->stage_b, res->stage_comm, &err);
+            CHECK(rc == TREX_OK, "V1a timeline: %s", err.msg);
+            if (rc == TREX_OK) {
+                double step = check_timeline(&tl, "V1a") + res->t_pp + res->t_dp + res->t_optimizer + res->t_swap;
+                printf("  V1a timeline: simulated step %.3f s, cost model %.3f s (%+.2f%%)\n", step, res->step_s,
+                       100.0 * (step / res->step_s - 1.0));
+                CHECK_NEAR(step / res->step_s, 1.0, 0.01, "V1a simulated step / cost model step");
+                trex_plan_timeline_free(&tl);
+            }
+        }
+    }
+    free(q);
+    free(res);
+}
+
 int main(void)
 {
     test_clusters();
@@ -548,5 +699,6 @@ int main(void)
     test_search();
     test_validation();
     test_fp32_engine();
+    test_schedule_sim();
     return check_summary();
 }

@@ -38,6 +38,18 @@ check "table header" "grep -q 'step s' '$tmp/search.txt' && grep -q 'MFU' '$tmp/
 check "explain: time breakdown" "grep -q 'EP all-to-all (exposed)' '$tmp/search.txt' && grep -q 'pipeline bubble' '$tmp/search.txt'"
 check "explain: memory items" "grep -q 'optimizer' '$tmp/search.txt' && grep -q 'activations' '$tmp/search.txt'"
 check "svg written" "grep -q '<svg' '$tmp/space.svg' && grep -q 'Pipeline timeline' '$tmp/space.svg' && grep -q '</svg>' '$tmp/space.svg'"
+xml_ok() { "${PYTHON:-python3}" -c 'import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])' "$1"; }
+check "svg is well-formed XML" "xml_ok '$tmp/space.svg'"
+# the timeline draws the real schedule: DualPipeV with 8 micro-batches on 4 ranks has overlapped F&B
+# boxes ("4/0": forward of micro-batch 4 with the backward of 0) and split weight-gradient boxes
+"$TREX" plan --model $flash --cluster $a3 --devices 128 --seq 4096 --gbs 256 --explain --svg "$tmp/dpv.svg" \
+  --layout "tp=1,pp=4,ep=32,cp=1,zero=1,recompute=full,swap_optimizer=1,mbs=1,schedule=dualpipev" >/dev/null 2>&1
+check "dualpipev timeline" "xml_ok '$tmp/dpv.svg' && grep -q 'dualpipev, pp=4, 8 micro-batches' '$tmp/dpv.svg' && grep -q '>4/0<' '$tmp/dpv.svg'"
+# many micro-batches: the steady state is cut out and the picture stays small
+"$TREX" plan --model configs/hf/qwen3-235b-a22b.json --cluster configs/clusters/h100.json --devices 256 --gbs 2048 \
+  --optimizer adamw --explain --svg "$tmp/v1.svg" \
+  --layout "tp=2,pp=8,vpp=4,ep=32,cp=1,zero=1,recompute=selective,mbs=1,a2a_overlap=0,schedule=interleaved" >/dev/null 2>&1
+check "interleaved timeline cut" "xml_ok '$tmp/v1.svg' && grep -q 'steady state cut' '$tmp/v1.svg' && [ \$(wc -c <'$tmp/v1.svg') -lt 1000000 ]"
 
 # the documented example runs
 "$TREX" plan --model $flash --cluster $a3 --devices 128 --seq 4096 --gbs 128 --json --top 2 >"$tmp/ex.json" 2>&1

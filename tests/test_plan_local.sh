@@ -5,7 +5,7 @@
 # T = its fp32_ref.threads) with --explain prints the same line predicted from the layout and the
 # replay of the engine's allocations (src/plan/engine.c). Parameters, gradients and the activation
 # arena's reserved bytes must agree to the printed 0.1 MiB, the arena's bytes in use within 1%, the
-# peak RSS within 5%. No timing is checked here (docs/perf.md "Planner vs this machine" records the
+# peak RSS within 5%; and the same for a 2-step `trex train` run. No timing is checked here (docs/perf.md "Planner vs this machine" records the
 # step-time comparison).
 # Env: TREX = the trex binary, PYTHON (only to write the small batch files). Prints `N passed, N failed`.
 set -u
@@ -82,6 +82,35 @@ for bt in 1x128 2x100 1x192; do
   within "$p_used" "$r_used" 0.01 && ok || bad "$bt activations in use: run $r_used MiB, planner $p_used MiB (> 1%)"
   within "$p_rss" "$r_rss" 0.05 && ok || bad "$bt peak RSS: run $r_rss MiB, planner $p_rss MiB (> 5%)"
 done
+
+# a training run (trex train, AdamW, 2 steps of 2 micro-batches of 1 x 128): the regions it accounts
+# (metrics.jsonl mem_mib = params + grads + optimizer state + arena) and its peak RSS against the
+# planner's training view (fp32_engine regions, memory per device)
+cat data/demo/cpt.jsonl >"$tmp/cpt.jsonl"
+if "$TREX" data train-tokenizer --vocab 512 --in "$tmp/cpt.jsonl" --out "$tmp/tok.json" --quiet >/dev/null 2>&1 &&
+   "$TREX" data tokenize --tokenizer "$tmp/tok.json" --format cpt --seq 128 --in "$tmp/cpt.jsonl" --out "$tmp/sh" \
+     --quiet >/dev/null 2>&1 &&
+   "$TREX" train --config "$CFG" --data "$tmp/sh" --tokenizer "$tmp/tok.json" --out "$tmp/run" --steps 2 --gbs 2 \
+     --mbs 1 --optimizer adamw --threads "$threads" --save-every 0 --keep 1 >"$tmp/train.log" 2>&1 &&
+   "$TREX" plan --model "$CFG" --cluster "$CLUSTER" --devices 1 --seq 128 --gbs 2 --optimizer adamw \
+     --layout "tp=1,pp=1,ep=1,cp=1,zero=0,recompute=none,mbs=1" --explain --json >"$tmp/trainplan.json" 2>&1; then
+  cat >"$tmp/cmp.py" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+p = json.load(open(sys.argv[2]))["layouts"][0]
+e = p["fp32_engine"]
+print("%.1f %.1f %.1f %.1f" % (max(r["mem_mib"] for r in rows), max(r["peak_rss_mib"] for r in rows),
+      e["params_mib"] + e["grads_mib"] + e["optim_mib"] + e["acts_reserved_mib"], p["mem_per_device_gb"] * 1024))
+EOF
+  read -r m_regions m_rss p_regions p_mem <<<"$("$PY" "$tmp/cmp.py" "$tmp/run/metrics.jsonl" "$tmp/trainplan.json")"
+  echo "  train 2 x (1x128): run    regions $m_regions MiB, peak RSS $m_rss MiB"
+  echo "  train 2 x (1x128): plan   regions $p_regions MiB, memory per device $p_mem MiB"
+  [ -n "$m_regions" ] && [ "$m_regions" = "$p_regions" ] && ok ||
+    bad "train regions (params + grads + optim + arena): run $m_regions MiB, planner $p_regions MiB"
+  [ -n "$m_rss" ] && within "$p_mem" "$m_rss" 0.05 && ok || bad "train peak RSS: run $m_rss MiB, planner $p_mem MiB (> 5%)"
+else
+  bad "train run / plan failed: $(tail -n 3 "$tmp/train.log" "$tmp/trainplan.json" 2>/dev/null)"
+fi
 
 # the command line on the local cluster: one process only, DeepSeek-V4 only, --json --explain
 "$TREX" plan --model "$CFG" --cluster "$CLUSTER" --devices 2 --seq 128 --gbs 2 >/dev/null 2>"$tmp/err2"; rc=$?

@@ -278,6 +278,8 @@ typedef struct trex_plan_fp32_result {
     double gemm_flops[2], gemm_calls[2], attn_flops[2], exps[2], elem_bytes[2], touched[2];
     double t[2][TREX_FP32_KINDS]; /* seconds by kind (with rates) */
     double fwd_s, bwd_s, opt_s;   /* wall seconds (with rates) */
+    double opt_cpu_s;             /* CPU seconds of the optimizer step (all threads; with Muon, once
+                                   * trex_plan_evaluate has added Newton–Schulz) */
     double cpu_s[2];              /* CPU seconds of the forward and the backward, all threads */
 } trex_plan_fp32_result;
 
@@ -377,6 +379,47 @@ trex_code trex_plan_search(const trex_plan_model *m, const trex_cluster *cl, con
                            const trex_plan_layout *fixed, int64_t cap, trex_plan_search_out *out,
                            trex_err *err);
 void trex_plan_search_free(trex_plan_search_out *out);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Pipeline schedule simulation (src/plan/schedule.c): the timeline of one step                   */
+
+typedef enum trex_plan_op_kind {
+    TREX_OP_F,   /* forward of one chunk and micro-batch */
+    TREX_OP_B,   /* backward (input and weight gradients) */
+    TREX_OP_BI,  /* backward, input gradient only (zero-bubble split; its W follows later) */
+    TREX_OP_W,   /* weight gradient of an earlier BI */
+    TREX_OP_FB,  /* a forward and a backward of two micro-batches overlapped (DualPipeV) */
+} trex_plan_op_kind;
+
+typedef struct trex_plan_op {
+    int32_t rank, kind;       /* kind: trex_plan_op_kind */
+    int32_t chunk, mb;        /* the rank's chunk (0..chunks-1) and the micro-batch; FB: its forward */
+    int32_t chunk_b, mb_b;    /* FB: its backward */
+    double start, end;        /* seconds from the start of the step */
+    double comm;              /* of end - start: exposed communication (EP all-to-all) */
+} trex_plan_op;
+
+typedef struct trex_plan_timeline {
+    int schedule;             /* trex_plan_schedule */
+    int64_t ranks, chunks, m; /* pipeline ranks, chunks per rank, micro-batches */
+    trex_plan_op *ops;        /* each rank's ops in its order; rank r: [rank_first[r], rank_first[r+1]) */
+    int64_t n_ops;
+    int64_t *rank_first;      /* [ranks + 1] */
+    double makespan;          /* end of the last op */
+    double work_max;          /* the busiest rank's op time */
+} trex_plan_timeline;
+
+/* Places every op of one step: rank r spends f[r] (forward) and b[r] (backward) seconds per
+ * micro-batch over all its chunks, plus comm[r] of exposed communication (half in the forward, half
+ * in the backward); a chunk takes 1/chunks of it; DualPipeV's split backward is half input, half weight
+ * gradient (the cost model's W = B/2). Schedules 1F1B, interleaved (chunks = vpp; m a multiple of
+ * ranks) and DualPipeV (chunks = 2; m >= 2 ranks); DualPipe and unsupported shapes are TREX_EINVAL.
+ * For uniform ranks the makespan is m (f + b + comm) plus the cost model's bubble (tests/test_plan.c).
+ * The caller frees with trex_plan_timeline_free. */
+trex_code trex_plan_timeline_simulate(trex_plan_timeline *tl, int schedule, int64_t ranks,
+                                      int64_t chunks, int64_t m, const double *f, const double *b,
+                                      const double *comm, trex_err *err);
+void trex_plan_timeline_free(trex_plan_timeline *tl);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Reports                                                                                        */

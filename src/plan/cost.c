@@ -598,6 +598,7 @@ static trex_code fp32_evaluate(const trex_plan_model *m, const trex_cluster *cl,
             ns += m->blocks[i].ns_flops_dense + m->blocks[i].ns_flops_expert;
         double sp = cl->fp32.threads > 1 ? cl->fp32.speedup : 1.0;
         t_opt += (double)iters * ns / (cl->fp32.gemm_gflops_long * 1e9 * sp);
+        res->fp32.opt_cpu_s += (double)iters * ns / (cl->fp32.gemm_gflops_long * 1e9);
     }
     res->t_compute = mb * (f->fwd_s + f->bwd_s);
     res->t_optimizer = t_opt;

@@ -996,6 +996,7 @@ trex_code trex_plan_fp32_evaluate(const trex_config *cfg, const trex_plan_fp32_r
              * element, measured; Muon's element-wise part taken as the same */
             double n = out->grads / 4.0;
             out->opt_s = n * rates->adam_ns * 1e-9 / par_speedup(rates, run->threads);
+            out->opt_cpu_s = n * rates->adam_ns * 1e-9;
         }
     }
     return TREX_OK;
