@@ -1,11 +1,13 @@
 /* tests/test_train.c — the trainer's pieces that need no model run: settings (defaults, JSON round trip,
  * text values, range checks, the fields a resume must keep), target counting, the data order (a
  * permutation per epoch, a function of the seed, resumable from a position), the truncation of
- * metrics.jsonl on resume, the metrics line, and the FLOP count (the planner's). The whole loop is
+ * metrics.jsonl on resume, the metrics line, the FLOP count (the planner's), the precision setting and the
+ * op-class timers (trex/prof.h). The whole loop is
  * tested from the command line in tests/test_train.sh. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -13,6 +15,7 @@
 #include "trex/data.h"
 #include "trex/io.h"
 #include "trex/plan.h"
+#include "trex/prof.h"
 #include "trex/train.h"
 
 static void test_settings(void)
@@ -99,6 +102,91 @@ static void test_settings(void)
     const char *d = trex_train_settings_fixed_diff(&s, &c, va, vb, sizeof va);
     CHECK(d && !strcmp(d, "mbs") && !strcmp(va, "4") && !strcmp(vb, "2"), "mbs is fixed: %s %s %s", d ? d : "-", va,
           vb);
+}
+
+/* --precision: default fp32, both values, a clear error, JSON round trip, fixed on resume. */
+static void test_precision(void)
+{
+    trex_err err = {0};
+    trex_train_settings s, c;
+    trex_train_defaults(&s);
+    CHECK(s.compute == TREX_F32, "default fp32");
+    CHECK(trex_train_settings_set(&s, "precision", "bf16", &err) == TREX_OK && s.compute == TREX_BF16, "bf16");
+    CHECK(trex_train_settings_set(&s, "precision", "fp16", &err) == TREX_EINVAL && strstr(err.msg, "--precision") &&
+              strstr(err.msg, "fp32") && strstr(err.msg, "bf16"),
+          "bad value: %s", err.msg);
+    CHECK(s.compute == TREX_BF16, "a bad value changes nothing");
+    cJSON *j = trex_train_settings_to_json(&s);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "precision");
+    CHECK(cJSON_IsString(p) && !strcmp(p->valuestring, "bf16"), "JSON \"precision\": \"bf16\"");
+    trex_train_defaults(&c);
+    CHECK(trex_train_settings_from_json(&c, j, "mem", &err) == TREX_OK && c.compute == TREX_BF16, "from JSON");
+    cJSON_Delete(j);
+    cJSON *old = cJSON_Parse("{\"gbs\": 4}"); /* a settings.json from before --precision: fp32 */
+    trex_train_defaults(&c);
+    CHECK(old && trex_train_settings_from_json(&c, old, "old", &err) == TREX_OK && c.compute == TREX_F32,
+          "absent = fp32");
+    cJSON_Delete(old);
+    char va[64], vb[64];
+    trex_train_defaults(&c);
+    c.compute = TREX_F32;
+    s = c;
+    s.compute = TREX_BF16;
+    const char *d = trex_train_settings_fixed_diff(&c, &s, va, vb, sizeof va);
+    CHECK(d && !strcmp(d, "precision") && !strcmp(va, "\"fp32\"") && !strcmp(vb, "\"bf16\""),
+          "precision is fixed on resume: %s", d ? d : "-");
+}
+
+static double busy(double secs)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec) < secs);
+    return secs;
+}
+
+/* The op-class timers: nothing recorded when detached; nested classes charge the innermost only. */
+static void test_prof(void)
+{
+    trex_prof p;
+    trex_prof_reset(&p);
+    trex_prof_begin(TREX_PROF_MOE); /* not attached: no-ops */
+    trex_prof_end(TREX_PROF_MOE);
+    CHECK(p.calls[TREX_PROF_MOE] == 0 && trex_prof_total(&p) == 0, "detached: nothing recorded");
+    CHECK(trex_prof_attach(&p) == NULL, "nothing attached before");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    trex_prof_begin(TREX_PROF_MTP);
+    busy(0.01);
+    trex_prof_begin(TREX_PROF_ATTENTION);
+    busy(0.02);
+    trex_prof_end(TREX_PROF_ATTENTION);
+    trex_prof_begin(TREX_PROF_HEAD);
+    busy(0.01);
+    trex_prof_end(TREX_PROF_HEAD);
+    busy(0.01);
+    trex_prof_end(TREX_PROF_MTP);
+    trex_prof_begin(TREX_PROF_ATTENTION);
+    trex_prof_end(TREX_PROF_ATTENTION);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(trex_prof_attach(NULL) == &p, "detach returns the profiler");
+    const double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(p.calls[TREX_PROF_ATTENTION] == 2 && p.calls[TREX_PROF_MTP] == 1 && p.calls[TREX_PROF_HEAD] == 1,
+          "calls counted");
+    CHECK(p.seconds[TREX_PROF_ATTENTION] >= 0.02, "attention %g", p.seconds[TREX_PROF_ATTENTION]);
+    CHECK(p.seconds[TREX_PROF_MTP] >= 0.02 && p.seconds[TREX_PROF_MTP] < wall - 0.03 + 1e-6,
+          "mtp charged its own time only: %g of %g", p.seconds[TREX_PROF_MTP], wall);
+    CHECK(p.seconds[TREX_PROF_HEAD] >= 0.01, "head %g", p.seconds[TREX_PROF_HEAD]);
+    CHECK(trex_prof_total(&p) <= wall + 1e-9, "classes sum to at most the wall time: %g %g", trex_prof_total(&p), wall);
+    trex_prof_begin(TREX_PROF_MOE); /* detached again */
+    trex_prof_end(TREX_PROF_MOE);
+    CHECK(p.calls[TREX_PROF_MOE] == 0, "detached again");
+    CHECK(!strcmp(trex_prof_name(TREX_PROF_OPTIMIZER), "optimizer") && !strcmp(trex_prof_name(TREX_PROF_MHC), "mhc"),
+          "names");
+    trex_prof_reset(&p);
+    CHECK(trex_prof_total(&p) == 0 && p.calls[TREX_PROF_ATTENTION] == 0, "reset");
 }
 
 static void test_targets(void)
@@ -237,6 +325,8 @@ int main(void)
         return 1;
     }
     test_settings();
+    test_precision();
+    test_prof();
     test_targets();
     test_loader(dir);
     test_jsonl(dir);

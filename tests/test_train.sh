@@ -12,6 +12,8 @@
 #     message naming the intact checkpoint, which then resumes;
 #   - bad input: seq mismatch, shards of another tokenizer, a corrupt or truncated checkpoint, resume
 #     with another config or gbs, an existing run directory, bad flags — each a clear error, nothing lost;
+#   - --precision bf16: the loss falls, the run records bf16 (settings.json, trainer.json), a killed bf16 run
+#     resumes bit for bit (with another thread count); a bad value and a precision change on resume fail;
 #   - --run-file with a flag overriding it; generate: greedy is reproducible, sampling follows the seed.
 # Env: TREX = the trex binary. Run from the repository root.
 set -u
@@ -187,13 +189,41 @@ expect_line "$tmp/errN3" "trex: error: stopping: 3 steps in a row \(3\.\.5\) had
 "$TREX" train --resume "$tmp/N3" >/dev/null 2>"$tmp/errN4" && ok || { bad "resume after the stop"; cat "$tmp/errN4"; }
 [ "$(losses "$tmp/A/metrics.jsonl")" = "$(losses "$tmp/N3/metrics.jsonl")" ] && ok || bad "resumed after the stop: same losses as the clean run"
 
-# --- bad input: clear errors, nothing lost ------------------------------------------------------------------
+# --- bf16 compute (--precision bf16): trains, recorded in the run, bitwise resume -----------------------------
+"$TREX" train "${common[@]}" --precision bf16 --out "$tmp/P" >"$tmp/outP" 2>"$tmp/errP"; rc=$?
+[ $rc -eq 0 ] && ok || { bad "bf16 run exit $rc"; cat "$tmp/errP"; }
+expect_line "$tmp/outP" "precision=bf16" "bf16 in the effective settings"
+"$PY" - "$tmp" <<'PY' && ok || bad "bf16 run: loss falls, differs from fp32, precision recorded"
+import json, sys
+d = sys.argv[1]
+p = [json.loads(l) for l in open(d + "/P/metrics.jsonl")]
+a = [json.loads(l) for l in open(d + "/A/metrics.jsonl")]
+assert len(p) == 6 and p[-1]["loss_main"] < p[0]["loss_main"], "the loss falls"
+assert p[0]["loss_main"] != a[0]["loss_main"], "bf16 products give other bits than fp32"
+assert abs(p[0]["loss_main"] - a[0]["loss_main"]) < 0.01 * a[0]["loss_main"], "but close to fp32 at step 1"
+assert json.load(open(d + "/P/settings.json"))["precision"] == "bf16"
+assert json.load(open(d + "/A/settings.json"))["precision"] == "fp32"
+assert json.load(open(d + "/P/step-6/trainer.json"))["precision"] == "bf16"
+PY
+TREX_FAULT_KILL_AFTER_STEP=3 "$TREX" train "${common[@]}" --precision bf16 --out "$tmp/Q" >/dev/null 2>&1; rc=$?
+[ $rc -eq 137 ] && ok || bad "killed bf16 run exits 137, got $rc"
+TREX_THREADS=1 "$TREX" train --resume "$tmp/Q" >"$tmp/outQ" 2>"$tmp/errQ" && ok || { bad "resume bf16 run"; cat "$tmp/errQ"; }
+expect_line "$tmp/outQ" "precision=bf16" "the resumed run keeps bf16"
+if [ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/Q/metrics.jsonl")" ]; then ok; else
+  bad "bf16: resumed losses differ"; diff <(losses "$tmp/P/metrics.jsonl") <(losses "$tmp/Q/metrics.jsonl"); fi
+[ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/Q/step-6/model.safetensors")" ] && ok || bad "bf16: final weights bitwise equal after resume"
+[ "$(body_sha "$tmp/P/step-6/optim.safetensors")" = "$(body_sha "$tmp/Q/step-6/optim.safetensors")" ] && ok || bad "bf16: final optimizer state bitwise equal after resume"
 err_case() {  # err_case NAME REGEX CMD...: exit 1 and the message
   local name=$1 re=$2; shift 2
   "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
   [ $rc -ne 0 ] && ok || bad "$name: exit 0"
   expect_line "$tmp/e" "$re" "$name"
 }
+err_case "bad precision" "--precision: 'fp16' is not a precision \(use fp32" "$TREX" train "${common[@]}" --precision fp16 --out "$tmp/E0"
+err_case "resume with another precision" "--resume .*: precision = \"fp32\", but the run was started with precision = \"bf16\"" \
+  "$TREX" train --resume "$tmp/P" --precision fp32 --steps 8
+
+# --- bad input: clear errors, nothing lost ------------------------------------------------------------------
 err_case "seq mismatch" "--data .*/sh: the shards hold sequences of 64 tokens \(manifest.json seq_len\) but --seq is 32" \
   "$TREX" train "${common[@]}" --seq 32 --out "$tmp/E1"
 [ ! -e "$tmp/E1" ] && ok || bad "a refused run creates nothing"

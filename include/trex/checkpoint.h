@@ -25,6 +25,7 @@
 #include "trex/params.h"
 #include "trex/rng.h"
 #include "trex/status.h"
+#include "trex/tensor.h"
 
 /* ---- SHA-256 (FIPS 180-4) --------------------------------------------------------------------- */
 
@@ -60,6 +61,8 @@ typedef struct trex_ckpt_state {
     char data_source[TREX_CKPT_SOURCE]; /* what the position refers to (e.g. the shard list), free text */
     trex_optimizer_settings settings; /* read/load fill it; save writes the optimizer's own settings */
     char config_name[64];      /* read/load fill it; save writes the config's name */
+    trex_dtype compute;        /* the run's compute precision (TREX_F32 or TREX_BF16; trainer.json
+                                * "precision", absent in older checkpoints = fp32) */
 } trex_ckpt_state;
 
 /* Points of a save, in order, reported to on_stage (for progress logs, and for crash tests). path is

@@ -24,9 +24,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "trex/alloc.h"
 #include "trex/config.h"
 #include "trex/optim.h"
+#include "trex/pool.h"
+#include "trex/prof.h"
 #include "trex/status.h"
+#include "trex/tensor.h"
 
 #define TREX_TRAIN_PATH 1024
 
@@ -65,9 +69,12 @@ typedef struct trex_train_settings {
     int64_t max_bad_steps;   /* this many non-finite steps in a row stop the run */
     /* machine */
     uint64_t seed;           /* weights (when not --init) and data order */
-    bool deterministic;      /* fp32, fixed reduction orders; resume refuses another kernel level */
+    bool deterministic;      /* fixed reduction orders; resume refuses another kernel level */
+    trex_dtype compute;      /* large matrix products: TREX_F32 (default) or TREX_BF16 (docs/precision.md);
+                              * JSON/flag "precision": "fp32" | "bf16"; a resumed run keeps it */
     int64_t threads;         /* 0: TREX_THREADS, else every core */
-    double peak_tflops;      /* MFU denominator; 0: peak_bf16_tflops of `cluster` */
+    double peak_tflops;      /* MFU denominator; 0: fp32: peak_bf16_tflops of `cluster`; bf16: the AMX bf16
+                              * peak measured at start (docs/mfu.md) */
     char cluster[TREX_TRAIN_PATH]; /* cluster file giving the peak (configs/clusters/local.json) */
 } trex_train_settings;
 
@@ -91,7 +98,8 @@ trex_code trex_train_settings_set(trex_train_settings *s, const char *name, cons
 /* The settings of an existing run, for --resume: RUN/settings.json, with config and tokenizer pointing
  * at the run's own copies (RUN/config.json, RUN/tokenizer.json) and resume = true. Flags given with
  * --resume are applied on top by the caller; trex_train_run refuses changes to seq, gbs, mbs,
- * data_order, optimizer, seed and deterministic, and a config that differs from the checkpoint's. */
+ * data_order, optimizer, seed, deterministic and precision, and a config that differs from the
+ * checkpoint's. */
 trex_code trex_train_resume_settings(trex_train_settings *s, const char *run, trex_err *err);
 /* One block of "name=value" lines, as `trex train` prints the effective settings at start. */
 void trex_train_settings_print(const trex_train_settings *s, FILE *out);
@@ -117,6 +125,51 @@ trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *
  * (trex/plan.h, docs/mfu.md): gbs * seq * model_flops_per_token, plus Newton–Schulz under Muon. */
 trex_code trex_train_step_flops(const trex_config *cfg, int64_t seq, int64_t gbs, trex_optim_kind kind,
                                 double *flops, trex_err *err);
+
+/* The machine's peak for the MFU denominator, measured as `trex bench peak` does: the register-only
+ * loop of the kernel table in use for `compute` (TREX_BF16: AMX TDPBF16PS, or AVX-512 VDPBF16PS when
+ * the level has no AMX; TREX_F32: AVX-512 fp32 FMA) run on every thread of pool at once (NULL: the
+ * calling thread), the median of reps runs of about secs seconds each. Returns the wall-clock TFLOP/s
+ * of all threads together (0 when the level has no such loop, e.g. TREX_ISA=ref); *per_cpu (may be
+ * NULL) receives the one-thread rate per CPU-second times the thread count (what a loaded machine
+ * would give while on its cores); *what (may be NULL) the loop's name: "amx_bf16", "avx512_bf16",
+ * "avx512_fp32_fma" or "none". */
+double trex_train_measure_peak(trex_pool *pool, trex_dtype compute, double secs, int reps, double *per_cpu,
+                               const char **what);
+
+/* ---- the training step on a synthetic batch (`trex bench step`) ---------------------------------- */
+
+#define TREX_TRAIN_BENCH_MAX_STEPS 1000
+
+typedef struct trex_train_bench_opts {
+    const trex_config *cfg;   /* model; weights from trex_weights_init(seed), as `trex model init` */
+    int64_t seq, mbs;         /* one micro-batch of mbs rows of seq tokens per step (gbs = mbs) */
+    int64_t warmup, steps;    /* untimed steps, then timed ones (steps in [1, TREX_TRAIN_BENCH_MAX_STEPS]) */
+    trex_optim_kind optimizer;
+    trex_dtype compute;       /* TREX_F32 or TREX_BF16 */
+    int64_t threads;          /* 0: TREX_THREADS, else every core */
+    uint64_t seed;            /* weights and tokens */
+    trex_prof *prof;          /* when not NULL: reset, then attached to this thread for the timed steps */
+} trex_train_bench_opts;
+
+typedef struct trex_train_bench_result {
+    double step_s[TREX_TRAIN_BENCH_MAX_STEPS]; /* wall seconds of each timed step */
+    double step_cpu_s[TREX_TRAIN_BENCH_MAX_STEPS]; /* CPU seconds of the process (all threads) in each */
+    double loss_first, loss_last;  /* main loss of the first and last step (warm-up included) */
+    double flops_step;             /* model FLOPs of one step (trex_train_step_flops) */
+    double flops_per_token;        /* model_flops_per_token of the planner's convention (no Newton–Schulz) */
+    int threads;
+    size_t region_peak[TREX_REGION_COUNT]; /* most bytes held per region (trex/alloc.h) */
+    size_t acts_used;              /* the activation arena's high-water mark of the last step */
+    size_t peak_rss;               /* process peak RSS after the steps (bytes) */
+} trex_train_bench_result;
+
+/* Runs opts->warmup + opts->steps full training steps on one fixed batch of uniformly random tokens
+ * (every position a target, one document per row) through the same step as trex_train_run: forward and
+ * backward of the model, the gradient check, clipping, the optimizer step (AdamW or Muon at lr 3e-4,
+ * constant schedule) and the bias update. Nothing is written to disk. TREX_EINVAL for bad options
+ * (the message names the field); the config must already have passed trex_config_load's checks. */
+trex_code trex_train_bench(const trex_train_bench_opts *opts, trex_train_bench_result *res, trex_err *err);
 
 /* ---- generation --------------------------------------------------------------------------------- */
 

@@ -273,6 +273,7 @@ static cJSON *trainer_json(const trex_weights *w, const trex_optimizer *opt, con
         cfield_text(w->cfg, &cfields[k], v, sizeof v);
         ok = cJSON_AddStringToObject(fields, cfields[k].name, v) != NULL;
     }
+    ok = ok && cJSON_AddStringToObject(j, "precision", st->compute == TREX_BF16 ? "bf16" : "fp32");
     ok = ok && (set = trex_optimizer_settings_to_json(trex_optimizer_settings_get(opt)));
     if (ok && !cJSON_AddItemToObject(j, "optimizer", set)) {
         cJSON_Delete(set);
@@ -411,6 +412,14 @@ trex_code trex_ckpt_read_state(const char *dir, const trex_config *cfg, trex_ckp
         snprintf(st->config_name, sizeof st->config_name, "%s", cname->valuestring);
     if (rc == TREX_OK && cfg)
         rc = check_config(conf, path, cfg, err);
+    if (rc == TREX_OK) { /* absent before bf16 training existed: fp32 */
+        const cJSON *prec = cJSON_GetObjectItemCaseSensitive(j, "precision");
+        st->compute = TREX_F32;
+        if (prec && (!cJSON_IsString(prec) || (strcmp(prec->valuestring, "fp32") && strcmp(prec->valuestring, "bf16"))))
+            rc = trex_err_set(err, TREX_EFORMAT, "%s: field 'precision' must be \"fp32\" or \"bf16\"", path);
+        else if (prec && !strcmp(prec->valuestring, "bf16"))
+            st->compute = TREX_BF16;
+    }
     if (rc == TREX_OK)
         rc = need(j, "optimizer", path, is_object, "an object", &set, err);
     if (rc == TREX_OK)

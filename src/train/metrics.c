@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
+#include "kernels/dispatch.h"
 #include "trex/io.h"
 #include "trex/plan.h"
 #include "train/train_internal.h"
@@ -32,6 +35,108 @@ trex_code trex_train_step_flops(const trex_config *cfg, int64_t seq, int64_t gbs
     }
     free(pm);
     return rc;
+}
+
+/* ---- the peak of the MFU denominator ------------------------------------------------------------ */
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define PEAK_MAX_THREADS 1024
+#define PEAK_MAX_REPS 64
+
+typedef struct peak_job {
+    trex_peak_fn fn;
+    int64_t iters;
+    double flops[PEAK_MAX_THREADS];
+} peak_job;
+
+static void peak_slot(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    peak_job *j = arg;
+    for (int64_t w = b; w < e; w++)
+        j->flops[w] = j->fn(j->iters);
+}
+
+double trex_train_measure_peak(trex_pool *pool, trex_dtype compute, double secs, int reps, double *per_cpu,
+                               const char **what)
+{
+    const trex_kernel_table *kt = trex_kernels_table();
+    trex_peak_fn fn = NULL;
+    const char *name = "none";
+    if (compute == TREX_BF16 && kt->peak_bf16_amx) {
+        fn = kt->peak_bf16_amx;
+        name = "amx_bf16";
+    } else if (compute == TREX_BF16 && kt->peak_bf16_dp) {
+        fn = kt->peak_bf16_dp;
+        name = "avx512_bf16";
+    } else if (compute == TREX_F32 && kt->peak_f32_fma) {
+        fn = kt->peak_f32_fma;
+        name = "avx512_fp32_fma";
+    }
+    if (what)
+        *what = name;
+    if (per_cpu)
+        *per_cpu = 0;
+    if (!fn)
+        return 0;
+    reps = reps < 1 ? 1 : reps > PEAK_MAX_REPS ? PEAK_MAX_REPS : reps;
+    int threads = pool ? trex_pool_size(pool) : 1;
+    threads = threads > PEAK_MAX_THREADS ? PEAK_MAX_THREADS : threads;
+    peak_job *j = calloc(1, sizeof *j);
+    TREX_ASSERT(j);
+    j->fn = fn;
+    j->iters = 1000;
+    for (;;) { /* calibrate on this thread: grow until one run takes 20 ms */
+        const double t0 = wall_s();
+        fn(j->iters);
+        const double dt = wall_s() - t0;
+        if (dt > 0.02) {
+            j->iters = (int64_t)((double)j->iters * secs / dt) + 1;
+            break;
+        }
+        j->iters *= 4;
+    }
+    double v[PEAK_MAX_REPS], u[PEAK_MAX_REPS];
+    for (int r = 0; r < reps; r++) {
+        double t0 = wall_s(), c0 = cpu_s(), total = 0;
+        if (threads > 1) {
+            trex_pool_for(pool, threads, 1, peak_slot, j);
+            for (int w = 0; w < threads; w++)
+                total += j->flops[w];
+        } else {
+            total = fn(j->iters);
+        }
+        v[r] = total / (wall_s() - t0) / 1e12;
+        t0 = wall_s();
+        c0 = cpu_s();
+        const double one = fn(j->iters);
+        u[r] = one / (cpu_s() - c0) / 1e12 * threads;
+    }
+    free(j);
+    qsort(v, (size_t)reps, sizeof *v, cmp_double);
+    qsort(u, (size_t)reps, sizeof *u, cmp_double);
+    if (per_cpu)
+        *per_cpu = reps % 2 ? u[reps / 2] : 0.5 * (u[reps / 2 - 1] + u[reps / 2]);
+    return reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
 }
 
 /* Keeps the lines of buf whose "step" is <= keep_step and that parse as JSON objects. */

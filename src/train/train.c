@@ -67,6 +67,7 @@ typedef struct trainer {
     int64_t n_frozen;
     double weight_decay;         /* the settings' (0 during the warm-up) */
     double flops_step, peak_tflops;
+    const char *peak_what;       /* where peak_tflops came from, for the start line */
     FILE *metrics, *loads;
     int64_t start_step;
     bool tty, line_open;
@@ -156,7 +157,8 @@ static trex_code check_run_dir(trainer *t, char *ckpt, size_t cap, trex_err *err
         if (f)
             return trex_err_set(err, TREX_EINVAL,
                                 "--resume %s: %s = %s, but the run was started with %s = %s (%s/settings.json); a "
-                                "resumed run keeps seq, gbs, mbs, data_order, optimizer, seed and deterministic — "
+                                "resumed run keeps seq, gbs, mbs, data_order, optimizer, seed, deterministic and "
+                                "precision — "
                                 "drop the flag, or start a new run with --out",
                                 s->out, f, vb, f, va, s->out);
         if (s->deterministic) {
@@ -218,6 +220,12 @@ static trex_code load_weights(trainer *t, const char *ckpt, trex_err *err)
                                 "%s/trainer.json: step %" PRId64 ", data position %" PRId64 " do not match step-%" PRId64
                                 " with gbs %" PRId64 ": the checkpoint is not from this run",
                                 ckpt, st.step, pos, t->start_step, s->gbs);
+        if (st.compute != s->compute)
+            return trex_err_set(err, TREX_EINVAL,
+                                "--resume %s: %s was trained with --precision %s but this run asks for %s: resume with "
+                                "--precision %s (a run keeps its precision)",
+                                s->out, ckpt, st.compute == TREX_BF16 ? "bf16" : "fp32",
+                                s->compute == TREX_BF16 ? "bf16" : "fp32", st.compute == TREX_BF16 ? "bf16" : "fp32");
         /* the run's copy of the config is RUN/config.json: keep the name the run started with */
         snprintf(t->cfg.name, sizeof t->cfg.name, "%s", st.config_name);
         rc = trex_ckpt_load(ckpt, &t->cfg, &t->mem, &t->w, NULL, &st, err);
@@ -264,6 +272,31 @@ static trex_code plan_views(trainer *t, trex_err *err)
     return TREX_OK;
 }
 
+/* What a step needs once the config, the pool and the weights are there: gradients, the optimizer
+ * (fresh state), the model, the batch buffers, the views of plan_views and the FLOPs of a step. Shared
+ * by trex_train_run and trex_train_bench. */
+static trex_code setup_step(trainer *t, trex_err *err)
+{
+    const trex_train_settings *s = &t->s;
+    const trex_layout *lay = &t->w.layout;
+    TREX_TRY(alloc_buf(t, (void **)&t->grads, TREX_REGION_GRADS, (size_t)lay->n_float * sizeof(float), "gradients",
+                       err));
+    trex_optimizer_settings os = s->opt;
+    os.total_steps = s->steps;
+    t->weight_decay = os.weight_decay;
+    TREX_TRY(trex_optimizer_create(&t->opt, lay, &t->cfg, &os, trex_pool_size(t->pool), &t->mem, err));
+    TREX_TRY(trex_model_create(&t->model, &t->w, t->pool, &t->mem, err));
+    t->K = s->gbs / s->mbs;
+    const size_t n = (size_t)(s->gbs * s->seq);
+    TREX_TRY(alloc_buf(t, (void **)&t->tokens, TREX_REGION_BUFFERS, n * sizeof *t->tokens, "the batch", err));
+    TREX_TRY(alloc_buf(t, (void **)&t->docs, TREX_REGION_BUFFERS, n * sizeof *t->docs, "the batch", err));
+    TREX_TRY(alloc_buf(t, (void **)&t->mask, TREX_REGION_BUFFERS, n, "the batch", err));
+    TREX_TRY(alloc_buf(t, (void **)&t->mb_main, TREX_REGION_BUFFERS, (size_t)t->K * sizeof(int64_t), "counts", err));
+    TREX_TRY(alloc_buf(t, (void **)&t->mb_mtp, TREX_REGION_BUFFERS, (size_t)t->K * sizeof(int64_t), "counts", err));
+    TREX_TRY(plan_views(t, err));
+    return trex_train_step_flops(&t->cfg, s->seq, s->gbs, s->opt.kind, &t->flops_step, err);
+}
+
 static trex_code setup(trainer *t, trex_err *err)
 {
     trex_train_settings *s = &t->s;
@@ -297,30 +330,23 @@ static trex_code setup(trainer *t, trex_err *err)
         t->have_eval = true;
     }
     TREX_TRY(load_weights(t, ckpt, err));
-    const trex_layout *lay = &t->w.layout;
-    TREX_TRY(alloc_buf(t, (void **)&t->grads, TREX_REGION_GRADS, (size_t)lay->n_float * sizeof(float), "gradients",
-                       err));
-    trex_optimizer_settings os = s->opt;
-    os.total_steps = s->steps;
-    t->weight_decay = os.weight_decay;
-    TREX_TRY(trex_optimizer_create(&t->opt, lay, &t->cfg, &os, trex_pool_size(t->pool), &t->mem, err));
+    TREX_TRY(setup_step(t, err));
     if (s->resume) {
         char op[TREX_TRAIN_PATH + 96];
         snprintf(op, sizeof op, "%s/optim.safetensors", ckpt);
         TREX_TRY(trex_optimizer_load(t->opt, op, err));
     }
-    TREX_TRY(trex_model_create(&t->model, &t->w, t->pool, &t->mem, err));
-    t->K = s->gbs / s->mbs;
-    const size_t n = (size_t)(s->gbs * s->seq);
-    TREX_TRY(alloc_buf(t, (void **)&t->tokens, TREX_REGION_BUFFERS, n * sizeof *t->tokens, "the batch", err));
-    TREX_TRY(alloc_buf(t, (void **)&t->docs, TREX_REGION_BUFFERS, n * sizeof *t->docs, "the batch", err));
-    TREX_TRY(alloc_buf(t, (void **)&t->mask, TREX_REGION_BUFFERS, n, "the batch", err));
-    TREX_TRY(alloc_buf(t, (void **)&t->mb_main, TREX_REGION_BUFFERS, (size_t)t->K * sizeof(int64_t), "counts", err));
-    TREX_TRY(alloc_buf(t, (void **)&t->mb_mtp, TREX_REGION_BUFFERS, (size_t)t->K * sizeof(int64_t), "counts", err));
-    TREX_TRY(plan_views(t, err));
-    TREX_TRY(trex_train_step_flops(&t->cfg, s->seq, s->gbs, s->opt.kind, &t->flops_step, err));
     t->peak_tflops = s->peak_tflops;
-    if (t->peak_tflops <= 0 && s->cluster[0]) {
+    if (t->peak_tflops <= 0 && s->compute == TREX_BF16) {
+        /* the cluster file's peak is the fp32 engine's; bf16 products run on AMX (docs/mfu.md). As the
+         * cluster file's figure: the one-thread rate per CPU-second times the threads (load-independent) */
+        double per_cpu = 0;
+        trex_train_measure_peak(t->pool, TREX_BF16, 0.1, 3, &per_cpu, &t->peak_what);
+        t->peak_tflops = per_cpu;
+        if (t->peak_tflops <= 0)
+            fprintf(stderr, "trex train: warning: no bf16 peak loop at kernel level %s: MFU unknown; pass "
+                            "--peak-tflops\n", trex_isa_name(trex_kernels_isa()));
+    } else if (t->peak_tflops <= 0 && s->cluster[0]) {
         trex_cluster cl;
         trex_err e2;
         if (trex_plan_cluster_load(&cl, s->cluster, &e2) == TREX_OK)
@@ -389,12 +415,12 @@ static bool fault_nan(const trainer *t, int64_t step)
     return false;
 }
 
+/* One step on the global batch in t->tokens / t->mask / t->docs (steps 2-4 of the header). */
 static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err *err)
 {
     const trex_train_settings *s = &t->s;
     const int64_t T = s->seq, mbs = s->mbs, K = t->K;
     const bool mtp = t->cfg.num_nextn_predict_layers > 0;
-    TREX_TRY(train_loader_fill(&t->data, s->gbs, t->tokens, t->mask, t->docs, err));
     int64_t N = 0, M = 0;
     for (int64_t k = 0; k < K; k++) {
         train_count_targets(t->mask + k * mbs * T, t->docs + k * mbs * T, mbs, T, mtp, &t->mb_main[k], &t->mb_mtp[k]);
@@ -413,6 +439,7 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
         o.mtp_weight = M > 0 ? lam * ((double)t->mb_mtp[k] / (double)M) / c : lam;
         o.balance_weight = s->balance_weight / ((double)K * c);
         o.indexer_weight = s->indexer_weight / ((double)K * c);
+        o.compute = s->compute;
         if (k > 0 && c != c_prev)
             scale_grads(t, c_prev / c);
         const int64_t off = k * mbs * T;
@@ -464,6 +491,7 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
         TREX_TRY(trex_optimizer_settings_set(t->opt, &ns, err));
     }
     trex_step_report rep;
+    trex_prof_begin(TREX_PROF_OPTIMIZER);
     if (isfinite(m->loss)) {
         trex_optimizer_update(t->opt, t->pool, t->w.f, t->grads, &rep);
     } else {
@@ -471,6 +499,7 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
         trex_optimizer_grad_check(t->opt, t->pool, t->grads, &g);
         rep = (trex_step_report){g.norm, 1.0, 0.0, g.nonfinite, g.first_bad, true};
     }
+    trex_prof_end(TREX_PROF_OPTIMIZER);
     m->lr = rep.lr;
     m->grad_norm = rep.grad_norm;
     m->clip_scale = rep.clip_scale;
@@ -483,10 +512,12 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
                 "trex train: step %" PRId64 " skipped: loss %g, %" PRId64 " non-finite gradient values (first in %s)\n",
                 step, m->loss, rep.nonfinite, bad);
     }
+    trex_prof_begin(TREX_PROF_OPTIMIZER);
     if (!rep.skipped && !warm)
         for (int64_t bl = 0; bl < t->nblocks; bl++)
             if (t->bias_off[bl] >= 0)
                 trex_optim_bias_update(t->w.f + t->bias_off[bl], t->load + bl * t->E, t->E, s->opt.bias_update_speed);
+    trex_prof_end(TREX_PROF_OPTIMIZER);
     return TREX_OK;
 }
 
@@ -509,6 +540,7 @@ static trex_code evaluate(trainer *t, bool sparse, double lam, train_metrics *m,
         o.mtp_weight = lam;
         o.balance_weight = s->balance_weight;
         o.indexer_weight = s->indexer_weight;
+        o.compute = s->compute;
         trex_batch b = {rows, T, t->tokens, t->mask, t->docs};
         trex_losses l;
         trex_code rc = trex_model_forward(t->model, &b, &o, NULL, NULL, NULL, &l, err);
@@ -563,6 +595,7 @@ static trex_code save(trainer *t, int64_t step, trex_err *err)
     st.data_shard = 0;
     st.rng = trex_rng_make(s->seed ^ DATA_SEED_SALT, (uint64_t)st.data_epoch);
     train_loader_source(&t->data, st.data_source, sizeof st.data_source);
+    st.compute = s->compute;
     trex_ckpt_save_opts so = {.keep_last = (int)s->keep};
     const double t0 = now_s();
     trex_code rc = trex_ckpt_save(s->out, &t->w, t->opt, &st, &so, err);
@@ -586,6 +619,7 @@ static trex_code loop(trainer *t, trex_err *err)
         m.step = step;
         m.steps = s->steps;
         const double t0 = now_s();
+        TREX_TRY(train_loader_fill(&t->data, s->gbs, t->tokens, t->mask, t->docs, err));
         TREX_TRY(train_step(t, step, &m, err));
         m.step_s = now_s() - t0;
         t_steps += m.step_s;
@@ -689,9 +723,10 @@ trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *
                t->cfg.name, (double)t->w.layout.n_float / 1e6, t->w.layout.n_trainable,
                (int64_t)trex_pool_size(t->pool), trex_isa_name(trex_kernels_isa()));
         printf("trex train: data %s: %" PRId64 " sequences of %" PRId64 "; step = %" PRId64 " micro-batches of %" PRId64
-               " (%" PRId64 " tokens); %.3g model FLOPs/step; peak %.4g TFLOP/s%s\n",
+               " (%" PRId64 " tokens); %.3g model FLOPs/step; peak %.4g TFLOP/s%s%s%s%s\n",
                e->data, t->data.n, e->seq, t->K, e->mbs, e->gbs * e->seq, t->flops_step, t->peak_tflops,
-               t->peak_tflops > 0 ? "" : " (MFU unknown)");
+               t->peak_tflops > 0 ? "" : " (MFU unknown)", t->peak_what ? " (measured now: " : "",
+               t->peak_what ? t->peak_what : "", t->peak_what ? ")" : "");
         if (e->resume)
             printf("trex train: resuming %s at step %" PRId64 " of %" PRId64 "\n", e->out, t->start_step, e->steps);
         if (t->start_step >= e->steps)
@@ -713,6 +748,108 @@ trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *
             printf("trex train: done: steps %" PRId64 "..%" PRId64 " in %.1f s; run directory %s\n", t->start_step + 1,
                    e->steps, now_s() - t0, e->out);
     }
+    teardown(t);
+    free(t);
+    return rc;
+}
+
+/* ---- the step on a synthetic batch (trex bench step) ------------------------------------------------ */
+
+trex_code trex_train_bench(const trex_train_bench_opts *o, trex_train_bench_result *res, trex_err *err)
+{
+    memset(res, 0, sizeof *res);
+    if (!o->cfg)
+        return trex_err_set(err, TREX_EINVAL, "bench: no model config");
+    if (o->seq < 2 || o->seq > (1 << 24))
+        return trex_err_set(err, TREX_EINVAL, "--seq %" PRId64 ": must be in [2, 16777216]", o->seq);
+    if (o->mbs < 1 || o->mbs > 65536)
+        return trex_err_set(err, TREX_EINVAL, "--mbs %" PRId64 ": must be in [1, 65536]", o->mbs);
+    if (o->steps < 1 || o->steps > TREX_TRAIN_BENCH_MAX_STEPS)
+        return trex_err_set(err, TREX_EINVAL, "--steps %" PRId64 ": must be in [1, %d]", o->steps,
+                            TREX_TRAIN_BENCH_MAX_STEPS);
+    if (o->warmup < 0 || o->warmup > 1000)
+        return trex_err_set(err, TREX_EINVAL, "--warmup %" PRId64 ": must be in [0, 1000]", o->warmup);
+    if (o->threads < 0 || o->threads > 4096)
+        return trex_err_set(err, TREX_EINVAL, "--threads %" PRId64 ": must be in [0, 4096]", o->threads);
+    if (o->compute != TREX_F32 && o->compute != TREX_BF16)
+        return trex_err_set(err, TREX_EINVAL, "bench: compute must be fp32 or bf16");
+    trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return trex_err_set(err, TREX_ENOMEM, "out of memory for the trainer");
+    trex_train_settings *s = &t->s;
+    trex_train_defaults(s);
+    s->seq = o->seq;
+    s->gbs = s->mbs = o->mbs;
+    s->steps = o->warmup + o->steps;
+    s->opt.kind = o->optimizer;
+    s->opt.schedule = TREX_LR_CONSTANT;
+    s->compute = o->compute;
+    s->threads = o->threads;
+    s->seed = o->seed;
+    s->sparse = true;
+    t->cfg = *o->cfg;
+    trex_code rc = trex_kernels_init(err);
+    if (rc == TREX_OK)
+        rc = trex_pool_create_checked(&t->pool, (int)s->threads, err);
+    if (rc == TREX_OK) {
+        rc = trex_weights_init(&t->w, &t->cfg, s->seed, &t->mem, err);
+        t->have_w = rc == TREX_OK;
+    }
+    if (rc == TREX_OK)
+        rc = setup_step(t, err);
+    trex_plan_model *pm = NULL;
+    if (rc == TREX_OK && !(pm = calloc(1, sizeof *pm)))
+        rc = trex_err_set(err, TREX_ENOMEM, "out of memory for the FLOP model");
+    if (rc == TREX_OK)
+        rc = trex_plan_model_from_config(pm, &t->cfg, s->seq, err);
+    if (rc == TREX_OK) {
+        res->flops_per_token = pm->model_flops_per_token;
+        res->flops_step = t->flops_step;
+        res->threads = trex_pool_size(t->pool);
+        /* uniformly random tokens, every position a target, one document per row */
+        trex_rng r = trex_rng_make(s->seed, 0x62656e6368ull);
+        const int64_t n = s->gbs * s->seq;
+        for (int64_t i = 0; i < n; i++) {
+            t->tokens[i] = (int32_t)trex_rng_below(&r, (uint64_t)t->cfg.vocab_size);
+            t->mask[i] = 1;
+            t->docs[i] = 0;
+        }
+    }
+    trex_prof *prev = NULL;
+    for (int64_t i = 0; rc == TREX_OK && i < s->steps; i++) {
+        const bool timed = i >= o->warmup;
+        if (timed && i == o->warmup && o->prof) {
+            trex_prof_reset(o->prof);
+            prev = trex_prof_attach(o->prof);
+        }
+        train_metrics m;
+        memset(&m, 0, sizeof m);
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        const double t0 = now_s();
+        rc = train_step(t, i + 1, &m, err);
+        const double dt = now_s() - t0;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        if (rc != TREX_OK)
+            break;
+        if (timed) {
+            res->step_s[i - o->warmup] = dt;
+            res->step_cpu_s[i - o->warmup] =
+                (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+        }
+        if (i == 0)
+            res->loss_first = m.main;
+        res->loss_last = m.main;
+    }
+    if (o->prof && s->steps > o->warmup)
+        trex_prof_attach(prev);
+    if (rc == TREX_OK) {
+        for (int r = 0; r < TREX_REGION_COUNT; r++)
+            res->region_peak[r] = t->mem.peak[r];
+        res->acts_used = trex_model_arena_used(t->model);
+        res->peak_rss = trex_peak_rss_bytes();
+    }
+    free(pm);
     teardown(t);
     free(t);
     return rc;

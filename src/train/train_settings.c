@@ -26,6 +26,7 @@ typedef enum ftype {
     F_SCHEDULE,  /* trex_lr_kind: "cosine" | "constant" */
     F_ATTENTION, /* bool sparse: "sparse" | "dense" */
     F_ORDER,     /* bool shuffle: "shuffle" | "sequential" */
+    F_PRECISION, /* trex_dtype: "fp32" (TREX_F32) | "bf16" (TREX_BF16) */
 } ftype;
 
 typedef struct tfield {
@@ -74,6 +75,7 @@ static const tfield tfields[] = {
     TF(max_bad_steps, F_I64),
     TF(seed, F_U64),
     TF(deterministic, F_BOOL),
+    {"precision", F_PRECISION, offsetof(trex_train_settings, compute)},
     TF(threads, F_I64),
     TF(peak_tflops, F_F64),
     TF(cluster, F_PATH),
@@ -110,6 +112,7 @@ void trex_train_defaults(trex_train_settings *s)
     s->expert_load_every = 10;
     s->max_bad_steps = 5;
     s->seed = 1;
+    s->compute = TREX_F32;
     s->threads = 0;
     s->peak_tflops = 0;
     snprintf(s->cluster, sizeof s->cluster, "configs/clusters/local.json");
@@ -172,6 +175,9 @@ cJSON *trex_train_settings_to_json(const trex_train_settings *s)
             break;
         case F_ORDER:
             v = cJSON_CreateString(*(const bool *)p ? "shuffle" : "sequential");
+            break;
+        case F_PRECISION:
+            v = cJSON_CreateString(*(const trex_dtype *)p == TREX_BF16 ? "bf16" : "fp32");
             break;
         }
         TREX_ASSERT(v);
@@ -275,6 +281,17 @@ static trex_code set_text(trex_train_settings *s, const tfield *f, const char *t
             *(bool *)p = !strcmp(t, "shuffle");
         else
             return trex_err_set(err, TREX_EINVAL, "%s: '%s' is not a data order (use shuffle or sequential)",
+                                label, t);
+        return TREX_OK;
+    case F_PRECISION:
+        if (!strcmp(t, "fp32"))
+            *(trex_dtype *)p = TREX_F32;
+        else if (!strcmp(t, "bf16"))
+            *(trex_dtype *)p = TREX_BF16;
+        else
+            return trex_err_set(err, TREX_EINVAL,
+                                "%s: '%s' is not a precision (use fp32, the reference, or bf16: bf16 matrix products "
+                                "with fp32 sums, docs/precision.md)",
                                 label, t);
         return TREX_OK;
     }
@@ -474,6 +491,9 @@ void trex_train_settings_print(const trex_train_settings *s, FILE *out)
         case F_ORDER:
             fprintf(out, "%s", *(const bool *)p ? "shuffle" : "sequential");
             break;
+        case F_PRECISION:
+            fprintf(out, "%s", *(const trex_dtype *)p == TREX_BF16 ? "bf16" : "fp32");
+            break;
         }
     }
     fputc('\n', out);
@@ -484,7 +504,8 @@ void trex_train_settings_print(const trex_train_settings *s, FILE *out)
 const char *trex_train_settings_fixed_diff(const trex_train_settings *a, const trex_train_settings *b,
                                            char *va, char *vb, size_t cap)
 {
-    static const char *const fixed[] = {"seq", "gbs", "mbs", "data_order", "optimizer", "seed", "deterministic"};
+    static const char *const fixed[] = {"seq",  "gbs",  "mbs",          "data_order",
+                                         "optimizer", "seed", "deterministic", "precision"};
     cJSON *ja = trex_train_settings_to_json(a), *jb = trex_train_settings_to_json(b);
     const char *diff = NULL;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !diff; i++) {

@@ -476,12 +476,14 @@ typedef struct kcase {
     int64_t M, N, K;    /* M = 0 with groups > 0: grouped, rows per group in gm[] */
     int groups;
     bool grouped_k;     /* grouped over K (weight gradients: K = tokens of the expert) */
+    bool prepacked;     /* B (the weight) packed once outside the timing: trex_gemm_pack_b */
 } kcase;
 
 typedef struct kresult {
     double ms, tflops, dnnl_ms, dnnl_tflops, dnnlp_ms, dnnlp_tflops, roofline;
     double cpu_tflops, dnnl_cpu_tflops, dnnlp_cpu_tflops; /* FLOPs per CPU-second */
     double flops, bytes;
+    double prepack_ms;  /* prepacked cases: packing every B once (not in ms) */
 } kresult;
 
 static uint64_t splitmix(uint64_t *s)
@@ -527,7 +529,8 @@ static int bench_kernels(int argc, char **argv)
         "The bf16 GEMM (C = A B^T, A B and A^T B; bf16 inputs, and fp32 inputs rounded while "
         "packed) at 2048^3 and at dsv4-bench shapes (d 1024, 16 heads of 512, q/o LoRA 256, "
         "2 o-groups, experts: inter 512, E 24, K 6; --tokens tokens), and the grouped expert GEMM "
-        "over the routed tokens (uneven load). For each: median time, TFLOP/s, % of the measured "
+        "over the routed tokens (uneven load); cases ending in .prepacked take B (the weight) "
+        "packed once outside the timing (trex_gemm_pack_b). For each: median time, TFLOP/s, % of the measured "
         "peak of the level on the threads used, the roofline min(peak, copy bandwidth x FLOP/byte) "
         "and %, and oneDNN's bf16 matmul (fp32 output) on the same operands, with plain layouts and "
         "with its weights pre-packed outside the timing (for fp32 inputs: dnnl_sgemm, fp32 "
@@ -565,29 +568,51 @@ static int bench_kernels(int argc, char **argv)
     const int64_t T = tokens, d = 1024, H = 16, hd = 512, qr = 256, orank = 256, G = 2, I = 512;
     const int E = 24, topk = 6;
     const int64_t hc = H * hd, og = H * hd / G, head_rows = T < 1024 ? T : 1024;
+    /* Cases ending in .prepacked follow their plain case (side by side in time on a shared machine):
+     * the same product with B (the weight) packed once outside the timing (trex_gemm_pack_b; the
+     * kernels' equivalent of oneDNN's pre-packed weights). f32in: fp32 A, and B from fp32 rounded
+     * when packed (what the model's bf16 mode multiplies). */
     const kcase cases[] = {
-        {"square.nt", "2048^3, C = A B^T", false, true, false, 2048, 2048, 2048, 0, false},
-        {"square.nn", "2048^3, C = A B", false, false, false, 2048, 2048, 2048, 0, false},
-        {"square.tn", "2048^3, C = A^T B", true, false, false, 2048, 2048, 2048, 0, false},
-        {"square.nt.f32in", "2048^3, fp32 inputs", false, true, true, 2048, 2048, 2048, 0, false},
-        {"attn.wq_a.fwd", "x W^T, d -> q_lora", false, true, false, T, qr, d, 0, false},
-        {"attn.wq_b.fwd", "q W^T, q_lora -> H*hd", false, true, false, T, hc, qr, 0, false},
-        {"attn.wkv.fwd", "x W^T, d -> hd", false, true, false, T, hd, d, 0, false},
+        {"square.nt", "2048^3, C = A B^T", false, true, false, 2048, 2048, 2048, 0, false, false},
+        {"square.nt.prepacked", "2048^3, B packed once", false, true, false, 2048, 2048, 2048, 0,
+         false, true},
+        {"square.nn", "2048^3, C = A B", false, false, false, 2048, 2048, 2048, 0, false, false},
+        {"square.tn", "2048^3, C = A^T B", true, false, false, 2048, 2048, 2048, 0, false, false},
+        {"square.nt.f32in", "2048^3, fp32 inputs", false, true, true, 2048, 2048, 2048, 0, false, false},
+        {"square.nt.f32in.prepacked", "2048^3, fp32 A, B packed once", false, true, true, 2048,
+         2048, 2048, 0, false, true},
+        {"attn.wq_a.fwd", "x W^T, d -> q_lora", false, true, false, T, qr, d, 0, false, false},
+        {"attn.wq_a.fwd.prepacked", "x W^T, W packed once", false, true, false, T, qr, d, 0, false,
+         true},
+        {"attn.wq_b.fwd", "q W^T, q_lora -> H*hd", false, true, false, T, hc, qr, 0, false, false},
+        {"attn.wkv.fwd", "x W^T, d -> hd", false, true, false, T, hd, d, 0, false, false},
         {"attn.wo_a.fwd", "o W^T per group, H*hd/G -> o_lora", false, true, false, T, orank, og, 0,
-         false},
-        {"attn.wo_b.fwd", "u W^T, G*o_lora -> d", false, true, false, T, d, G * orank, 0, false},
-        {"attn.wq_b.bwd_dx", "dq W, H*hd -> q_lora", false, false, false, T, qr, hc, 0, false},
-        {"attn.wq_b.bwd_dw", "dq^T q, over tokens", true, false, false, hc, qr, T, 0, false},
-        {"shared.w1.fwd", "x W1^T, d -> inter", false, true, false, T, I, d, 0, false},
-        {"shared.w1.fwd.f32in", "x W1^T, fp32 inputs", false, true, true, T, I, d, 0, false},
-        {"shared.w2.fwd", "h W2^T, inter -> d", false, true, false, T, d, I, 0, false},
+         false, false},
+        {"attn.wo_b.fwd", "u W^T, G*o_lora -> d", false, true, false, T, d, G * orank, 0, false, false},
+        {"attn.wo_b.fwd.prepacked", "u W^T, W packed once", false, true, false, T, d, G * orank, 0,
+         false, true},
+        {"attn.wq_b.bwd_dx", "dq W, H*hd -> q_lora", false, false, false, T, qr, hc, 0, false, false},
+        {"attn.wq_b.bwd_dw", "dq^T q, over tokens", true, false, false, hc, qr, T, 0, false, false},
+        {"shared.w1.fwd", "x W1^T, d -> inter", false, true, false, T, I, d, 0, false, false},
+        {"shared.w1.fwd.f32in", "x W1^T, fp32 inputs", false, true, true, T, I, d, 0, false, false},
+        {"shared.w2.fwd", "h W2^T, inter -> d", false, true, false, T, d, I, 0, false, false},
+        {"shared.w2.fwd.prepacked", "h W2^T, W2 packed once", false, true, false, T, d, I, 0, false,
+         true},
         {"head.fwd", "h W^T, d -> vocab 129280 (<= 1024 tokens)", false, true, false, head_rows,
-         129280, d, 0, false},
-        {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E, false},
-        {"experts.w2.fwd", "grouped h_e W2_e^T, inter -> d", false, true, false, 0, d, I, E, false},
-        {"experts.w1.bwd_dx", "grouped da_e W1_e, inter -> d", false, false, false, 0, d, I, E, false},
-        {"experts.w1.bwd_dw", "grouped da_e^T x_e, over tokens", true, false, false, I, d, 0, E, true},
-        {"experts.w1.fwd.f32in", "grouped, fp32 inputs", false, true, true, 0, I, d, E, false},
+         129280, d, 0, false, false},
+        {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E, false, false},
+        {"experts.w1.fwd.prepacked", "grouped, W1_e packed once", false, true, false, 0, I, d, E,
+         false, true},
+        {"experts.w2.fwd", "grouped h_e W2_e^T, inter -> d", false, true, false, 0, d, I, E, false, false},
+        {"experts.w2.fwd.prepacked", "grouped, W2_e packed once", false, true, false, 0, d, I, E,
+         false, true},
+        {"experts.w1.bwd_dx", "grouped da_e W1_e, inter -> d", false, false, false, 0, d, I, E, false, false},
+        {"experts.w1.bwd_dx.prepacked", "grouped da_e W1_e, W1_e packed once", false, false, false, 0,
+         d, I, E, false, true},
+        {"experts.w1.bwd_dw", "grouped da_e^T x_e, over tokens", true, false, false, I, d, 0, E, true, false},
+        {"experts.w1.fwd.f32in", "grouped, fp32 inputs", false, true, true, 0, I, d, E, false, false},
+        {"experts.w1.fwd.f32in.prepacked", "grouped, fp32 A, W1_e packed once", false, true, true, 0,
+         I, d, E, false, true},
     };
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     int64_t erows[256];
@@ -604,7 +629,7 @@ static int bench_kernels(int argc, char **argv)
         printf("per-core peak %.2f TFLOP/s per CPU-second. cpu-TF: FLOPs per CPU-second of the process; "
                "%%core: that / (per-core peak); both stay meaningful on a shared machine\n",
                core_peak);
-        printf("%-22s %-18s %8s %7s %6s %7s %6s %7s %6s | %8s %7s %7s | %8s %7s %7s | %s\n", "case",
+        printf("%-30s %-18s %8s %7s %6s %7s %6s %7s %6s | %8s %7s %7s | %8s %7s %7s | %s\n", "case",
                "MxNxK", "ms", "TFLOP/s", "%peak", "roofl.", "%roof", "cpu-TF", "%core", "dnnl ms",
                "TFLOP/s", "cpu-TF", "pack ms", "TFLOP/s", "cpu-TF", "faster");
     }
@@ -656,13 +681,41 @@ static int bench_kernels(int argc, char **argv)
         }
         const trex_dtype in = k->f32 ? TREX_F32 : TREX_BF16;
         double v[1000], u[1000];
-        for (int r = -1; r < c.reps; r++) {
+        trex_gemm_packed *packs[256] = {0};
+        trex_gemm_problem pprobs[256];
+        if (k->prepacked) {
+            const double t0 = now_s();
+            for (int g = 0; g < ng && ok; g++) {
+                packs[g] = trex_gemm_pack_b_with(c.t, c.pool, in, k->tb, probs[g].N, probs[g].K,
+                                                 probs[g].B, probs[g].ldb);
+                ok = packs[g] != NULL;
+                pprobs[g] = probs[g];
+                pprobs[g].B = packs[g];
+                pprobs[g].ldb = 0;
+            }
+            res.prepack_ms = 1e3 * (now_s() - t0);
+        }
+        for (int r = -1; r < c.reps && ok; r++) {
             double t0 = now_s(), c0 = cpu_s();
-            trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, 0.0f, probs, ng);
+            if (k->prepacked)
+                trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, 0.0f, pprobs, ng);
+            else
+                trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, 0.0f, probs, ng);
             if (r >= 0) {
                 v[r] = now_s() - t0;
                 u[r] = cpu_s() - c0;
             }
+        }
+        for (int g = 0; g < ng; g++)
+            trex_gemm_packed_free(packs[g]);
+        if (!ok) {
+            fprintf(stderr, "trex: bench: %s: out of memory, skipped\n", k->name);
+            for (int g = 0; g < ng; g++) {
+                free(A[g]);
+                free(B[g]);
+                free(C[g]);
+            }
+            continue;
         }
         res.ms = 1e3 * median(v, (int)c.reps);
         res.tflops = res.flops / (res.ms * 1e-3) / 1e12;
@@ -744,6 +797,9 @@ static int bench_kernels(int argc, char **argv)
             cJSON_AddNumberToObject(o, "groups", ng);
             cJSON_AddStringToObject(o, "layout", k->ta ? "tn" : k->tb ? "nt" : "nn");
             cJSON_AddStringToObject(o, "input", k->f32 ? "f32" : "bf16");
+            cJSON_AddBoolToObject(o, "prepacked", k->prepacked);
+            if (k->prepacked)
+                cJSON_AddNumberToObject(o, "prepack_ms", res.prepack_ms);
             cJSON_AddNumberToObject(o, "gflop", res.flops / 1e9);
             cJSON_AddNumberToObject(o, "ms", res.ms);
             cJSON_AddNumberToObject(o, "tflops", res.tflops);
@@ -777,7 +833,7 @@ static int bench_kernels(int argc, char **argv)
                 snprintf(dcol[4], sizeof dcol[4], "%.3f", res.dnnlp_tflops);
                 snprintf(dcol[5], sizeof dcol[5], "%.3f", res.dnnlp_cpu_tflops);
             }
-            printf("%-22s %-18s %8.2f %7.3f %5.1f%% %7.3f %5.1f%% %7.3f %5.1f%% | %8s %7s %7s | %8s %7s "
+            printf("%-30s %-18s %8.2f %7.3f %5.1f%% %7.3f %5.1f%% %7.3f %5.1f%% | %8s %7s %7s | %8s %7s "
                    "%7s | %s\n",
                    k->name, shape, res.ms, res.tflops, peak > 0 ? 100 * res.tflops / peak : 0.0,
                    res.roofline, res.roofline > 0 ? 100 * res.tflops / res.roofline : 0.0,
@@ -821,9 +877,10 @@ static int bench_kernels(int argc, char **argv)
 int trex_cmd_bench(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: trex bench <peak|kernels> [options]\n\n"
+        "usage: trex bench <peak|kernels|step> [options]\n\n"
         "  peak     register-only AMX / AVX-512 peaks of one core and of all threads, copy bandwidth\n"
-        "  kernels  bf16 GEMM and grouped expert GEMM against the roofline, oneDNN side by side\n\n"
+        "  kernels  bf16 GEMM and grouped expert GEMM against the roofline, oneDNN side by side\n"
+        "  step     full training steps: tokens/s, MFU, time per op class, memory (cmd_bench_step.c)\n\n"
         "`trex bench <sub> --help` lists the options. TREX_ISA caps the kernel level.\n";
     if (argc < 2) {
         fputs(usage, stderr);
@@ -837,6 +894,8 @@ int trex_cmd_bench(int argc, char **argv)
         return bench_peak(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kernels"))
         return bench_kernels(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "step"))
+        return trex_cmd_bench_step(argc - 1, argv + 1);
     fprintf(stderr, "trex: error: unknown bench '%s'\n\n%s", argv[1], usage);
     return 2;
 }

@@ -98,8 +98,11 @@ int trex_cmd_train(int argc, char **argv)
         {"expert_load_every", "N", "steps between lines of RUN/expert_load.jsonl, 0 = never [10]", NULL},
         {"max_bad_steps", "K", "stop after K NaN/Inf steps in a row [5]", NULL},
         {"seed", "S", "weights (without --init) and data order [1]", NULL},
+        {"precision", "fp32|bf16", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; "
+         "docs/precision.md); a resumed run keeps it [fp32]", NULL},
         {"threads", "N", "threads, 0 = TREX_THREADS or every core [0]", NULL},
-        {"peak_tflops", "X", "MFU denominator, 0 = the --cluster file's peak [0]", NULL},
+        {"peak_tflops", "X", "MFU denominator, 0 = the --cluster file's peak (fp32) or the AMX bf16 peak measured "
+         "at start (bf16) [0]", NULL},
         {"cluster", "FILE", "cluster file whose peak_bf16_tflops is the MFU peak [configs/clusters/local.json]", NULL},
     };
     enum { NFL = sizeof fl / sizeof fl[0] };
@@ -119,7 +122,7 @@ int trex_cmd_train(int argc, char **argv)
     opts[no++] = (trex_opt){"run-file", TREX_OPT_STR, &run_file, "F", "JSON settings (the flags' names with '_'); flags "
                             "override it", false};
     opts[no++] = (trex_opt){"deterministic", TREX_OPT_FLAG, &deterministic, NULL,
-                            "fp32, fixed reduction orders; a resume must use the same kernel level", false};
+                            "fixed reduction orders; a resume must use the same kernel level", false};
     opts[no] = (trex_opt){0};
     trex_cmd_info info = {
         .usage = "trex train --config C --data DIR --tokenizer T --out RUN [options] | trex train --resume RUN [options]",

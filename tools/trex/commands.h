@@ -11,6 +11,7 @@ int trex_cmd_generate(int argc, char **argv); /* generate               (cmd_gen
 int trex_cmd_eval(int argc, char **argv);     /* eval or                   (cmd_eval.c) */
 int trex_cmd_plan(int argc, char **argv);   /* plan                      (cmd_plan.c) */
 int trex_cmd_bench(int argc, char **argv);  /* bench peak | kernels | ... (cmd_bench.c) */
+int trex_cmd_bench_step(int argc, char **argv); /* bench step              (cmd_bench_step.c) */
 
 /* Prints `trex: error: <msg>` to stderr; returns 1 for `return trex_cli_error(...)`. */
 int trex_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,0 +1,66 @@
+/* trex/prof.h — op-class timers: wall seconds and call counts per class of operation (embedding,
+ * attention, MoE, mHC, head, MTP, optimizer, other) over some training steps, for `trex bench step`.
+ *
+ * Usage:
+ *   trex_prof p;  trex_prof_reset(&p);
+ *   trex_prof_attach(&p);                 // this thread records into p from now on
+ *   ... trex_prof_begin(TREX_PROF_MOE); moe(...); trex_prof_end(TREX_PROF_MOE); ...
+ *   trex_prof_attach(NULL);               // off again
+ *   p.seconds[TREX_PROF_MOE], p.calls[TREX_PROF_MOE]
+ *
+ * Begin/end pairs are placed in the code on the thread that drives a step (the model's forward and
+ * backward, the optimizer step); the work inside may run on the pool's threads, so a class's seconds
+ * are the wall time the driving thread spent in it. Pairs nest (the MTP block runs attention and MoE
+ * sub-layers): time is charged to the innermost open class only, so the classes never count a second
+ * twice and their sum is at most the wall time between attach and detach. Each interval is also
+ * charged the process's CPU time (CLOCK_PROCESS_CPUTIME_ID: all threads, pool workers included).
+ *
+ * The profiler a thread records into is a thread-local pointer set by trex_prof_attach (the one piece
+ * of per-thread state in trex besides the kernel dispatch table: it spares every layer a context
+ * argument that only benchmarks use). With nothing attached, begin/end are one thread-local load and
+ * a branch. A trex_prof is owned by the caller; it must outlive its attachment. */
+#ifndef TREX_PROF_H
+#define TREX_PROF_H
+
+#include <stdint.h>
+
+typedef enum trex_prof_class {
+    TREX_PROF_EMBED = 0, /* embedding lookup and its gradient */
+    TREX_PROF_ATTENTION, /* attention sub-layers with their input norm (forward, backward) */
+    TREX_PROF_MOE,       /* MoE sub-layers with their input norm */
+    TREX_PROF_MHC,       /* mHC pre/post mappings around every sub-layer (Sinkhorn included) */
+    TREX_PROF_HEAD,      /* hc_head, final norm, LM head and cross-entropy (main and MTP) */
+    TREX_PROF_MTP,       /* MTP-only work: enorm/hnorm, e_proj/h_proj (its block's sub-layers and head
+                          * count under their own classes) */
+    TREX_PROF_OPTIMIZER, /* gradient norm, clipping, optimizer step, bias update */
+    TREX_PROF_OTHER,     /* anything else a caller chooses to time */
+    TREX_PROF_COUNT
+} trex_prof_class;
+
+#define TREX_PROF_MAX_DEPTH 8
+
+typedef struct trex_prof {
+    double seconds[TREX_PROF_COUNT]; /* wall seconds charged to each class (exclusive of nested ones) */
+    double cpu_seconds[TREX_PROF_COUNT]; /* CPU seconds of the whole process (every thread) in the same
+                                          * intervals: on a shared machine, the time actually on a core */
+    int64_t calls[TREX_PROF_COUNT];  /* begin calls of each class */
+    /* private: the open classes, innermost last, and the time of the last charge */
+    int depth;
+    int open[TREX_PROF_MAX_DEPTH];
+    double mark, cpu_mark;
+} trex_prof;
+
+/* Zeroes the counters (also of an uninitialised struct); not while p is attached with a class open. */
+void trex_prof_reset(trex_prof *p);
+/* Makes p the calling thread's profiler (NULL: none); returns the previous one. */
+trex_prof *trex_prof_attach(trex_prof *p);
+/* Open / close class c on the calling thread; no-ops when no profiler is attached. Pairs must nest
+ * (end closes the innermost open class, which must be c: a mismatch is a bug and aborts). */
+void trex_prof_begin(trex_prof_class c);
+void trex_prof_end(trex_prof_class c);
+/* "embed", "attention", "moe", "mhc", "head", "mtp", "optimizer", "other". */
+const char *trex_prof_name(trex_prof_class c);
+/* Sum of seconds over every class. */
+double trex_prof_total(const trex_prof *p);
+
+#endif

@@ -1,0 +1,80 @@
+/* core/prof.c — op-class timers (trex/prof.h): a per-thread pointer to the caller's counters, and
+ * exclusive wall-time charging over nested begin/end pairs. */
+#include "trex/prof.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "trex/status.h"
+
+static _Thread_local trex_prof *active;
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void trex_prof_reset(trex_prof *p)
+{
+    memset(p, 0, sizeof *p);
+}
+
+trex_prof *trex_prof_attach(trex_prof *p)
+{
+    trex_prof *old = active;
+    if (p)
+        TREX_ASSERT(p->depth == 0);
+    active = p;
+    return old;
+}
+
+void trex_prof_begin(trex_prof_class c)
+{
+    trex_prof *p = active;
+    if (!p)
+        return;
+    TREX_ASSERT((int)c >= 0 && c < TREX_PROF_COUNT);
+    TREX_ASSERT(p->depth < TREX_PROF_MAX_DEPTH);
+    const double t = clock_s(CLOCK_MONOTONIC), u = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    if (p->depth > 0) {
+        p->seconds[p->open[p->depth - 1]] += t - p->mark;
+        p->cpu_seconds[p->open[p->depth - 1]] += u - p->cpu_mark;
+    }
+    p->open[p->depth++] = (int)c;
+    p->calls[c]++;
+    p->mark = t;
+    p->cpu_mark = u;
+}
+
+void trex_prof_end(trex_prof_class c)
+{
+    trex_prof *p = active;
+    if (!p)
+        return;
+    if (p->depth < 1 || p->open[p->depth - 1] != (int)c)
+        TREX_ABORT("trex_prof_end(%s) does not close the innermost open class (%s)", trex_prof_name(c),
+                   p->depth > 0 ? trex_prof_name((trex_prof_class)p->open[p->depth - 1]) : "none");
+    const double t = clock_s(CLOCK_MONOTONIC), u = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    p->seconds[c] += t - p->mark;
+    p->cpu_seconds[c] += u - p->cpu_mark;
+    p->depth--;
+    p->mark = t;
+    p->cpu_mark = u;
+}
+
+const char *trex_prof_name(trex_prof_class c)
+{
+    static const char *const names[TREX_PROF_COUNT] = {"embed", "attention", "moe",       "mhc",
+                                                       "head",  "mtp",       "optimizer", "other"};
+    return (int)c >= 0 && c < TREX_PROF_COUNT ? names[c] : "?";
+}
+
+double trex_prof_total(const trex_prof *p)
+{
+    double s = 0;
+    for (int c = 0; c < TREX_PROF_COUNT; c++)
+        s += p->seconds[c];
+    return s;
+}

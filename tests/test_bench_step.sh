@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tests/test_bench_step.sh — `trex bench step` on dsv4-tiny (T=64, 1 warm-up + 1 timed step):
+#   - --json has the interface fields (tokens_per_s, mfu, peak_flops, model_flops_per_token, step_s) and
+#     the others (peak_rss_mib, ops, config, seq, mbs, precision, threads, memory_mib), consistent:
+#     mfu = tokens_per_s * model_flops_per_token / peak_flops, tokens_per_s * step_s = seq * mbs,
+#     the op classes' seconds sum to the mean step time with every class but "other" inside it, the
+#     classes the step runs were called, the peak given by --peak-tflops is the one used;
+#   - model_flops_per_token is the planner's convention (docs/mfu.md): the figure `trex plan` prints;
+#   - fp32 and bf16, AdamW and Muon run; the text report has its lines; the peak is measured when not
+#     given (when the kernel level has a peak loop);
+#   - bad flags fail with exit status 2 and a message naming the flag; a bad config with status 1.
+# Env: TREX = the trex binary. Run from the repository root.
+set -u
+TREX=${TREX:-build/trex}
+PY=${PYTHON:-/usr/bin/python3}
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export TREX_THREADS=2
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+cfg=configs/dsv4-tiny.json
+fast=(--config "$cfg" --seq 64 --mbs 1 --steps 1 --warmup 1)
+
+# --- JSON, bf16, given peak ------------------------------------------------------------------------------
+"$TREX" bench step "${fast[@]}" --precision bf16 --peak-tflops 1.5 --json >"$tmp/bf16.json" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && ok || { bad "bench step bf16 exit $rc"; cat "$tmp/err"; }
+# --- JSON, fp32, Muon, measured peak ----------------------------------------------------------------------
+# (one step only: Muon's Newton-Schulz takes seconds per step even on dsv4-tiny)
+"$TREX" bench step --config "$cfg" --seq 64 --mbs 1 --steps 1 --warmup 0 --optimizer muon --json >"$tmp/muon.json" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && ok || { bad "bench step fp32 muon exit $rc"; cat "$tmp/err"; }
+
+"$PY" - "$tmp/bf16.json" "$tmp/muon.json" <<'PY' && ok || bad "JSON fields and their relations"
+import json, math, sys
+a = json.load(open(sys.argv[1]))
+m = json.load(open(sys.argv[2]))
+need = ["tokens_per_s", "mfu", "peak_flops", "model_flops_per_token", "step_s", "peak_rss_mib", "ops", "config",
+        "seq", "mbs", "precision", "threads", "memory_mib"]
+for r in (a, m):
+    missing = [k for k in need if k not in r]
+    assert not missing, f"missing {missing}"
+    assert r["config"] == "configs/dsv4-tiny.json" and r["seq"] == 64 and r["mbs"] == 1 and r["threads"] == 2
+    assert r["step_s"] > 0 and r["tokens_per_s"] > 0 and r["model_flops_per_token"] > 0
+    assert abs(r["tokens_per_s"] * r["step_s"] - 64) < 1e-9 * 64, "tokens_per_s * step_s = seq * mbs"
+    if r["peak_flops"] is not None:
+        want = r["tokens_per_s"] * r["model_flops_per_token"] / r["peak_flops"]
+        assert abs(r["mfu"] - want) <= 1e-12 + 1e-9 * want, f"mfu {r['mfu']} vs {want}"
+    ops = r["ops"]
+    classes = ["embed", "attention", "moe", "mhc", "head", "mtp", "optimizer", "other"]
+    assert sorted(ops) == sorted(classes), ops
+    assert all(v >= 0 for v in ops.values())
+    inside = sum(v for k, v in ops.items() if k != "other")
+    assert inside <= r["step_mean_s"] * (1 + 1e-9), f"classes {inside} > step {r['step_mean_s']}"
+    assert abs(sum(ops.values()) - r["step_mean_s"]) <= 1e-9 + 1e-6 * r["step_mean_s"]
+    cpu = r["ops_cpu"]
+    assert sorted(cpu) == sorted(classes) and all(v >= 0 for v in cpu.values())
+    assert sum(v for k, v in cpu.items() if k != "other") <= r["step_cpu_mean_s"] * (1 + 1e-9) + 1e-6
+    calls = r["ops_calls"]
+    for k in ("embed", "attention", "moe", "mhc", "head", "mtp", "optimizer"):
+        assert calls[k] > 0, f"class {k} never timed"
+    # 6 blocks + the MTP block, forward and backward: 14 attention and 14 MoE sub-layers per step
+    assert calls["attention"] == 14 and calls["moe"] == 14, calls
+    mem = r["memory_mib"]
+    assert mem["params"] > 0 and mem["grads"] > 0 and mem["optimizer"] > 0 and mem["activations"] > 0
+    assert r["peak_rss_mib"] >= mem["params"] + mem["grads"] + mem["optimizer"]
+    assert math.isfinite(r["loss_first"]) and math.isfinite(r["loss_last"])
+assert a["precision"] == "bf16" and m["precision"] == "fp32"
+assert a["peak_flops"] == 1.5e12 and a["peak_source"] == "--peak-tflops"
+assert a["optimizer"] == "adamw" and m["optimizer"] == "muon"
+assert a["optimizer_flops_per_step"] == 0 and m["optimizer_flops_per_step"] > 0, "Newton-Schulz only under Muon"
+assert a["model_flops_per_token"] == m["model_flops_per_token"], "FLOPs/token do not depend on the optimizer"
+if m["kernels"] != "ref":
+    assert m["peak_source"] == "avx512_fp32_fma" and m["peak_flops"] > 0, "fp32 peak measured"
+PY
+
+# --- model FLOPs per token = the planner's (trex plan prints it with 3 significant digits) ----------------
+"$TREX" plan --model "$cfg" --cluster configs/clusters/local.json --devices 1 --gbs 1 --seq 64 --optimizer adamw \
+  --top 1 >"$tmp/plan" 2>&1 || bad "trex plan"
+"$PY" - "$tmp/bf16.json" "$tmp/plan" <<'PY' && ok || bad "model_flops_per_token equals trex plan's FLOPs/token"
+import json, re, sys
+f = json.load(open(sys.argv[1]))["model_flops_per_token"]
+text = open(sys.argv[2]).read()
+p = float(re.search(r"([0-9.e+]+) FLOPs/token", text).group(1))
+assert float(f"{f:.3g}") == p, f"bench {f:.6g} vs plan {p}"
+PY
+
+# --- text report ------------------------------------------------------------------------------------------
+"$TREX" bench step "${fast[@]}" --peak-tflops 1 >"$tmp/text" 2>&1 || bad "text report exit"
+for pat in "^trex bench step: dsv4-tiny, seq 64, mbs 1, precision fp32" "^tokens/s +[0-9.]+" "^MFU +[0-9.]+%" \
+           "^step +median [0-9.]+ s" "^  attention +[0-9.]+ s" "^  optimizer +[0-9.]+ s" "^memory +peak RSS [0-9]+ MiB"; do
+  grep -Eq -- "$pat" "$tmp/text" && ok || { bad "text report: no line /$pat/"; cat "$tmp/text"; }
+done
+
+# --- bad input --------------------------------------------------------------------------------------------
+expect_err() { # expect_err STATUS PATTERN ARGS...
+  local want=$1 pat=$2; shift 2
+  "$TREX" bench step "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
+  if [ $rc -eq "$want" ] && grep -Eq -- "$pat" "$tmp/e"; then ok; else bad "bench step $* -> exit $rc (want $want), stderr: $(head -c 300 "$tmp/e")"; fi
+}
+expect_err 2 "precision 'fp16'.*fp32 or bf16" "${fast[@]}" --precision fp16
+expect_err 2 "optimizer 'sgd'" "${fast[@]}" --optimizer sgd
+expect_err 2 "--seq 1: must be" --config "$cfg" --seq 1
+expect_err 2 "--steps 0: must be" "${fast[@]}" --steps 0
+expect_err 2 "--mbs 0: must be" --config "$cfg" --seq 64 --mbs 0
+expect_err 2 "--warmup -1: must be" "${fast[@]}" --warmup -1
+expect_err 2 "--peak-tflops" "${fast[@]}" --peak-tflops -1
+expect_err 2 "seq" --config "$cfg"
+expect_err 2 "--threads.*whole number" "${fast[@]}" --threads abc
+expect_err 1 "--config" --config "$tmp/missing.json" --seq 64
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
