@@ -5,6 +5,7 @@
  * under the sanitizers on a loaded machine a solve can run out of time: there a TIME_LIMIT rejection
  * counts as undecided (at most half the seeds may be), not as a failure of the family. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,10 +55,13 @@ int main(void)
                           err.msg);
                     trex_or_solve_glpk(&back, NULL, &g, NULL);
                     CHECK(trex_or_cbc_read_solve(lp, strlen(lp), &c, &err) == TREX_OK, "cbc read");
-                    CHECK(g.status == TREX_OR_OPTIMAL && trex_or_obj_close(g.obj, v.obj), "%s GLPK read-back %g vs %g",
-                          trex_or_family_name(f), g.obj, v.obj);
-                    CHECK(c.status == TREX_OR_OPTIMAL && trex_or_obj_close(c.obj, v.obj), "%s CBC read-back %g vs %g",
-                          trex_or_family_name(f), c.obj, v.obj);
+                    /* a read-back solve that runs out of (wall-clock) time under the sanitizers proves nothing */
+                    bool g_out = undecided_ok && g.status == TREX_OR_TIMELIMIT;
+                    bool c_out = undecided_ok && c.status == TREX_OR_TIMELIMIT;
+                    CHECK(g_out || (g.status == TREX_OR_OPTIMAL && trex_or_obj_close(g.obj, v.obj)),
+                          "%s GLPK read-back %g vs %g", trex_or_family_name(f), g.obj, v.obj);
+                    CHECK(c_out || (c.status == TREX_OR_OPTIMAL && trex_or_obj_close(c.obj, v.obj)),
+                          "%s CBC read-back %g vs %g", trex_or_family_name(f), c.obj, v.obj);
                     CHECK(trex_or_canon_hash(&back) == trex_or_canon_hash(&in->m), "%s hash changed",
                           trex_or_family_name(f));
                     trex_or_solution_free(&g);
