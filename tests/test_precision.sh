@@ -6,7 +6,9 @@
 #      TREX_THREADS=2, dense and sparse;
 #   3. bf16 vs fp32: the outputs differ (the bf16 path is taken) and stay within the bounds of
 #      docs/precision.md — losses, logits, MTP logits, all gradients together (relative L2 and cosine);
-#   4. --precision with a bad value is refused (exit status 1, a message naming the flag, no output).
+#   4. --precision with a bad value is refused (exit status 1, a message naming the flag, no output);
+#   5. the LM head in bf16x3 against the fp32 head (bounds that a plain bf16 head would exceed), in
+#      5-row chunks too, thread-count independent; --precision bf16 defaults to it; --head bf16 refused.
 # asan: yes
 # Env: TREX (the trex binary, default build/trex), PYTHON (with numpy; compares the outputs).
 set -u
@@ -91,6 +93,54 @@ for mode in dense sparse; do
   # 3. bf16 vs fp32
   if check_bounds "$tmp/$mode-b1.st" "$tmp/$mode-def.st" "$mode"; then ok; else bad "$mode: bf16 vs fp32 out of bounds"; fi
 done
+
+# 5. the LM head in bf16x3 (docs/precision.md "The LM head"): under --precision fp32 only the head
+#    changes, so --head bf16x3 against --head fp32 measures the split head alone. Bounds: the measured
+#    errors (dsv4-tiny) times about 5; a head on plain bf16 products (2^-8 per product) is about 100
+#    times over them. One run with 5-row chunks: odd rows, a padding column, many chunks.
+check_head() {  # check_head X3_OUT FP32_OUT LABEL
+  "$PY" - "$1" "$2" "$3" <<'EOF'
+import json, struct, sys
+import numpy as np
+def load(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); data = f.read()
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32)
+                 .astype(np.float64) for k, v in h.items() if k != "__metadata__"}
+x, r, label = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
+fails = []
+def rel(a, b): return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+def check(name, val, lim):
+    print("%s: %-26s %.3e (bound <= %.1e)%s" % (label, name, val, lim, "" if val <= lim else "  FAIL"))
+    if not (val <= lim): fails.append(name)
+if set(x) != set(r): fails.append("tensor names differ")
+if all(np.array_equal(x[k], r[k]) for k in r): fails.append("bf16x3 output equals fp32: the split head was not taken")
+for k in ("loss", "loss_main", "loss_mtp"):
+    check("|d %s|/%s" % (k, k), float(abs(x[k][0] - r[k][0]) / abs(r[k][0])), 1e-6)
+for k in ("logits", "mtp_logits", "grad.head.weight"):
+    check("%s rel L2" % k, rel(x[k], r[k]), 3e-5)
+    check("%s max|d|/max" % k, float(np.abs(x[k] - r[k]).max() / np.abs(r[k]).max()), 6e-5)
+gk = sorted(k for k in r if k.startswith("grad.") and k != "grad.head.weight")
+check("other grads rel L2 (d hn)", rel(np.concatenate([x[k] for k in gk]), np.concatenate([r[k] for k in gk])), 4e-5)
+if fails: print("%s: FAIL: %s" % (label, ", ".join(fails)))
+sys.exit(1 if fails else 0)
+EOF
+}
+if run "$tmp/h-x3.st" dense --threads 2 --head bf16x3; then ok; else bad "--head bf16x3: $(tail -n 3 "$tmp/h-x3.st.log")"; fi
+grep -q "head bf16x3" "$tmp/h-x3.st.log" && ok || bad "--head bf16x3: the effective head precision is not printed"
+if check_head "$tmp/h-x3.st" "$tmp/dense-def.st" "head bf16x3"; then ok; else bad "--head bf16x3 vs fp32 out of bounds"; fi
+if run "$tmp/h-x3c1.st" dense --threads 1 --head bf16x3 --head-chunk-rows 5; then ok; else bad "--head-chunk-rows 5: $(tail -n 3 "$tmp/h-x3c1.st.log")"; fi
+if run "$tmp/h-x3c2.st" dense --threads 2 --head bf16x3 --head-chunk-rows 5; then ok; else bad "--head-chunk-rows 5 --threads 2"; fi
+cmp -s "$tmp/h-x3c1.st" "$tmp/h-x3c2.st" && ok || bad "--head bf16x3 --head-chunk-rows 5: --threads 1 and 2 differ"
+if check_head "$tmp/h-x3c1.st" "$tmp/dense-def.st" "head bf16x3, 5-row chunks"; then ok; else bad "--head bf16x3, 5-row chunks, out of bounds"; fi
+# under --precision bf16 the head is bf16x3 unless --head says otherwise
+grep -q "head bf16x3" "$tmp/dense-b1.st.log" && ok || bad "--precision bf16 does not default to --head bf16x3"
+grep -q "head fp32" "$tmp/dense-def.st.log" && ok || bad "--precision fp32 does not default to --head fp32"
+"$TREX" model run --config "$CFG" --weights "$tmp/w.safetensors" --batch "$tmp/batch.safetensors" \
+  --out "$tmp/y.st" --head bf16 >"$tmp/err.out" 2>"$tmp/err2.txt"
+rc=$?
+if [ $rc -eq 1 ] && grep -q -- "--head" "$tmp/err2.txt" && [ ! -e "$tmp/y.st" ]; then ok
+else bad "--head bf16: exit status $rc, message '$(cat "$tmp/err2.txt")'"; fi
 
 # 4. a bad value
 "$TREX" model run --config "$CFG" --weights "$tmp/w.safetensors" --batch "$tmp/batch.safetensors" \

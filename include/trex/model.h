@@ -34,6 +34,13 @@ typedef struct trex_batch {
     const int32_t *doc_ids;
 } trex_batch;
 
+/* Precision of the two LM heads (main and MTP; docs/precision.md "The LM head"). */
+typedef enum trex_head_precision {
+    TREX_HEAD_AUTO = 0, /* fp32 under fp32 compute, bf16x3 under bf16 compute */
+    TREX_HEAD_FP32,     /* the fp32 GEMM (the reference) */
+    TREX_HEAD_BF16X3,   /* 3-term bf16 split on the bf16 GEMM: hi*hi + hi*lo + lo*hi, fp32 sums */
+} trex_head_precision;
+
 typedef struct trex_model_opts {
     bool sparse;           /* CSA layers attend the indexer's top-k (else every visible entry) */
     double mtp_weight;     /* lambda of loss_mtp in loss */
@@ -41,12 +48,16 @@ typedef struct trex_model_opts {
     double indexer_weight; /* w_I of loss_indexer in loss */
     int64_t head_chunk_rows; /* rows of logits the head holds at once (0: about 64 MiB worth) */
     /* Precision of the large matrix products: TREX_F32 (the reference, default) or TREX_BF16 (bf16
-     * inputs, fp32 accumulation; router, compressor, mHC and LM head stay fp32). docs/precision.md */
+     * inputs, fp32 accumulation; router, compressor and mHC stay fp32, the LM head follows
+     * head_precision). docs/precision.md */
     trex_dtype compute;
+    /* The LM heads' products: fp32, or bf16x3 (fp32-level accuracy on the bf16 GEMM); AUTO follows
+     * compute. With bf16x3, head_chunk_rows counts rows of logits (0: 512, see docs/perf.md). */
+    trex_head_precision head_precision;
 } trex_model_opts;
 
 /* dense, mtp_weight 0.3, balance_weight 1e-4, indexer_weight 1.0 (docs/model-conventions.md),
- * automatic head chunks, fp32 compute. */
+ * automatic head chunks, fp32 compute, head precision following compute. */
 trex_model_opts trex_model_opts_default(void);
 
 /* The losses of one forward pass (token means over the batch; see docs/model-conventions.md). */

@@ -27,6 +27,7 @@
 #include "kernels/kernels.h"
 #include "model/layers.h"
 #include "model/mhc.h"
+#include "trex/prof.h"
 
 /* Logits held at once by the chunked head: about this many floats (64 MiB). */
 #define HEAD_CHUNK_FLOATS ((int64_t)16 << 20)
@@ -242,13 +243,16 @@ struct trex_model {
     float *X0, *XL;
     head_pass hp, hpm;
     float *chunk; /* [head chunk rows, V] logits of one chunk, shared by both heads and the backward */
+    bool head3;   /* the heads run in bf16x3 */
+    uint16_t *w3; /* bf16x3: [V, 3d] split head weight of this forward (NULL until the first head) */
+    uint16_t *hnB; /* bf16x3: [3 pw, d] planes of one chunk's hn */
     /* MTP inputs */
     float *Xm, *hh, *hh_rstd, *ein, *ee, *ee_rstd, *Z0, *ZL;
 };
 
 trex_model_opts trex_model_opts_default(void)
 {
-    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32};
+    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32, TREX_HEAD_AUTO};
     return o;
 }
 
@@ -480,6 +484,209 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
     return s;
 }
 
+/* ---- the head in bf16x3 (docs/precision.md "The LM head") ---------------------------------------
+ * Every fp32 operand x of the head's three products is split x = hi + lo, hi = bf16(x),
+ * lo = bf16(x - hi), and x*y is taken as hi_x*hi_y + hi_x*lo_y + lo_x*hi_y on the bf16 GEMM: each
+ * product of two bf16 values is exact in fp32 and the sums are fp32, so the result carries about
+ * 2^-16 relative error per product instead of bf16's 2^-8. Each of the head's products is one GEMM
+ * whose K is three times as long, the three terms side by side in these layouts:
+ *   W3 [V, 3d]    rows [W_hi | W_hi | W_lo] of head.weight, made once per forward (both heads use it);
+ *   hnF [R, 3d]   rows [hn_hi | hn_lo | hn_hi]:  logits^T [V, rows] = W3 hnF^T          (K = 3d)
+ *   dl [V, 3pw]   rows [dl_hi | dl_lo | dl_hi] of the chunk's d logits^T (pw = rows rounded up to
+ *                 even, padding zero), written over the logits^T it came from (ldc 1.5 pw floats);
+ *   hnB [3pw, d]  planes [hn_hi ; hn_hi ; hn_lo]:   dW [V, d] += dl hnB                    (K = 3pw)
+ *   dhn [rows, d] = dl^T W: dl read as [3V, pw] rows (dl_hi, dl_lo, dl_hi) of each v against W3 read
+ *                 as [3V, d] rows (W_hi, W_hi, W_lo), summed over blocks of the vocabulary  (K = 3V)
+ * The chunk is held transposed ([V, rows]) so that both d W and d hn read it in place. */
+
+/* Rows of logits per chunk in bf16x3 by default: large enough that the weight streamed per chunk is
+ * paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). */
+#define HEAD3_CHUNK_ROWS 512
+/* At most this many rows per chunk (one row of the chunk's d logits sits on the stack). */
+#define HEAD3_MAX_ROWS 2048
+/* Vocabulary rows per d hn GEMM: the GEMM keeps each block of C in registers over the whole of K, so
+ * one call over K = 3V would stream both operands' panels from memory for every block of C; blocks of
+ * 256 (K = 768) measured 15-30x faster than K = 3V (docs/perf.md "LM head in bf16 mode"). */
+#define HEAD3_DHN_VOCAB 256
+/* Columns (rows of hn) one cross-entropy task walks down the transposed chunk at once. */
+#define HEAD3_CE_COLS 16
+
+static int64_t head3_chunk_rows(const trex_model *m, int64_t R)
+{
+    int64_t rc = m->opts.head_chunk_rows > 0 ? m->opts.head_chunk_rows : HEAD3_CHUNK_ROWS;
+    rc = rc < 1 ? 1 : rc > HEAD3_MAX_ROWS ? HEAD3_MAX_ROWS : rc;
+    return rc < R ? rc : R;
+}
+
+/* hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) for n values, in blocks (bit-exact with the scalar
+ * conversions). */
+static void split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int64_t n)
+{
+    float back[256], rest[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t k = n - i0 < 256 ? n - i0 : 256;
+        trex_cvt_f32_bf16(hi + i0, x + i0, k);
+        trex_cvt_bf16_f32(back, hi + i0, k);
+        for (int64_t i = 0; i < k; i++)
+            rest[i] = x[i0 + i] - back[i];
+        trex_cvt_f32_bf16(lo + i0, rest, k);
+    }
+}
+
+typedef struct split_job {
+    const float *src;
+    uint16_t *dst;
+    int64_t n;                 /* values per row */
+    int64_t ld;                /* dst elements per row (3n) */
+    int64_t hi0, lo0, hi1;     /* offsets of the three parts in a dst row */
+} split_job;
+
+static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const split_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        uint16_t *row = j->dst + i * j->ld;
+        split_bf16(row + j->hi0, row + j->lo0, j->src + i * j->n, j->n);
+        memcpy(row + j->hi1, row + j->hi0, (size_t)j->n * sizeof *row);
+    }
+}
+
+typedef struct ce3_job {
+    float *L;            /* logits^T [V, ldc], then d logits^T split in place ([V, 3pw] bf16) */
+    int64_t V, rows, pw, ldc, r0;
+    const int32_t *tgt;  /* of the head pass (index r0 + i) */
+    double *lse, *nll;   /* of the head pass */
+    float scale;
+} ce3_job;
+
+/* Log-sum-exp and loss of columns [HEAD3_CE_COLS * c0, ...) of the transposed chunk. */
+static void ce3_fwd_cols(void *arg, int64_t c0, int64_t c1, int tid)
+{
+    (void)tid;
+    const ce3_job *j = arg;
+    for (int64_t cb = c0; cb < c1; cb++) {
+        const int64_t i0 = cb * HEAD3_CE_COLS;
+        const int64_t nc = j->rows - i0 < HEAD3_CE_COLS ? j->rows - i0 : HEAD3_CE_COLS;
+        float mx[HEAD3_CE_COLS];
+        double s[HEAD3_CE_COLS];
+        for (int64_t c = 0; c < nc; c++) {
+            mx[c] = j->L[i0 + c];
+            s[c] = 0.0;
+        }
+        for (int64_t v = 1; v < j->V; v++) {
+            const float *l = j->L + v * j->ldc + i0;
+            for (int64_t c = 0; c < nc; c++)
+                mx[c] = l[c] > mx[c] ? l[c] : mx[c];
+        }
+        for (int64_t v = 0; v < j->V; v++) {
+            const float *l = j->L + v * j->ldc + i0;
+            for (int64_t c = 0; c < nc; c++)
+                s[c] += exp((double)l[c] - (double)mx[c]);
+        }
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t r = j->r0 + i0 + c;
+            const double lse = (double)mx[c] + log(s[c]);
+            j->lse[r] = lse;
+            j->nll[r] = j->tgt[r] >= 0 ? lse - (double)j->L[(int64_t)j->tgt[r] * j->ldc + i0 + c] : 0.0;
+        }
+    }
+}
+
+/* d logits^T of vocabulary rows [v0, v1): scale * (softmax - onehot), 0 for rows without a target
+ * and for the padding column, split in place into [hi | lo | hi]. */
+static void ce3_bwd_rows(void *arg, int64_t v0, int64_t v1, int tid)
+{
+    (void)tid;
+    const ce3_job *j = arg;
+    float dl[HEAD3_MAX_ROWS];
+    TREX_ASSERT(j->pw <= HEAD3_MAX_ROWS);
+    for (int64_t v = v0; v < v1; v++) {
+        const float *l = j->L + v * j->ldc;
+        for (int64_t i = 0; i < j->rows; i++) {
+            const int32_t t = j->tgt[j->r0 + i];
+            if (t < 0) {
+                dl[i] = 0.0f;
+                continue;
+            }
+            dl[i] = j->scale * (float)exp((double)l[i] - j->lse[j->r0 + i]);
+            if (t == v)
+                dl[i] -= j->scale;
+        }
+        for (int64_t i = j->rows; i < j->pw; i++)
+            dl[i] = 0.0f;
+        uint16_t *row = (uint16_t *)(void *)(j->L + v * j->ldc);
+        split_bf16(row, row + j->pw, dl, j->pw);
+        memcpy(row + 2 * j->pw, row, (size_t)j->pw * sizeof *row);
+    }
+}
+
+typedef struct tr_job {
+    const float *L;
+    float *out;
+    int64_t V, ldc, rows;
+} tr_job;
+
+/* out[i, v] = L[v, i] for rows i in [i0, i1) (the caller asked for the logits). */
+static void transpose_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const tr_job *j = arg;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t v = 0; v < j->V; v++)
+            j->out[i * j->V + v] = j->L[v * j->ldc + i];
+}
+
+/* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, 3d] made by head_run.
+ * chunk holds V * 3 * pw / 2 floats for pw = head3_chunk_rows rounded up to even; hnB 3 * pw * d. */
+static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
+                            uint16_t *hnB, float *out, float *chunk, double *nll, float *dW, float scale)
+{
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, R = hp->R;
+    const int64_t rc = head3_chunk_rows(m, R);
+    trex_pool *pool = m->ctx.pool;
+    for (int64_t r0 = 0; r0 < R; r0 += rc) {
+        const int64_t rows = R - r0 < rc ? R - r0 : rc, pw = rows + (rows & 1), ldc = 3 * pw / 2;
+        trex_gemm_bf16(pool, m->ctx.ws, false, true, V, rows, 3 * d, 1.0f, W3, 3 * d, hnF + r0 * 3 * d,
+                       3 * d, 0.0f, chunk, ldc);
+        ce3_job j = {chunk, V, rows, pw, ldc, r0, hp->tgt, hp->lse, nll, scale};
+        trex_pool_for(pool, (rows + HEAD3_CE_COLS - 1) / HEAD3_CE_COLS, 1, ce3_fwd_cols, &j);
+        if (out) {
+            tr_job t = {chunk, out + r0 * V, V, ldc, rows};
+            trex_pool_for(pool, rows, 1, transpose_rows, &t);
+        }
+        if (!dW)
+            continue;
+        bool any = false;
+        for (int64_t r = r0; r < r0 + rows && !any; r++)
+            any = hp->tgt[r] >= 0;
+        if (!any || scale == 0.0f) {
+            memset(hp->dhn + r0 * d, 0, (size_t)(rows * d) * sizeof(float));
+            continue;
+        }
+        trex_pool_for(pool, V, 64, ce3_bwd_rows, &j);
+        /* hnB: planes hn_hi, hn_hi, hn_lo of the chunk's rows (hnF rows are [hi | lo | hi]) */
+        memset(hnB, 0, (size_t)(3 * pw * d) * sizeof *hnB);
+        for (int64_t i = 0; i < rows; i++) {
+            const uint16_t *f = hnF + (r0 + i) * 3 * d;
+            memcpy(hnB + i * d, f, (size_t)d * sizeof *hnB);
+            memcpy(hnB + (pw + i) * d, f, (size_t)d * sizeof *hnB);
+            memcpy(hnB + (2 * pw + i) * d, f + d, (size_t)d * sizeof *hnB);
+        }
+        const uint16_t *dl = (const uint16_t *)(const void *)chunk;
+        trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, 3 * pw, 1.0f, dl, 3 * pw, hnB, d, 1.0f, dW, d);
+        for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB) { /* K in short blocks (see above) */
+            const int64_t vn = V - v0 < HEAD3_DHN_VOCAB ? V - v0 : HEAD3_DHN_VOCAB;
+            trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, 3 * vn, 1.0f, dl + v0 * 3 * pw, pw,
+                           W3 + v0 * 3 * d, d, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
+        }
+    }
+    double s = 0.0;
+    for (int64_t r = 0; r < R; r++)
+        s += nll[r];
+    return s;
+}
+
 /* ---- blocks ------------------------------------------------------------------------------------ */
 
 typedef struct fwd_tmp {
@@ -511,7 +718,10 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
             state = ss->state;
             y = ss->y;
         }
+        trex_prof_begin(TREX_PROF_MHC);
         trex_mhc_pre_forward(&m->ctx, cfg, N, tmp->x_in, state, Xs, &w->hc[s]);
+        trex_prof_end(TREX_PROF_MHC);
+        trex_prof_begin(s == 0 ? TREX_PROF_ATTENTION : TREX_PROF_MOE);
         trex_rmsnorm_forward(m->ctx.pool, tmp->xn, NULL, tmp->x_in, w->norm[s], N, d,
                              (float)cfg->rms_norm_eps);
         if (s == 0) {
@@ -524,7 +734,10 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
             if (!trex_config_is_hash(cfg, l))
                 *bal += st.balance_loss;
         }
+        trex_prof_end(s == 0 ? TREX_PROF_ATTENTION : TREX_PROF_MOE);
+        trex_prof_begin(TREX_PROF_MHC);
         trex_mhc_post_forward(&m->ctx, cfg, N, Xo, y, Xs, state);
+        trex_prof_end(TREX_PROF_MHC);
     }
     return TREX_OK;
 }
@@ -550,13 +763,18 @@ static void block_backward(trex_model *m, int64_t l, const trex_seqinfo *seq, in
     if (bs->il.count > 0)
         il_scale = m->opts.indexer_weight / (double)bs->il.count;
     /* Xmid = HC_post(y_attn, Xin) again, bit for bit as the forward made it (it is not kept) */
+    trex_prof_begin(TREX_PROF_MHC);
     trex_mhc_post_forward(&m->ctx, cfg, N, t->Xmid, bs->s[0].y, bs->s[0].X, bs->s[0].state);
+    trex_prof_end(TREX_PROF_MHC);
     for (int s = 1; s >= 0; s--) {
         const sub_saved *ss = &bs->s[s];
         const float *Xs = s == 1 ? t->Xmid : ss->X;
         float *dXo = s == 1 ? t->dA : t->dB, *dX = s == 1 ? t->dB : t->dA;
+        trex_prof_begin(TREX_PROF_MHC);
         trex_mhc_post_backward(&m->ctx, cfg, N, dX, t->dy, t->dstate, dXo, ss->y, Xs, ss->state);
         trex_mhc_pre_collapse(&m->ctx, cfg, N, t->x_in, ss->state, Xs);
+        trex_prof_end(TREX_PROF_MHC);
+        trex_prof_begin(s == 1 ? TREX_PROF_MOE : TREX_PROF_ATTENTION);
         trex_rmsnorm_forward(m->ctx.pool, t->xn, t->rstd, t->x_in, w->norm[s], N, d,
                              (float)cfg->rms_norm_eps);
         if (s == 1)
@@ -567,8 +785,11 @@ static void block_backward(trex_model *m, int64_t l, const trex_seqinfo *seq, in
                                il_scale);
         trex_rmsnorm_backward(m->ctx.pool, t->dx_in, g->norm[s], t->dxn, t->x_in, w->norm[s], t->rstd, N,
                               d, false);
+        trex_prof_end(s == 1 ? TREX_PROF_MOE : TREX_PROF_ATTENTION);
+        trex_prof_begin(TREX_PROF_MHC);
         trex_mhc_pre_backward(&m->ctx, cfg, N, dX, &g->hc[s], t->dstate, t->dx_in, Xs, &w->hc[s],
                               ss->state);
+        trex_prof_end(TREX_PROF_MHC);
     }
 }
 
@@ -637,7 +858,22 @@ static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const tr
     ALLOC(nll, R);
     if (m->grads)
         ALLOC(hp->dhn, R * d);
-    *sum = head_forward(m, hp, m->w.head, logits, m->chunk, nll, m->grads ? m->g.head : NULL, scale);
+    if (m->head3) {
+        const int64_t V = m->cfg->vocab_size;
+        uint16_t *hnF;
+        if (!m->w3) { /* once per forward: the MTP head shares the weight */
+            ALLOC(m->w3, V * 3 * d);
+            split_job sw = {m->w.head, m->w3, d, 3 * d, 0, 2 * d, d}; /* [hi | hi | lo] */
+            trex_pool_for(m->ctx.pool, V, 64, split_rows, &sw);
+        }
+        ALLOC(hnF, R * 3 * d);
+        split_job sh = {hp->hn, hnF, d, 3 * d, 0, d, 2 * d}; /* [hi | lo | hi] */
+        trex_pool_for(m->ctx.pool, R, 16, split_rows, &sh);
+        *sum = head_forward3(m, hp, m->w3, hnF, m->hnB, logits, m->chunk, nll,
+                             m->grads ? m->g.head : NULL, scale);
+    } else {
+        *sum = head_forward(m, hp, m->w.head, logits, m->chunk, nll, m->grads ? m->g.head : NULL, scale);
+    }
 fail:
     return rc;
 }
@@ -654,6 +890,10 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     if (opts && opts->compute != TREX_F32 && opts->compute != TREX_BF16)
         return trex_err_set(err, TREX_EINVAL, "model options: compute: %s — use F32 or BF16",
                             trex_dtype_name(opts->compute));
+    if (opts && opts->head_precision != TREX_HEAD_AUTO && opts->head_precision != TREX_HEAD_FP32 &&
+        opts->head_precision != TREX_HEAD_BF16X3)
+        return trex_err_set(err, TREX_EINVAL, "model options: head_precision: %d — use AUTO, FP32 or BF16X3",
+                            (int)opts->head_precision);
     m->have_pass = false;
     m->grads = grads;
     if (grads) {
@@ -688,8 +928,17 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     }
     build_targets(m, b);
     m->chunk = NULL;
-    if (backward || !logits || (m->mtp && !mtp_logits)) /* (with gradients it holds dlogits) */
+    m->w3 = m->hnB = NULL;
+    m->head3 = m->opts.head_precision == TREX_HEAD_BF16X3 ||
+               (m->opts.head_precision == TREX_HEAD_AUTO && m->opts.compute == TREX_BF16);
+    if (m->head3) { /* the transposed chunk, its d logits split in place, and hn's planes */
+        const int64_t pw = head3_chunk_rows(m, N) + (head3_chunk_rows(m, N) & 1);
+        ALLOC(m->chunk, cfg->vocab_size * 3 * pw / 2);
+        if (backward)
+            ALLOC(m->hnB, 3 * pw * d);
+    } else if (backward || !logits || (m->mtp && !mtp_logits)) { /* (with gradients it holds dlogits) */
         ALLOC(m->chunk, head_chunk_rows(m, N) * cfg->vocab_size);
+    }
 
     /* scratch of the blocks */
     fwd_tmp tmp;
@@ -704,9 +953,11 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     /* embedding into n streams, then the main blocks */
     float *Xa, *Xb = NULL;
     ALLOC(m->X0, N * nd);
+    trex_prof_begin(TREX_PROF_EMBED);
     for (int64_t i = 0; i < N; i++)
         for (int64_t k = 0; k < n; k++)
             memcpy(m->X0 + (i * n + k) * d, m->w.embed + (int64_t)b->tokens[i] * d, (size_t)d * sizeof(float));
+    trex_prof_end(TREX_PROF_EMBED);
     double bal = 0.0;
     float *X = m->X0;
     ALLOC(Xb, N * nd); /* the middle streams of every block (recomputed in the backward) */
@@ -728,11 +979,14 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
 
     double sum_main = 0.0, sum_mtp = 0.0;
     const float scale_main = m->hp.count ? (float)(1.0 / (double)m->hp.count) : 0.0f;
+    trex_prof_begin(TREX_PROF_HEAD);
     rc = head_run(m, &m->hp, m->XL, &m->w.hc_head, m->w.norm, logits, scale_main, b, &sum_main, err);
+    trex_prof_end(TREX_PROF_HEAD);
     if (rc != TREX_OK)
         goto fail;
 
     if (m->mtp) {
+        trex_prof_begin(TREX_PROF_MTP);
         const int64_t Tm = T - 1;
         ALLOC(m->Xm, Nm * nd);
         ALLOC(m->hh, Nm * nd);
@@ -768,10 +1022,13 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
             goto fail;
         m->ZL = ZL;
         const float scale_mtp = m->hpm.count ? (float)(m->opts.mtp_weight / (double)m->hpm.count) : 0.0f;
+        trex_prof_begin(TREX_PROF_HEAD);
         rc = head_run(m, &m->hpm, m->ZL, &m->w.mtp_hc_head, m->w.mtp_norm, mtp_logits, scale_mtp, b, &sum_mtp,
                       err);
+        trex_prof_end(TREX_PROF_HEAD);
         if (rc != TREX_OK)
             goto fail;
+        trex_prof_end(TREX_PROF_MTP);
     }
 
     /* losses (docs/model-conventions.md) */
@@ -842,9 +1099,12 @@ void trex_model_backward(trex_model *m)
 
     if (m->mtp) {
         /* MTP head -> MTP block -> e_proj / h_proj -> enorm / hnorm */
+        trex_prof_begin(TREX_PROF_MTP);
         memset(t.dA, 0, (size_t)(Nm * nd) * sizeof(float));
+        trex_prof_begin(TREX_PROF_HEAD);
         head_collapse_backward(m, &m->hpm, m->ZL, &m->w.mtp_hc_head, &m->g.mtp_hc_head, m->w.mtp_norm,
                                m->g.mtp_norm, m->hpm.dhn, t.dA, &t);
+        trex_prof_end(TREX_PROF_HEAD);
         block_backward(m, L, &m->seqm.info, Nm, &t);
         float *dZ0 = t.dA, *dPe = t.dy, *dee = t.dxn, *dXm = t.dB, *dhh = t.dB;
         for (int64_t i = 0; i < Nm; i++) {
@@ -869,14 +1129,21 @@ void trex_model_backward(trex_model *m)
                 dXL[r * T * nd + i] += dXm[r * (T - 1) * nd + i];
         trex_rmsnorm_backward(m->ctx.pool, t.dx_in, m->g.enorm, dee, m->ein, m->w.enorm, m->ee_rstd, Nm, d,
                               false);
+        trex_prof_begin(TREX_PROF_EMBED);
         embed_backward(m->g.embed, m->seqm.tokens, t.dx_in, Nm, 1, d);
+        trex_prof_end(TREX_PROF_EMBED);
+        trex_prof_end(TREX_PROF_MTP);
     }
 
     /* main head -> hc_head -> blocks L-1 .. 0 -> embedding */
+    trex_prof_begin(TREX_PROF_HEAD);
     head_collapse_backward(m, &m->hp, m->XL, &m->w.hc_head, &m->g.hc_head, m->w.norm, m->g.norm, m->hp.dhn,
                            dXL, &t);
+    trex_prof_end(TREX_PROF_HEAD);
     memcpy(t.dA, dXL, (size_t)(N * nd) * sizeof(float));
     for (int64_t l = L - 1; l >= 0; l--)
         block_backward(m, l, &m->seq.info, N, &t);
+    trex_prof_begin(TREX_PROF_EMBED);
     embed_backward(m->g.embed, m->tokens, t.dA, N, n, d);
+    trex_prof_end(TREX_PROF_EMBED);
 }

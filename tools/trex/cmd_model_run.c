@@ -158,10 +158,10 @@ static void print_mem(const trex_mem *mem, const trex_model *m)
 int trex_cmd_model_run(int argc, char **argv)
 {
     static const char *config = NULL, *weights = NULL, *batch = NULL, *outp = NULL;
-    static const char *mode = "dense", *precision = "fp32";
+    static const char *mode = "dense", *precision = "fp32", *head = "auto";
     static bool backward = false, no_logits = false;
     static double mtp_weight = 0.3, balance_weight = 1e-4, indexer_weight = 1.0;
-    static int64_t threads = 0;
+    static int64_t threads = 0, head_chunk_rows = 0;
     static const trex_opt opts[] = {
         {"config", TREX_OPT_STR, &config, "FILE", "model config.json", true},
         {"weights", TREX_OPT_STR, &weights, "FILE", "weights (.safetensors, official names)", true},
@@ -174,6 +174,8 @@ int trex_cmd_model_run(int argc, char **argv)
         {"indexer-weight", TREX_OPT_F64, &indexer_weight, "W", "weight of loss_indexer in loss", false},
         {"threads", TREX_OPT_I64, &threads, "N", "worker threads (0: TREX_THREADS, else all cores)", false},
         {"precision", TREX_OPT_STR, &precision, "P", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; docs/precision.md)", false},
+        {"head", TREX_OPT_STR, &head, "H", "LM head products: auto (bf16x3 under --precision bf16, else fp32), fp32, or bf16x3 (3-term bf16 split on the bf16 GEMM, fp32-level accuracy; docs/precision.md)", false},
+        {"head-chunk-rows", TREX_OPT_I64, &head_chunk_rows, "N", "rows of logits the head holds at once (0: automatic; docs/perf.md)", false},
         {"no-logits", TREX_OPT_FLAG, &no_logits, NULL, "do not compute or write logits / mtp_logits (big models)", false},
         {0}};
     trex_cmd_info info = {
@@ -198,6 +200,17 @@ int trex_cmd_model_run(int argc, char **argv)
         mo.compute = TREX_BF16;
     else
         return trex_cli_error("--precision: '%s' — use fp32 or bf16", precision);
+    if (!strcmp(head, "auto"))
+        mo.head_precision = TREX_HEAD_AUTO;
+    else if (!strcmp(head, "fp32"))
+        mo.head_precision = TREX_HEAD_FP32;
+    else if (!strcmp(head, "bf16x3"))
+        mo.head_precision = TREX_HEAD_BF16X3;
+    else
+        return trex_cli_error("--head: '%s' — use auto, fp32 or bf16x3", head);
+    if (head_chunk_rows < 0 || head_chunk_rows > ((int64_t)1 << 30))
+        return trex_cli_error("--head-chunk-rows: %" PRId64 " — use 0 (automatic) or a positive count", head_chunk_rows);
+    mo.head_chunk_rows = head_chunk_rows;
     if (!(mtp_weight >= 0) || !(balance_weight >= 0) || !(indexer_weight >= 0))
         return trex_cli_error("--mtp-weight / --balance-weight / --indexer-weight must be >= 0");
     if (threads < 0 || threads > 4096)
@@ -236,8 +249,10 @@ int trex_cmd_model_run(int argc, char **argv)
     const int64_t B = bb.b.B, T = bb.b.T, V = cfg.vocab_size;
     const bool mtp = cfg.num_nextn_predict_layers > 0;
     printf("model run: config %s (%s), weights %s, batch %s [B=%" PRId64 ", T=%" PRId64 "], %s attention, "
-           "threads %d, precision %s, mtp_weight %g, balance_weight %g, indexer_weight %g%s%s\n",
+           "threads %d, precision %s, head %s, mtp_weight %g, balance_weight %g, indexer_weight %g%s%s\n",
            config, cfg.name, weights, batch, B, T, mo.sparse ? "sparse" : "dense", trex_pool_size(pool), precision,
+           mo.head_precision == TREX_HEAD_BF16X3 || (mo.head_precision == TREX_HEAD_AUTO && mo.compute == TREX_BF16)
+               ? "bf16x3" : "fp32",
            mo.mtp_weight, mo.balance_weight, mo.indexer_weight, backward ? ", backward" : "",
            no_logits ? ", no logits" : "");
     fflush(stdout);
