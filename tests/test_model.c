@@ -326,6 +326,59 @@ static void test_bits(fixture *f)
     free(g2);
 }
 
+/* Full recomputation gives the same bits as keeping everything (dense and sparse, 1 and 2 threads),
+ * holds less in the activation arena, and leaves the expert loads of the forward untouched. */
+static void test_recompute(fixture *f)
+{
+    const int64_t n = f->w.layout.n_float;
+    const int64_t nb = f->cfg.num_hidden_layers + f->cfg.num_nextn_predict_layers;
+    float *g1 = calloc((size_t)n, sizeof *g1), *g2 = calloc((size_t)n, sizeof *g2);
+    int64_t *load1 = calloc((size_t)(nb * f->cfg.n_routed_experts), sizeof *load1);
+    TREX_ASSERT(g1 && g2 && load1);
+    trex_err err;
+    for (int sparse = 0; sparse < 2; sparse++) {
+        trex_model_opts o = f->opts;
+        o.sparse = sparse;
+        trex_losses l1, l2;
+        memset(g1, 0, sizeof(float) * (size_t)n);
+        memset(g2, 0, sizeof(float) * (size_t)n);
+        CHECK(trex_model_forward(f->m1, &f->batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "keep: %s", err.msg);
+        trex_model_backward(f->m1);
+        const size_t used_keep = trex_model_arena_used(f->m1);
+        for (int64_t l = 0; l < nb; l++)
+            memcpy(load1 + l * f->cfg.n_routed_experts, trex_model_expert_load(f->m1, l),
+                   sizeof(int64_t) * (size_t)f->cfg.n_routed_experts);
+        o.recompute = TREX_MODEL_RECOMPUTE_FULL;
+        for (int p = 0; p < 2; p++) {
+            trex_model *m = p == 0 ? f->m1 : f->m2;
+            memset(g2, 0, sizeof(float) * (size_t)n);
+            CHECK(trex_model_forward(m, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "full: %s", err.msg);
+            trex_model_backward(m);
+            CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "recompute full (%s, %d threads): same losses",
+                  sparse ? "sparse" : "dense", p + 1);
+            CHECK(memcmp(g1, g2, sizeof(float) * (size_t)n) == 0, "recompute full (%s, %d threads): same gradients",
+                  sparse ? "sparse" : "dense", p + 1);
+            bool same_load = true;
+            for (int64_t l = 0; l < nb; l++)
+                same_load &= memcmp(load1 + l * f->cfg.n_routed_experts, trex_model_expert_load(m, l),
+                                    sizeof(int64_t) * (size_t)f->cfg.n_routed_experts) == 0;
+            CHECK(same_load, "recompute full (%s): expert loads counted once", sparse ? "sparse" : "dense");
+            if (p == 0)
+                CHECK(trex_model_arena_used(m) < used_keep, "recompute full holds less: %zu vs %zu bytes",
+                      trex_model_arena_used(m), used_keep);
+        }
+    }
+    trex_model_opts bad = f->opts;
+    bad.recompute = (trex_model_recompute)7;
+    trex_losses ls;
+    CHECK(trex_model_forward(f->m1, &f->batch, &bad, NULL, NULL, NULL, &ls, &err) == TREX_EINVAL &&
+              strstr(err.msg, "recompute"),
+          "an unknown recompute policy is refused");
+    free(g1);
+    free(g2);
+    free(load1);
+}
+
 /* A config without the MTP block: loss_mtp is 0, mtp_logits are not touched, gradients are finite
  * and match central differences along a random direction for a few tensors. */
 static void test_no_mtp(void)
@@ -446,6 +499,7 @@ int main(void)
     test_bad_input(&f);
     test_packed(&f);
     test_bits(&f);
+    test_recompute(&f);
     /* The indexer's inputs and the attention probabilities in its loss are detached
      * (docs/model-conventions.md), so grad.* is d loss/d param only with indexer_weight 0 for the
      * rest of the model; the indexer's own tensors feed nothing but loss_indexer in dense mode. */

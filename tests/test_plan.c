@@ -504,16 +504,22 @@ static void test_fp32_engine(void)
             for (int i = 0; i < TREX_MEM_COUNT; i++)
                 CHECK(bytes[i] == res.mem[i], "trex_plan_memory region %s agrees", trex_plan_mem_name(i));
         }
+        trex_plan_result full;
+        if (eval(m, &local, &run, "tp=1,pp=1,vpp=1,ep=1,cp=1,zero=0,recompute=full,mbs=2", &full))
+            CHECK(full.mem[TREX_MEM_ACTIVATIONS] < res.mem[TREX_MEM_ACTIVATIONS] &&
+                      full.fp32.bwd_s > res.fp32.bwd_s && full.fp32.fwd_s == res.fp32.fwd_s,
+                  "recompute=full: fewer activations (%.0f < %.0f bytes), a longer backward",
+                  full.mem[TREX_MEM_ACTIVATIONS], res.mem[TREX_MEM_ACTIVATIONS]);
         trex_plan_result bad;
         trex_plan_layout l;
         trex_plan_layout_unset(&l);
-        TREX_ASSERT(trex_plan_layout_parse(&l, "tp=1,pp=1,vpp=1,ep=1,cp=1,zero=0,recompute=full,"
+        TREX_ASSERT(trex_plan_layout_parse(&l, "tp=1,pp=1,vpp=1,ep=1,cp=1,zero=0,recompute=selective,"
                                                "swap_optimizer=0,mbs=2,schedule=1f1b,a2a_overlap=0",
                                            &err) == TREX_OK);
         l.dedup = 1;
         CHECK(trex_plan_evaluate(m, &local, &run, &l, &bad, &err) == TREX_EINVAL &&
-                  strstr(err.msg, "recompute=none"),
-              "recompute=full refused: %s", err.msg);
+                  strstr(err.msg, "recompute=none or full"),
+              "recompute=selective refused: %s", err.msg);
         run.devices = 2;
         l.recompute = TREX_RECOMPUTE_NONE;
         CHECK(trex_plan_evaluate(m, &local, &run, &l, &bad, &err) == TREX_EINVAL &&

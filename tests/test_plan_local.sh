@@ -53,15 +53,18 @@ if ! "$TREX" model init --config "$CFG" --seed 5 --out "$tmp/w.st" >/dev/null 2>
   cat "$tmp/init.err"; echo "$pass passed, $((fail + 1)) failed"; exit 1
 fi
 
-for bt in 1x128 2x100 1x192; do
-  B=${bt%x*}
+for bt in 1x128 2x100 1x192 1x192:full; do  # B x T[:recompute policy]
+  rec=none
+  case $bt in *:*) rec=${bt#*:}; esac
+  B=${bt%%x*}
   T=${bt#*x}
-  if ! "$TREX" model run --config "$CFG" --weights "$tmp/w.st" --batch "$tmp/b$bt.st" --out "$tmp/o.st" \
-       --backward --no-logits --threads "$threads" >"$tmp/run$bt" 2>&1; then
+  T=${T%%:*}
+  if ! "$TREX" model run --config "$CFG" --weights "$tmp/w.st" --batch "$tmp/b${B}x$T.st" --out "$tmp/o.st" \
+       --backward --no-logits --threads "$threads" --recompute "$rec" >"$tmp/run$bt" 2>&1; then
     bad "model run $bt: $(tail -n 3 "$tmp/run$bt")"; continue
   fi
   if ! "$TREX" plan --model "$CFG" --cluster "$CLUSTER" --devices 1 --seq "$T" --gbs "$B" --optimizer adamw \
-       --layout "tp=1,pp=1,ep=1,cp=1,zero=0,recompute=none,mbs=$B" --explain >"$tmp/plan$bt" 2>&1; then
+       --layout "tp=1,pp=1,ep=1,cp=1,zero=0,recompute=$rec,mbs=$B" --explain >"$tmp/plan$bt" 2>&1; then
     bad "plan $bt: $(tail -n 3 "$tmp/plan$bt")"; continue
   fi
   ok
@@ -121,6 +124,14 @@ fi
 "$TREX" plan --model "$CFG" --cluster "$CLUSTER" --devices 1 --seq 128 --gbs 1 --json --explain \
   --layout "tp=1,pp=1,ep=1,cp=1,zero=0,recompute=none,mbs=1" >"$tmp/j" 2>&1 && grep -q '"fp32_engine"' "$tmp/j" &&
   grep -q '"acts_reserved_mib"' "$tmp/j" && ok || bad "--json --explain lacks fp32_engine: $(head -c 300 "$tmp/j")"
+
+# full recomputation holds less than keeping every block's activations (run and plan alike)
+if [ -f "$tmp/run1x192" ] && [ -f "$tmp/run1x192:full" ]; then
+  u_keep=$(mem_fields "$tmp/run1x192" | cut -d' ' -f5)
+  u_full=$(mem_fields "$tmp/run1x192:full" | cut -d' ' -f5)
+  awk -v a="$u_full" -v b="$u_keep" 'BEGIN { exit !(a < b) }' && ok ||
+    bad "recompute full does not hold less: $u_full MiB vs $u_keep MiB"
+fi
 
 # a mismatched pair (the prediction for 1x128 against the run of 1x192) must not pass: the comparison
 # discriminates batches

@@ -12,6 +12,7 @@
 #     message naming the intact checkpoint, which then resumes;
 #   - bad input: seq mismatch, shards of another tokenizer, a corrupt or truncated checkpoint, resume
 #     with another config or gbs, an existing run directory, bad flags — each a clear error, nothing lost;
+#   - --recompute full gives the bf16 run's losses and weights bit for bit;
 #   - --precision bf16: the loss falls, the run records bf16 (settings.json, trainer.json), a killed bf16 run
 #     resumes bit for bit (with another thread count); a bad value and a precision change on resume fail;
 #   - --run-file with a flag overriding it; generate: greedy is reproducible, sampling follows the seed.
@@ -213,6 +214,13 @@ if [ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/Q/metrics.jsonl")" ]; 
   bad "bf16: resumed losses differ"; diff <(losses "$tmp/P/metrics.jsonl") <(losses "$tmp/Q/metrics.jsonl"); fi
 [ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/Q/step-6/model.safetensors")" ] && ok || bad "bf16: final weights bitwise equal after resume"
 [ "$(body_sha "$tmp/P/step-6/optim.safetensors")" = "$(body_sha "$tmp/Q/step-6/optim.safetensors")" ] && ok || bad "bf16: final optimizer state bitwise equal after resume"
+# --- --recompute full: the same bf16 run bit for bit, keeping only each block's input --------------------------
+"$TREX" train "${common[@]}" --precision bf16 --recompute full --out "$tmp/RF" >"$tmp/outRF" 2>"$tmp/errRF" && ok ||
+  { bad "recompute full run"; cat "$tmp/errRF"; }
+expect_line "$tmp/outRF" "recompute=full" "recompute in the effective settings"
+[ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/RF/metrics.jsonl")" ] && ok || bad "recompute full: same losses"
+[ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/RF/step-6/model.safetensors")" ] && ok ||
+  bad "recompute full: same final weights"
 err_case() {  # err_case NAME REGEX CMD...: exit 1 and the message
   local name=$1 re=$2; shift 2
   "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
@@ -220,6 +228,7 @@ err_case() {  # err_case NAME REGEX CMD...: exit 1 and the message
   expect_line "$tmp/e" "$re" "$name"
 }
 err_case "bad precision" "--precision: 'fp16' is not a precision \(use fp32" "$TREX" train "${common[@]}" --precision fp16 --out "$tmp/E0"
+err_case "bad recompute" "--recompute: 'some' is not a recompute policy \(use none, or full" "$TREX" train "${common[@]}" --recompute some --out "$tmp/E0r"
 err_case "resume with another precision" "--resume .*: precision = \"fp32\", but the run was started with precision = \"bf16\"" \
   "$TREX" train --resume "$tmp/P" --precision fp32 --steps 8
 

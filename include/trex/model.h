@@ -41,6 +41,16 @@ typedef enum trex_head_precision {
     TREX_HEAD_BF16X3,   /* 3-term bf16 split on the bf16 GEMM: hi*hi + hi*lo + lo*hi, fp32 sums */
 } trex_head_precision;
 
+/* What the forward keeps for the backward (docs/perf.md "Recompute policies"). */
+typedef enum trex_model_recompute {
+    TREX_MODEL_RECOMPUTE_NONE = 0, /* every block keeps its activations: fastest, most memory */
+    TREX_MODEL_RECOMPUTE_FULL,     /* the main blocks keep only their input streams and run their forward
+                                again, block by block, in the backward (same bits as NONE) */
+} trex_model_recompute;
+/* "none" / "full" -> *out; false for any other name. */
+bool trex_model_recompute_parse(const char *name, trex_model_recompute *out);
+const char *trex_model_recompute_name(trex_model_recompute r);
+
 typedef struct trex_model_opts {
     bool sparse;           /* CSA layers attend the indexer's top-k (else every visible entry) */
     double mtp_weight;     /* lambda of loss_mtp in loss */
@@ -54,10 +64,11 @@ typedef struct trex_model_opts {
     /* The LM heads' products: fp32, or bf16x3 (fp32-level accuracy on the bf16 GEMM); AUTO follows
      * compute. With bf16x3, head_chunk_rows counts rows of logits (0: 512, see docs/perf.md). */
     trex_head_precision head_precision;
+    trex_model_recompute recompute;
 } trex_model_opts;
 
 /* dense, mtp_weight 0.3, balance_weight 1e-4, indexer_weight 1.0 (docs/model-conventions.md),
- * automatic head chunks, fp32 compute, head precision following compute. */
+ * automatic head chunks, fp32 compute, head precision following compute, no recomputation. */
 trex_model_opts trex_model_opts_default(void);
 
 /* The losses of one forward pass (token means over the batch; see docs/model-conventions.md). */

@@ -238,6 +238,8 @@ typedef struct trex_plan_fp32_run {
     bool sparse;              /* CSA attends the indexer's top-k (trex train's default; model run:
                                * --indexer-mode sparse); else every visible entry */
     bool backward;            /* gradients wanted (else a forward only) */
+    bool recompute_full;      /* the main blocks keep only their inputs and run their forward again in
+                               * the backward (trex_model_opts.recompute full) */
     bool logits;              /* the caller takes the whole logits (model run without --no-logits) */
     int threads;              /* pool threads (per-thread scratch, GEMM panel split) */
     int64_t head_chunk_rows;  /* 0: about 64 MiB of logits, as the engine chooses */

@@ -252,8 +252,24 @@ struct trex_model {
 
 trex_model_opts trex_model_opts_default(void)
 {
-    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32, TREX_HEAD_AUTO};
+    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE};
     return o;
+}
+
+bool trex_model_recompute_parse(const char *name, trex_model_recompute *out)
+{
+    if (strcmp(name, "none") == 0)
+        *out = TREX_MODEL_RECOMPUTE_NONE;
+    else if (strcmp(name, "full") == 0)
+        *out = TREX_MODEL_RECOMPUTE_FULL;
+    else
+        return false;
+    return true;
+}
+
+const char *trex_model_recompute_name(trex_model_recompute r)
+{
+    return r == TREX_MODEL_RECOMPUTE_FULL ? "full" : "none";
 }
 
 trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *pool, trex_mem *mem,
@@ -697,7 +713,8 @@ typedef struct fwd_tmp {
  * forward only, then y and state come from tmp). Adds the balance loss into *bal. */
 static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq, int64_t N,
                                const float *Xin, float *Xmid, float *Xout, block_saved *bs,
-                               const fwd_tmp *tmp, double *bal, trex_indexer_loss *il, trex_err *err)
+                               const fwd_tmp *tmp, double *bal, trex_indexer_loss *il, int64_t *load,
+                               trex_err *err)
 {
     const trex_config *cfg = m->cfg;
     const block_w *w = &m->w.blk[l];
@@ -728,7 +745,7 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
             TREX_TRY(trex_attn_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->attn, m->opts.sparse,
                                        bs ? &bs->s[0].ac : NULL, il, err));
         } else {
-            trex_moe_stats st = {0.0, m->load + l * cfg->n_routed_experts};
+            trex_moe_stats st = {0.0, load};
             TREX_TRY(trex_moe_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->moe,
                                       m->opts.balance_weight, bs ? &bs->s[1].mc : NULL, &st, err));
             if (!trex_config_is_hash(cfg, l))
@@ -890,6 +907,9 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     if (opts && opts->compute != TREX_F32 && opts->compute != TREX_BF16)
         return trex_err_set(err, TREX_EINVAL, "model options: compute: %s — use F32 or BF16",
                             trex_dtype_name(opts->compute));
+    if (opts && opts->recompute != TREX_MODEL_RECOMPUTE_NONE && opts->recompute != TREX_MODEL_RECOMPUTE_FULL)
+        return trex_err_set(err, TREX_EINVAL, "model options: recompute: %d — use NONE or FULL",
+                            (int)opts->recompute);
     if (opts && opts->head_precision != TREX_HEAD_AUTO && opts->head_precision != TREX_HEAD_FP32 &&
         opts->head_precision != TREX_HEAD_BF16X3)
         return trex_err_set(err, TREX_EINVAL, "model options: head_precision: %d — use AUTO, FP32 or BF16X3",
@@ -945,6 +965,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     ALLOC(tmp.x_in, N * d);
     ALLOC(tmp.xn, N * d);
     tmp.y = tmp.state = NULL;
+    const bool recompute = backward && m->opts.recompute == TREX_MODEL_RECOMPUTE_FULL;
     if (!backward) {
         ALLOC(tmp.y, N * d);
         ALLOC(tmp.state, N * trex_mhc_state_size(n));
@@ -969,8 +990,18 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
             Xout = X; /* Xin -> Xb -> back into the same buffer */
         }
         Xa = X;
-        rc = block_forward(m, l, &m->seq.info, N, Xa, Xb, Xout, backward ? &m->bs[l] : NULL, &tmp, &bal,
-                           &m->bs[l].il, err);
+        int64_t *load = m->load + l * cfg->n_routed_experts;
+        if (recompute) { /* keep only the input streams: the backward runs this forward again */
+            block_saved scratch = {0};
+            const trex_arena_mark mk = trex_arena_mark_get(m->arena);
+            rc = block_forward(m, l, &m->seq.info, N, Xa, Xb, Xout, &scratch, &tmp, &bal, &m->bs[l].il, load,
+                               err);
+            trex_arena_rewind(m->arena, mk);
+            m->bs[l].s[0].X = Xa;
+        } else {
+            rc = block_forward(m, l, &m->seq.info, N, Xa, Xb, Xout, backward ? &m->bs[l] : NULL, &tmp, &bal,
+                               &m->bs[l].il, load, err);
+        }
         if (rc != TREX_OK)
             goto fail;
         X = Xout;
@@ -1017,7 +1048,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         float *Zmid = Xb, *ZL; /* Xb: free scratch of at least Nm * nd floats */
         ALLOC(ZL, Nm * nd);
         rc = block_forward(m, L, &m->seqm.info, Nm, m->Z0, Zmid, ZL, backward ? &m->bs[L] : NULL, &tmp, &bal,
-                           &m->bs[L].il, err);
+                           &m->bs[L].il, m->load + L * cfg->n_routed_experts, err);
         if (rc != TREX_OK)
             goto fail;
         m->ZL = ZL;
@@ -1141,8 +1172,34 @@ void trex_model_backward(trex_model *m)
                            dXL, &t);
     trex_prof_end(TREX_PROF_HEAD);
     memcpy(t.dA, dXL, (size_t)(N * nd) * sizeof(float));
-    for (int64_t l = L - 1; l >= 0; l--)
-        block_backward(m, l, &m->seq.info, N, &t);
+    if (m->opts.recompute == TREX_MODEL_RECOMPUTE_FULL) {
+        /* each main block's forward again from its kept input, then its backward; the copy's losses,
+         * expert counts and outputs go to scratch (they equal the first forward's, bit for bit) */
+        float *Xout = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
+        int64_t *load = trex_arena_xalloc(ar, (size_t)cfg->n_routed_experts * sizeof *load);
+        const fwd_tmp ftmp = {.x_in = t.x_in, .xn = t.xn, .y = NULL, .state = NULL};
+        for (int64_t l = L - 1; l >= 0; l--) {
+            const trex_arena_mark mk = trex_arena_mark_get(ar);
+            block_saved *bs = &m->bs[l];
+            const float *Xin = bs->s[0].X;
+            const trex_indexer_loss il = bs->il;
+            trex_indexer_loss il_again;
+            double bal = 0.0;
+            trex_err err = {0};
+            memset(bs, 0, sizeof *bs);
+            if (block_forward(m, l, &m->seq.info, N, Xin, t.Xmid, Xout, bs, &ftmp, &bal, &il_again, load,
+                              &err) != TREX_OK) {
+                fprintf(stderr, "trex: recomputing block %" PRId64 " in the backward: %s\n", l, err.msg);
+                abort(); /* the same forward fitted a moment ago: only a broken invariant gets here */
+            }
+            bs->il = il;
+            block_backward(m, l, &m->seq.info, N, &t);
+            trex_arena_rewind(ar, mk);
+        }
+    } else {
+        for (int64_t l = L - 1; l >= 0; l--)
+            block_backward(m, l, &m->seq.info, N, &t);
+    }
     trex_prof_begin(TREX_PROF_EMBED);
     embed_backward(m->g.embed, m->tokens, t.dA, N, n, d);
     trex_prof_end(TREX_PROF_EMBED);

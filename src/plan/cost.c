@@ -532,10 +532,10 @@ static trex_code fp32_check(const trex_plan_model *m, const trex_cluster *cl, co
         return trex_err_set(err, TREX_EUNSUPPORTED, "cluster %s: the fp32 reference engine has no FP8",
                             cl->name);
     TREX_TRY(check_layout(m, cl, run, l, err));
-    if (l->recompute != TREX_RECOMPUTE_NONE)
+    if (l->recompute == TREX_RECOMPUTE_SELECTIVE)
         return trex_err_set(err, TREX_EINVAL,
-                            "layout: the fp32 reference engine keeps a fixed set of activations (it "
-                            "recomputes the cheap ones itself): use recompute=none");
+                            "layout: the fp32 reference engine has no selective recomputation (it "
+                            "recomputes the cheap activations itself): use recompute=none or full");
     if (l->swap_optimizer)
         return trex_err_set(err, TREX_EINVAL,
                             "layout: the fp32 reference engine keeps the optimizer state in memory: use "
@@ -559,6 +559,7 @@ static void fp32_run_of(const trex_cluster *cl, const trex_plan_run *run, const 
     fr->grads_all_touched = true;  /* trex train zeroes the gradients every step */
     fr->with_optimizer = true;
     fr->optimizer = run->optimizer;
+    fr->recompute_full = l->recompute == TREX_RECOMPUTE_FULL;
 }
 
 static void fp32_memory(const trex_plan_fp32_result *f, double bytes[TREX_MEM_COUNT])

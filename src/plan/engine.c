@@ -811,7 +811,10 @@ static void model_fwd(sim *s)
     for (int64_t l = 0; l < s->L; l++) {
         if (run->backward)
             A(s, (double)(N * nd) * 4.0);
+        sim_mark mk = ar_mark(&s->ar);
         block_fwd(s, l, B, T);
+        if (run->backward && run->recompute_full) /* only the block's input stays */
+            ar_rewind(&s->ar, mk);
     }
     head_run(s, N);
     if (s->mtp) {
@@ -855,8 +858,19 @@ static void model_bwd(sim *s)
         elem(s, (double)(Nm * nd) * 12.0, false);
     }
     head_bwd(s, N);
-    for (int64_t l = s->L - 1; l >= 0; l--)
-        block_bwd(s, l, B, T);
+    if (s->run->recompute_full) {
+        A(s, (double)(N * nd) * 4.0);                           /* the recomputed block's output */
+        A(s, (double)s->cfg->n_routed_experts * 8.0);           /* its expert counts (thrown away) */
+        for (int64_t l = s->L - 1; l >= 0; l--) {
+            sim_mark mk = ar_mark(&s->ar);
+            block_fwd(s, l, B, T);
+            block_bwd(s, l, B, T);
+            ar_rewind(&s->ar, mk);
+        }
+    } else {
+        for (int64_t l = s->L - 1; l >= 0; l--)
+            block_bwd(s, l, B, T);
+    }
     elem(s, (double)(N * nd) * 8.0, false); /* embedding gradient, serial */
 }
 

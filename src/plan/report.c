@@ -163,14 +163,15 @@ static void print_fp32(FILE *out, const trex_plan_model *m, const trex_cluster *
     mr.threads = (int)cl->fp32.threads;
     mr.grads_all_touched = false;
     mr.load_file = true;
+    mr.recompute_full = r->lay.recompute == TREX_RECOMPUTE_FULL;
     trex_plan_fp32_result g;
     trex_err err = {0};
     if (trex_plan_fp32_evaluate(&m->cfg, &cl->fp32, &mr, &g, &err) != TREX_OK) {
         fprintf(out, "  (model run view: %s)\n", err.msg);
         return;
     }
-    fprintf(out, "\nas `trex model run --backward --no-logits` (one pass, dense CSA, %g threads), predicted:\n",
-            cl->fp32.threads);
+    fprintf(out, "\nas `trex model run --backward --no-logits%s` (one pass, dense CSA, %g threads), predicted:\n",
+            mr.recompute_full ? " --recompute full" : "", cl->fp32.threads);
     fprintf(out, "  time: forward %.3f s, backward %.3f s (%lld tokens); CPU time forward %.3f s, backward "
                  "%.3f s\n", g.fwd_s, g.bwd_s, (long long)(mr.B * mr.T), g.cpu_s[0], g.cpu_s[1]);
     fprintf(out, "  memory: peak RSS %.1f MiB; peak by region: params %.1f MiB grads %.1f MiB acts %.1f MiB; "

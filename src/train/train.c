@@ -440,6 +440,7 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
         o.balance_weight = s->balance_weight / ((double)K * c);
         o.indexer_weight = s->indexer_weight / ((double)K * c);
         o.compute = s->compute;
+        o.recompute = s->recompute;
         if (k > 0 && c != c_prev)
             scale_grads(t, c_prev / c);
         const int64_t off = k * mbs * T;
@@ -784,6 +785,7 @@ trex_code trex_train_bench(const trex_train_bench_opts *o, trex_train_bench_resu
     s->opt.kind = o->optimizer;
     s->opt.schedule = TREX_LR_CONSTANT;
     s->compute = o->compute;
+    s->recompute = o->recompute;
     s->threads = o->threads;
     s->seed = o->seed;
     s->sparse = true;

@@ -27,6 +27,7 @@ typedef enum ftype {
     F_ATTENTION, /* bool sparse: "sparse" | "dense" */
     F_ORDER,     /* bool shuffle: "shuffle" | "sequential" */
     F_PRECISION, /* trex_dtype: "fp32" (TREX_F32) | "bf16" (TREX_BF16) */
+    F_RECOMPUTE, /* trex_model_recompute: "none" | "full" */
 } ftype;
 
 typedef struct tfield {
@@ -76,6 +77,7 @@ static const tfield tfields[] = {
     TF(seed, F_U64),
     TF(deterministic, F_BOOL),
     {"precision", F_PRECISION, offsetof(trex_train_settings, compute)},
+    {"recompute", F_RECOMPUTE, offsetof(trex_train_settings, recompute)},
     TF(threads, F_I64),
     TF(peak_tflops, F_F64),
     TF(cluster, F_PATH),
@@ -178,6 +180,9 @@ cJSON *trex_train_settings_to_json(const trex_train_settings *s)
             break;
         case F_PRECISION:
             v = cJSON_CreateString(*(const trex_dtype *)p == TREX_BF16 ? "bf16" : "fp32");
+            break;
+        case F_RECOMPUTE:
+            v = cJSON_CreateString(trex_model_recompute_name(*(const trex_model_recompute *)p));
             break;
         }
         TREX_ASSERT(v);
@@ -292,6 +297,13 @@ static trex_code set_text(trex_train_settings *s, const tfield *f, const char *t
             return trex_err_set(err, TREX_EINVAL,
                                 "%s: '%s' is not a precision (use fp32, the reference, or bf16: bf16 matrix products "
                                 "with fp32 sums, docs/precision.md)",
+                                label, t);
+        return TREX_OK;
+    case F_RECOMPUTE:
+        if (!trex_model_recompute_parse(t, (trex_model_recompute *)p))
+            return trex_err_set(err, TREX_EINVAL,
+                                "%s: '%s' is not a recompute policy (use none, or full: the blocks' forward "
+                                "runs again in the backward, docs/perf.md)",
                                 label, t);
         return TREX_OK;
     }
@@ -493,6 +505,9 @@ void trex_train_settings_print(const trex_train_settings *s, FILE *out)
             break;
         case F_PRECISION:
             fprintf(out, "%s", *(const trex_dtype *)p == TREX_BF16 ? "bf16" : "fp32");
+            break;
+        case F_RECOMPUTE:
+            fprintf(out, "%s", trex_model_recompute_name(*(const trex_model_recompute *)p));
             break;
         }
     }

@@ -42,7 +42,7 @@ static double mib(size_t bytes)
 
 int trex_cmd_bench_step(int argc, char **argv)
 {
-    const char *config = NULL, *precision = "fp32", *optimizer = "adamw";
+    const char *config = NULL, *precision = "fp32", *optimizer = "adamw", *recompute = "none";
     int64_t seq = 0, mbs = 1, steps = 3, warmup = 1, threads = 0, seed = 1;
     double peak_tflops = 0;
     bool json = false;
@@ -63,6 +63,9 @@ int trex_cmd_bench_step(int argc, char **argv)
          false},
         {"precision", TREX_OPT_STR, &precision, "P", "fp32 or bf16 (docs/precision.md)", false},
         {"optimizer", TREX_OPT_STR, &optimizer, "O", "adamw or muon", false},
+        {"recompute", TREX_OPT_STR, &recompute, "R",
+         "none (keep every block's activations) or full (keep block inputs, run each block's forward again "
+         "in the backward)", false},
         {"threads", TREX_OPT_I64, &threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"peak-tflops", TREX_OPT_F64, &peak_tflops, "X",
          "MFU denominator in TFLOP/s (0: measure the precision's peak loop on the threads used)", false},
@@ -71,7 +74,7 @@ int trex_cmd_bench_step(int argc, char **argv)
         {0}};
     trex_cmd_info info = {
         .usage = "trex bench step --config C --seq T [--mbs B] [--steps N] [--warmup W] [--precision fp32|bf16] "
-                 "[--optimizer adamw|muon] [--threads N] [--peak-tflops X] [--seed S] [--json]",
+                 "[--optimizer adamw|muon] [--recompute none|full] [--threads N] [--peak-tflops X] [--seed S] [--json]",
         .summary = summary};
     int prc = trex_opts_parse(opts, argc, argv, &info);
     if (prc != TREX_OPTS_OK)
@@ -90,6 +93,8 @@ int trex_cmd_bench_step(int argc, char **argv)
         bo.optimizer = TREX_OPTIM_MUON;
     else
         return trex_cli_error("--optimizer '%s': use adamw or muon", optimizer) + 1;
+    if (!trex_model_recompute_parse(recompute, &bo.recompute))
+        return trex_cli_error("--recompute '%s': use none or full", recompute) + 1;
     if (seq < 2 || seq > (1 << 24))
         return trex_cli_error("--seq %lld: must be in [2, 16777216]", (long long)seq) + 1;
     if (mbs < 1 || mbs > 65536)
@@ -132,9 +137,9 @@ int trex_cmd_bench_step(int argc, char **argv)
         fprintf(stderr, "trex bench step: warning: kernel level %s has no %s peak loop: MFU unknown (give "
                         "--peak-tflops)\n", trex_isa_name(trex_kernels_isa()), precision);
     if (!json) {
-        printf("trex bench step: %s, seq %lld, mbs %lld, precision %s, optimizer %s, %d threads, kernels %s; "
-               "%lld warm-up + %lld timed steps\n",
-               cfg.name, (long long)seq, (long long)mbs, precision, optimizer, nthreads,
+        printf("trex bench step: %s, seq %lld, mbs %lld, precision %s, optimizer %s, recompute %s, %d threads, "
+               "kernels %s; %lld warm-up + %lld timed steps\n",
+               cfg.name, (long long)seq, (long long)mbs, precision, optimizer, recompute, nthreads,
                trex_isa_name(trex_kernels_isa()), (long long)warmup, (long long)steps);
         fflush(stdout);
     }
@@ -205,6 +210,7 @@ int trex_cmd_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(root, "seq", (double)seq);
         cJSON_AddNumberToObject(root, "mbs", (double)mbs);
         cJSON_AddStringToObject(root, "precision", precision);
+        cJSON_AddStringToObject(root, "recompute", trex_model_recompute_name(bo.recompute));
         cJSON_AddStringToObject(root, "optimizer", optimizer);
         cJSON_AddNumberToObject(root, "threads", nthreads);
         cJSON_AddStringToObject(root, "kernels", trex_isa_name(trex_kernels_isa()));

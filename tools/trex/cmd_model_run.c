@@ -158,7 +158,7 @@ static void print_mem(const trex_mem *mem, const trex_model *m)
 int trex_cmd_model_run(int argc, char **argv)
 {
     static const char *config = NULL, *weights = NULL, *batch = NULL, *outp = NULL;
-    static const char *mode = "dense", *precision = "fp32", *head = "auto";
+    static const char *mode = "dense", *precision = "fp32", *head = "auto", *recompute = "none";
     static bool backward = false, no_logits = false;
     static double mtp_weight = 0.3, balance_weight = 1e-4, indexer_weight = 1.0;
     static int64_t threads = 0, head_chunk_rows = 0;
@@ -175,6 +175,7 @@ int trex_cmd_model_run(int argc, char **argv)
         {"threads", TREX_OPT_I64, &threads, "N", "worker threads (0: TREX_THREADS, else all cores)", false},
         {"precision", TREX_OPT_STR, &precision, "P", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; docs/precision.md)", false},
         {"head", TREX_OPT_STR, &head, "H", "LM head products: auto (bf16x3 under --precision bf16, else fp32), fp32, or bf16x3 (3-term bf16 split on the bf16 GEMM, fp32-level accuracy; docs/precision.md)", false},
+        {"recompute", TREX_OPT_STR, &recompute, "R", "with --backward: none (keep every block's activations) or full (keep each block's input, run its forward again in the backward; same results, less memory)", false},
         {"head-chunk-rows", TREX_OPT_I64, &head_chunk_rows, "N", "rows of logits the head holds at once (0: automatic; docs/perf.md)", false},
         {"no-logits", TREX_OPT_FLAG, &no_logits, NULL, "do not compute or write logits / mtp_logits (big models)", false},
         {0}};
@@ -208,6 +209,8 @@ int trex_cmd_model_run(int argc, char **argv)
         mo.head_precision = TREX_HEAD_BF16X3;
     else
         return trex_cli_error("--head: '%s' — use auto, fp32 or bf16x3", head);
+    if (!trex_model_recompute_parse(recompute, &mo.recompute))
+        return trex_cli_error("--recompute: '%s' — use none or full", recompute);
     if (head_chunk_rows < 0 || head_chunk_rows > ((int64_t)1 << 30))
         return trex_cli_error("--head-chunk-rows: %" PRId64 " — use 0 (automatic) or a positive count", head_chunk_rows);
     mo.head_chunk_rows = head_chunk_rows;
@@ -253,7 +256,8 @@ int trex_cmd_model_run(int argc, char **argv)
            config, cfg.name, weights, batch, B, T, mo.sparse ? "sparse" : "dense", trex_pool_size(pool), precision,
            mo.head_precision == TREX_HEAD_BF16X3 || (mo.head_precision == TREX_HEAD_AUTO && mo.compute == TREX_BF16)
                ? "bf16x3" : "fp32",
-           mo.mtp_weight, mo.balance_weight, mo.indexer_weight, backward ? ", backward" : "",
+           mo.mtp_weight, mo.balance_weight, mo.indexer_weight,
+           backward ? (mo.recompute == TREX_MODEL_RECOMPUTE_FULL ? ", backward (recompute full)" : ", backward") : "",
            no_logits ? ", no logits" : "");
     fflush(stdout);
     if (trex_weights_load(&w, &cfg, weights, &mem, &err) != TREX_OK)

@@ -100,6 +100,9 @@ int trex_cmd_train(int argc, char **argv)
         {"seed", "S", "weights (without --init) and data order [1]", NULL},
         {"precision", "fp32|bf16", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; "
          "docs/precision.md); a resumed run keeps it [fp32]", NULL},
+        {"recompute", "none|full", "activations kept for the backward: none keeps every block's; full keeps "
+         "only each block's input and runs the block's forward again in the backward (same results, less "
+         "memory, ~1/3 more block compute; docs/perf.md) [none]", NULL},
         {"threads", "N", "threads, 0 = TREX_THREADS or every core [0]", NULL},
         {"peak_tflops", "X", "MFU denominator, 0 = the --cluster file's peak (fp32) or the AMX bf16 peak measured "
          "at start (bf16) [0]", NULL},
