@@ -60,6 +60,10 @@ void trex_prof_begin(trex_prof_class c);
 void trex_prof_end(trex_prof_class c);
 /* "embed", "attention", "moe", "mhc", "head", "mtp", "optimizer", "other". */
 const char *trex_prof_name(trex_prof_class c);
+
+/* Clocks, in seconds: monotonic wall time, and the CPU time of the whole process (every thread). */
+double trex_wall_s(void);
+double trex_cpu_s(void);
 /* Sum of seconds over every class. */
 double trex_prof_total(const trex_prof *p);
 

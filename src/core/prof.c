@@ -78,3 +78,13 @@ double trex_prof_total(const trex_prof *p)
         s += p->seconds[c];
     return s;
 }
+
+double trex_wall_s(void)
+{
+    return clock_s(CLOCK_MONOTONIC);
+}
+
+double trex_cpu_s(void)
+{
+    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
+}

@@ -11,7 +11,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "trex/checkpoint.h"
 #include "trex/data.h"
@@ -20,13 +19,7 @@
 #include "trex/pool.h"
 #include "trex/rng.h"
 #include "trex/train.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "trex/prof.h"
 
 /* The next token from one row of logits. */
 static int32_t pick(const float *logits, int64_t V, double temperature, int64_t top_k, trex_rng *rng, double *work)
@@ -98,7 +91,7 @@ trex_code trex_generate(const trex_generate_opts *o, FILE *out, trex_generate_re
         return trex_err_set(err, TREX_EINVAL, "--temperature %g must be >= 0 (0: greedy)", o->temperature);
     if (o->top_k < 0)
         return trex_err_set(err, TREX_EINVAL, "--top-k %" PRId64 " must be >= 0 (0: every token)", o->top_k);
-    const double t0 = now_s();
+    const double t0 = trex_wall_s();
     char path[TREX_TRAIN_PATH + 64], dir[TREX_TRAIN_PATH + 64];
     trex_config cfg;
     trex_tokenizer *tok = NULL;
@@ -206,7 +199,7 @@ trex_code trex_generate(const trex_generate_opts *o, FILE *out, trex_generate_re
     free(seq);
     fputc('\n', out);
     fflush(out);
-    res->seconds = now_s() - t0;
+    res->seconds = trex_wall_s() - t0;
 out:
     free(text);
     free(work);

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <time.h>
 
 #include "kernels/dispatch.h"
 #include "trex/io.h"
 #include "trex/plan.h"
 #include "train/train_internal.h"
+#include "trex/prof.h"
 
 #define JSONL_MAX_BYTES ((size_t)1 << 30)
 
@@ -38,20 +38,6 @@ trex_code trex_train_step_flops(const trex_config *cfg, int64_t seq, int64_t gbs
 }
 
 /* ---- the peak of the MFU denominator ------------------------------------------------------------ */
-
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -106,9 +92,9 @@ double trex_train_measure_peak(trex_pool *pool, trex_dtype compute, double secs,
     j->fn = fn;
     j->iters = 1000;
     for (;;) { /* calibrate on this thread: grow until one run takes 20 ms */
-        const double t0 = wall_s();
+        const double t0 = trex_wall_s();
         fn(j->iters);
-        const double dt = wall_s() - t0;
+        const double dt = trex_wall_s() - t0;
         if (dt > 0.02) {
             j->iters = (int64_t)((double)j->iters * secs / dt) + 1;
             break;
@@ -117,7 +103,7 @@ double trex_train_measure_peak(trex_pool *pool, trex_dtype compute, double secs,
     }
     double v[PEAK_MAX_REPS], u[PEAK_MAX_REPS];
     for (int r = 0; r < reps; r++) {
-        double t0 = wall_s(), c0 = cpu_s(), total = 0;
+        double t0 = trex_wall_s(), c0 = trex_cpu_s(), total = 0;
         if (threads > 1) {
             trex_pool_for(pool, threads, 1, peak_slot, j);
             for (int w = 0; w < threads; w++)
@@ -125,11 +111,11 @@ double trex_train_measure_peak(trex_pool *pool, trex_dtype compute, double secs,
         } else {
             total = fn(j->iters);
         }
-        v[r] = total / (wall_s() - t0) / 1e12;
-        t0 = wall_s();
-        c0 = cpu_s();
+        v[r] = total / (trex_wall_s() - t0) / 1e12;
+        t0 = trex_wall_s();
+        c0 = trex_cpu_s();
         const double one = fn(j->iters);
-        u[r] = one / (cpu_s() - c0) / 1e12 * threads;
+        u[r] = one / (trex_cpu_s() - c0) / 1e12 * threads;
     }
     free(j);
     qsort(v, (size_t)reps, sizeof *v, cmp_double);

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kernels/dispatch.h"
@@ -35,6 +34,7 @@
 #include "trex/pool.h"
 #include "trex/rng.h"
 #include "train/train_internal.h"
+#include "trex/prof.h"
 
 #define DATA_SEED_SALT 0x6461746120726e67ull /* as train_data.c: the checkpoint's RNG is the data order's */
 
@@ -73,13 +73,6 @@ typedef struct trainer {
     bool tty, line_open;
     char path[TREX_TRAIN_PATH + 64];
 } trainer;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Ends a progress line redrawn in place before other output. */
 static void end_line(trainer *t)
@@ -598,12 +591,12 @@ static trex_code save(trainer *t, int64_t step, trex_err *err)
     train_loader_source(&t->data, st.data_source, sizeof st.data_source);
     st.compute = s->compute;
     trex_ckpt_save_opts so = {.keep_last = (int)s->keep};
-    const double t0 = now_s();
+    const double t0 = trex_wall_s();
     trex_code rc = trex_ckpt_save(s->out, &t->w, t->opt, &st, &so, err);
     if (rc != TREX_OK)
         return rc;
     end_line(t);
-    printf("trex train: saved %s/step-%" PRId64 " (%.1f s)\n", s->out, step, now_s() - t0);
+    printf("trex train: saved %s/step-%" PRId64 " (%.1f s)\n", s->out, step, trex_wall_s() - t0);
     fflush(stdout);
     return TREX_OK;
 }
@@ -619,10 +612,10 @@ static trex_code loop(trainer *t, trex_err *err)
         memset(&m, 0, sizeof m);
         m.step = step;
         m.steps = s->steps;
-        const double t0 = now_s();
+        const double t0 = trex_wall_s();
         TREX_TRY(train_loader_fill(&t->data, s->gbs, t->tokens, t->mask, t->docs, err));
         TREX_TRY(train_step(t, step, &m, err));
-        m.step_s = now_s() - t0;
+        m.step_s = trex_wall_s() - t0;
         t_steps += m.step_s;
         n_timed++;
         if (m.skipped) {
@@ -715,7 +708,7 @@ trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *
         return trex_err_set(err, TREX_ENOMEM, "out of memory for the trainer");
     t->s = *s;
     t->faults = faults;
-    const double t0 = now_s();
+    const double t0 = trex_wall_s();
     trex_code rc = setup(t, err);
     if (rc == TREX_OK) {
         const trex_train_settings *e = &t->s;
@@ -747,7 +740,7 @@ trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *
             rc = loop(t, err);
         if (rc == TREX_OK && t->start_step < e->steps)
             printf("trex train: done: steps %" PRId64 "..%" PRId64 " in %.1f s; run directory %s\n", t->start_step + 1,
-                   e->steps, now_s() - t0, e->out);
+                   e->steps, trex_wall_s() - t0, e->out);
     }
     teardown(t);
     free(t);
@@ -826,18 +819,14 @@ trex_code trex_train_bench(const trex_train_bench_opts *o, trex_train_bench_resu
         }
         train_metrics m;
         memset(&m, 0, sizeof m);
-        struct timespec c0, c1;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-        const double t0 = now_s();
+        const double c0 = trex_cpu_s(), t0 = trex_wall_s();
         rc = train_step(t, i + 1, &m, err);
-        const double dt = now_s() - t0;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        const double dt = trex_wall_s() - t0, dc = trex_cpu_s() - c0;
         if (rc != TREX_OK)
             break;
         if (timed) {
             res->step_s[i - o->warmup] = dt;
-            res->step_cpu_s[i - o->warmup] =
-                (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+            res->step_cpu_s[i - o->warmup] = dc;
         }
         if (i == 0)
             res->loss_first = m.main;

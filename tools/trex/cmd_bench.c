@@ -31,26 +31,12 @@
 #include "opts.h"
 #include "trex/pool.h"
 #include "trex/tensor.h"
+#include "trex/prof.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <oneapi/dnnl/dnnl.h>
 #define HAVE_DNNL_HEADER 1
 #endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* CPU seconds of the whole process (every thread): on a shared machine, time on a core. */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -129,9 +115,9 @@ static double measure_peak(trex_pool *pool, int threads, trex_peak_fn fn, double
     peak_job j = {.fn = fn, .iters = 1000};
     /* Calibrate on one thread: grow until a run takes 20 ms. */
     for (;;) {
-        double t0 = now_s();
+        double t0 = trex_wall_s();
         fn(j.iters);
-        double dt = now_s() - t0;
+        double dt = trex_wall_s() - t0;
         if (dt > 0.02) {
             j.iters = (int64_t)((double)j.iters * secs / dt) + 1;
             break;
@@ -140,7 +126,7 @@ static double measure_peak(trex_pool *pool, int threads, trex_peak_fn fn, double
     }
     double v[1000], u[1000];
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s(), c0 = cpu_s(), total = 0;
+        double t0 = trex_wall_s(), c0 = trex_cpu_s(), total = 0;
         if (threads == 1) {
             total = fn(j.iters);
         } else {
@@ -148,8 +134,8 @@ static double measure_peak(trex_pool *pool, int threads, trex_peak_fn fn, double
             for (int w = 0; w < threads; w++)
                 total += j.flops[w];
         }
-        v[r] = total / (now_s() - t0) / 1e12;
-        u[r] = total / (cpu_s() - c0) / 1e12;
+        v[r] = total / (trex_wall_s() - t0) / 1e12;
+        u[r] = total / (trex_cpu_s() - c0) / 1e12;
     }
     *per_cpu = median(u, reps);
     return median(v, reps);
@@ -187,9 +173,9 @@ static double measure_copy_gbs(trex_pool *pool, int threads, int reps)
     copy_job j = {b, a, bytes, threads};
     double v[1000];
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = trex_wall_s();
         trex_pool_for(pool, threads, 1, copy_slots, &j);
-        v[r] = 2.0 * (double)bytes / (now_s() - t0) / 1e9;
+        v[r] = 2.0 * (double)bytes / (trex_wall_s() - t0) / 1e9;
     }
     free(a);
     free(b);
@@ -684,7 +670,7 @@ static int bench_kernels(int argc, char **argv)
         trex_gemm_packed *packs[256] = {0};
         trex_gemm_problem pprobs[256];
         if (k->prepacked) {
-            const double t0 = now_s();
+            const double t0 = trex_wall_s();
             for (int g = 0; g < ng && ok; g++) {
                 packs[g] = trex_gemm_pack_b_with(c.t, c.pool, in, k->tb, probs[g].N, probs[g].K,
                                                  probs[g].B, probs[g].ldb);
@@ -693,17 +679,17 @@ static int bench_kernels(int argc, char **argv)
                 pprobs[g].B = packs[g];
                 pprobs[g].ldb = 0;
             }
-            res.prepack_ms = 1e3 * (now_s() - t0);
+            res.prepack_ms = 1e3 * (trex_wall_s() - t0);
         }
         for (int r = -1; r < c.reps && ok; r++) {
-            double t0 = now_s(), c0 = cpu_s();
+            double t0 = trex_wall_s(), c0 = trex_cpu_s();
             if (k->prepacked)
                 trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, 0.0f, pprobs, ng);
             else
                 trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, 0.0f, probs, ng);
             if (r >= 0) {
-                v[r] = now_s() - t0;
-                u[r] = cpu_s() - c0;
+                v[r] = trex_wall_s() - t0;
+                u[r] = trex_cpu_s() - c0;
             }
         }
         for (int g = 0; g < ng; g++)
@@ -728,14 +714,14 @@ static int bench_kernels(int argc, char **argv)
             /* fp32 inputs: oneDNN's fp32 GEMM (dnnl_sgemm, full fp32 arithmetic) on the same data. */
             bool ran = true;
             for (int r = -1; r < c.reps && ran; r++) {
-                double t0 = now_s(), c0 = cpu_s();
+                double t0 = trex_wall_s(), c0 = trex_cpu_s();
                 for (int g = 0; g < ng && ran; g++)
                     ran = dn.sgemm(k->ta ? 'T' : 'N', k->tb ? 'T' : 'N', probs[g].M, probs[g].N,
                                    probs[g].K, 1.0f, A[g], probs[g].lda, B[g], probs[g].ldb, 0.0f,
                                    C[g], probs[g].ldc) == dnnl_success;
                 if (r >= 0) {
-                    v[r] = now_s() - t0;
-                    u[r] = cpu_s() - c0;
+                    v[r] = trex_wall_s() - t0;
+                    u[r] = trex_cpu_s() - c0;
                 }
             }
             if (ran) {
@@ -757,12 +743,12 @@ static int bench_kernels(int argc, char **argv)
                                              probs[g].ldc);
                 bool ran = created;
                 for (int r = -1; r < c.reps && ran; r++) {
-                    double t0 = now_s(), c0 = cpu_s();
+                    double t0 = trex_wall_s(), c0 = trex_cpu_s();
                     for (int g = 0; g < ng && ran; g++)
                         ran = dnnl_mm_run(&dn, &mm[g]);
                     if (r >= 0) {
-                        v[r] = now_s() - t0;
-                        u[r] = cpu_s() - c0;
+                        v[r] = trex_wall_s() - t0;
+                        u[r] = trex_cpu_s() - c0;
                     }
                 }
                 for (int g = 0; g < made; g++)

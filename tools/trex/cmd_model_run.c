@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "commands.h"
 #include "opts.h"
@@ -21,13 +20,7 @@
 #include "trex/pool.h"
 #include "trex/safetensors.h"
 #include "trex/status.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "trex/prof.h"
 
 /* The batch tensors, owned. */
 typedef struct batch_buf {
@@ -290,18 +283,18 @@ int trex_cmd_model_run(int argc, char **argv)
         }
     }
     trex_losses ls;
-    double t0 = now_s();
+    double t0 = trex_wall_s();
     if (trex_model_forward(m, &bb.b, &mo, grads, logits, mtp_logits, &ls, &err) != TREX_OK)
         goto fail;
-    double t_fwd = now_s() - t0, t_bwd = 0.0;
+    double t_fwd = trex_wall_s() - t0, t_bwd = 0.0;
     printf("loss %.7f  loss_main %.7f (%" PRId64 " targets)  loss_mtp %.7f (%" PRId64 " targets)  "
            "loss_balance %.7g  loss_indexer %.7g\n",
            ls.loss, ls.main, ls.main_targets, ls.mtp, ls.mtp_targets, ls.balance, ls.indexer);
     fflush(stdout);
     if (backward) {
-        t0 = now_s();
+        t0 = trex_wall_s();
         trex_model_backward(m);
-        t_bwd = now_s() - t0;
+        t_bwd = trex_wall_s() - t0;
     }
     printf("time: forward %.3f s", t_fwd);
     if (backward)

@@ -17,7 +17,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <Cbc_C_Interface.h>
@@ -25,6 +24,7 @@
 #include <glpk.h>
 
 #include "gen.h"
+#include "trex/prof.h"
 
 #define MAX_ATTEMPTS 40
 #define NHASH 128
@@ -696,17 +696,10 @@ static trex_code write_atomic(const char *path, const char *data, size_t len, tr
     return TREX_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
 {
     trex_code rc = TREX_OK;
-    double t0 = now_s();
+    double t0 = trex_wall_s();
     int64_t n = o->n_sft + o->n_cpt;
     gen_plan plan;
     if (o->max_chars < 0)
@@ -863,7 +856,7 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
         snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
         rc = write_atomic(path, man, strlen(man), err);
         free(man);
-        sum.wall_s = now_s() - t0;
+        sum.wall_s = trex_wall_s() - t0;
         sum.workers = o->workers;
         char *run = or_manifest_json(&sum, st, n, true);
         snprintf(path, sizeof path, "%s/run.json", o->out_dir);
@@ -873,7 +866,7 @@ trex_code trex_or_gen(const trex_or_gen_opts *o, trex_err *err)
         free(st);
         if (!o->quiet && rc == TREX_OK)
             fprintf(stderr, "or-gen: wrote %lld SFT samples and %lld CPT documents to %s in %.1f s\n",
-                    (long long)o->n_sft, (long long)o->n_cpt, o->out_dir, now_s() - t0);
+                    (long long)o->n_sft, (long long)o->n_cpt, o->out_dir, trex_wall_s() - t0);
     }
 out:
     for (int64_t k = 0; k < n; k++) {

@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "or_internal.h"
+#include "trex/prof.h"
 
 const char *trex_or_status_str(trex_or_status s)
 {
@@ -65,13 +65,6 @@ void trex_or_solution_free(trex_or_solution *s)
     free(s->dual);
     free(s->rcost);
     memset(s, 0, sizeof *s);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 /* ---- GLPK ---- */
@@ -193,7 +186,7 @@ trex_code trex_or_solve_glpk(const trex_or_model *m, const trex_or_solve_opts *o
     (void)err;
     memset(s, 0, sizeof *s);
     int prev = or_glpk_quiet();
-    double t0 = now_ms();
+    double t0 = 1e3 * trex_wall_s();
     int tm = o && o->tm_lim_ms > 0 ? o->tm_lim_ms : 2000;
     glp_prob *P = to_glpk(m);
     bool mip = trex_or_is_mip(m);
@@ -223,7 +216,7 @@ trex_code trex_or_solve_glpk(const trex_or_model *m, const trex_or_solve_opts *o
         }
     }
     glp_delete_prob(P);
-    s->ms = now_ms() - t0;
+    s->ms = 1e3 * trex_wall_s() - t0;
     or_glpk_restore(prev);
     return TREX_OK;
 }
@@ -262,7 +255,7 @@ trex_code trex_or_solve_cbc(const trex_or_model *m, const trex_or_solve_opts *o,
     (void)err;
     memset(s, 0, sizeof *s);
     s->obj = NAN;
-    double t0 = now_ms();
+    double t0 = 1e3 * trex_wall_s();
     int nc = m->ncols, nr = m->nrows;
     CoinBigIndex *start = trex_xcalloc((size_t)nc + 1, sizeof *start);
     int *rows = trex_xmalloc((size_t)(m->nnz + 1) * sizeof *rows);
@@ -306,7 +299,7 @@ trex_code trex_or_solve_cbc(const trex_or_model *m, const trex_or_solve_opts *o,
     free(rlb);
     free(rub);
     free(fill);
-    s->ms = now_ms() - t0;
+    s->ms = 1e3 * trex_wall_s() - t0;
     return TREX_OK;
 }
 
