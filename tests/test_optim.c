@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "kernels/kernels.h"
 #include "trex/config.h"
 #include "trex/optim.h"
 #include "trex/params.h"
@@ -105,6 +107,14 @@ static void test_settings(void)
     CHECK(s.kind == TREX_OPTIM_MUON && s.beta1 == 0.9 && s.beta2 == 0.95 && s.eps == 1e-20 &&
               s.weight_decay == 0.1 && s.muon_momentum == 0.95 && s.nesterov && s.update_rms == 0.18,
           "defaults follow MODEL_SPEC §9");
+    CHECK(s.muon_ns == TREX_NS_BF16, "Newton-Schulz in bf16 by default");
+    trex_muon_ns ns;
+    CHECK(trex_muon_ns_parse("fp32", &ns, &err) == TREX_OK && ns == TREX_NS_FP32 &&
+              trex_muon_ns_parse("bf16", &ns, &err) == TREX_OK && ns == TREX_NS_BF16 &&
+              !strcmp(trex_muon_ns_name(TREX_NS_FP32), "fp32"),
+          "muon_ns names");
+    CHECK(trex_muon_ns_parse("fp16", &ns, &err) == TREX_EINVAL && strstr(err.msg, "fp16"), "bad muon_ns named: %s",
+          err.msg);
 
     t = s;
     t.beta2 = 1.0;
@@ -130,6 +140,7 @@ static void test_settings(void)
     t.min_lr = 1e-7 / 3.0;
     t.decay_1d = true;
     t.nesterov = false;
+    t.muon_ns = TREX_NS_FP32;
     cJSON *j = trex_optimizer_settings_to_json(&t);
     char *txt = cJSON_PrintUnformatted(j);
     cJSON *back = cJSON_Parse(txt);
@@ -137,7 +148,7 @@ static void test_settings(void)
     CHECK(trex_optimizer_settings_from_json(&u, back, "settings.json", &err) == TREX_OK, "from_json: %s", err.msg);
     CHECK(u.kind == t.kind && u.lr == t.lr && u.schedule == t.schedule && u.warmup_steps == t.warmup_steps &&
               u.total_steps == t.total_steps && u.min_lr == t.min_lr && u.decay_1d && !u.nesterov &&
-              u.eps == t.eps && u.beta2 == t.beta2,
+              u.eps == t.eps && u.beta2 == t.beta2 && u.muon_ns == TREX_NS_FP32,
           "settings survive JSON exactly: %s", txt);
     cJSON_AddNumberToObject(back, "momentum", 0.9);
     CHECK(trex_optimizer_settings_from_json(&u, back, "settings.json", &err) == TREX_EINVAL &&
@@ -147,6 +158,10 @@ static void test_settings(void)
     back = cJSON_Parse("{\"kind\": \"sgd\"}");
     CHECK(trex_optimizer_settings_from_json(&u, back, "x.json", &err) == TREX_EINVAL && strstr(err.msg, "sgd"),
           "bad kind named: %s", err.msg);
+    cJSON_Delete(back);
+    back = cJSON_Parse("{\"muon_ns\": \"int8\"}");
+    CHECK(trex_optimizer_settings_from_json(&u, back, "x.json", &err) == TREX_EINVAL && strstr(err.msg, "int8"),
+          "bad muon_ns named: %s", err.msg);
     cJSON_Delete(back);
     back = cJSON_Parse("{\"nesterov\": 1}");
     CHECK(trex_optimizer_settings_from_json(&u, back, "x.json", &err) == TREX_EINVAL && strstr(err.msg, "'nesterov'"),
@@ -595,12 +610,13 @@ static bool same_state(const trex_optimizer *a, const trex_optimizer *b, const t
     return trex_optimizer_step_count(a) == trex_optimizer_step_count(b);
 }
 
-static void test_determinism(void)
+static void test_determinism_ns(trex_muon_ns ns)
 {
     trex_layout lay;
     layout_make(&lay, mixed, NMIXED);
     trex_optimizer_settings s;
     trex_optimizer_defaults(&s);
+    s.muon_ns = ns;
     s.lr = 0.02;
     s.clip_norm = 5.0;
     trex_optimizer *o1, *o2, *o3;
@@ -609,8 +625,10 @@ static void test_determinism(void)
     s.muon_large_numel = 1000; /* wq_a, wo_a groups and hc_ffn_fn go one at a time with a threaded GEMM */
     float *w3 = run_steps(&lay, &s, 2, 3, &o3);
     const size_t bytes = (size_t)lay.n_float * sizeof(float);
-    CHECK(!memcmp(w1, w2, bytes) && same_state(o1, o2, &lay), "1 vs 2 threads: same bits");
-    CHECK(!memcmp(w1, w3, bytes) && same_state(o1, o3, &lay), "large-matrix path: same bits");
+    CHECK(!memcmp(w1, w2, bytes) && same_state(o1, o2, &lay), "NS %s: 1 vs 2 threads: same bits",
+          trex_muon_ns_name(ns));
+    CHECK(!memcmp(w1, w3, bytes) && same_state(o1, o3, &lay), "NS %s: large-matrix path: same bits",
+          trex_muon_ns_name(ns));
     double moved = 0;
     float *w0 = falloc(lay.n_float);
     fill_normal(w0, lay.n_float, 0.3, 5, 0);
@@ -625,6 +643,12 @@ static void test_determinism(void)
     free(w2);
     free(w3);
     free(lay.params);
+}
+
+static void test_determinism(void)
+{
+    test_determinism_ns(TREX_NS_BF16);
+    test_determinism_ns(TREX_NS_FP32);
 }
 
 static void test_state_roundtrip(void)
@@ -763,6 +787,7 @@ static int torch_compare(const char *path)
         trex_optimizer_defaults(&s);
         s.kind = runs[r].kind;
         s.nesterov = runs[r].nesterov;
+        s.muon_ns = TREX_NS_FP32; /* the float64 reference: compare with the fp32 products */
         trex_optimizer *o = NULL;
         CHECK(trex_optimizer_create(&o, &lay, &cfg, &s, 1, NULL, &err) == TREX_OK, "create: %s", err.msg);
         if (!o)
@@ -834,12 +859,279 @@ static int torch_compare(const char *path)
     return check_summary();
 }
 
+/* ---- benchmark: test_optim --bench ------------------------------------------------------------------ */
+
+static double now_s(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Times trex_optimizer_step on the tensors of a config's layout: all of them, or those of one layer
+ * (SELECT = a layer index; -1: the global tensors). Prints the median wall and process CPU seconds. */
+static int bench(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: test_optim --bench CONFIG adamw|muon THREADS STEPS [all|LAYER [ns]]\n"
+                        "  ns: the Muon Newton-Schulz precision (settings field muon_ns), when the build has it\n");
+        return 2;
+    }
+    trex_config cfg;
+    trex_layout full;
+    trex_err err = {0};
+    if (trex_config_load(&cfg, argv[2], &err) != TREX_OK || trex_layout_build(&full, &cfg, &err) != TREX_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    trex_optimizer_settings s;
+    trex_optimizer_defaults(&s);
+    s.kind = !strcmp(argv[3], "adamw") ? TREX_OPTIM_ADAMW : TREX_OPTIM_MUON;
+    const int threads = atoi(argv[4]), steps = atoi(argv[5]);
+    if (threads < 1 || steps < 1) {
+        fprintf(stderr, "test_optim --bench: THREADS and STEPS must be >= 1 (got '%s', '%s')\n", argv[4], argv[5]);
+        return 2;
+    }
+    const bool all = argc < 7 || !strcmp(argv[6], "all");
+    const int64_t sel = all ? 0 : atoll(argv[6]);
+    if (argc >= 8) {
+        trex_muon_ns ns;
+        if (trex_muon_ns_parse(argv[7], &ns, &err) != TREX_OK) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 2;
+        }
+        s.muon_ns = ns;
+    }
+    /* the selected tensors, packed into a new layout */
+    trex_layout lay = {0};
+    lay.params = calloc((size_t)full.count, sizeof *lay.params);
+    TREX_ASSERT(lay.params);
+    for (int64_t k = 0; k < full.count; k++) {
+        const trex_param *p = &full.params[k];
+        if (!all && p->layer != sel)
+            continue;
+        trex_param *q = &lay.params[lay.count++];
+        *q = *p;
+        if (p->is_int)
+            continue;
+        q->offset = lay.n_float;
+        lay.n_float += (p->numel + TREX_PARAM_ALIGN - 1) / TREX_PARAM_ALIGN * TREX_PARAM_ALIGN;
+        if (p->trainable)
+            lay.n_trainable += p->numel;
+    }
+    trex_pool *pool = threads > 1 ? trex_pool_create(threads) : NULL;
+    trex_optimizer *o = NULL;
+    if (trex_optimizer_create(&o, &lay, &cfg, &s, threads, NULL, &err) != TREX_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    float *w = falloc(lay.n_float), *g = falloc(lay.n_float);
+    fill_normal(w, lay.n_float, 0.02, 1, 0);
+    fill_normal(g, lay.n_float, 1e-3, 1, 1);
+    double *wall = calloc((size_t)steps, sizeof *wall), *cpu = calloc((size_t)steps, sizeof *cpu);
+    TREX_ASSERT(wall && cpu);
+    for (int t = 0; t < steps; t++) {
+        const double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        trex_optimizer_step(o, pool, w, g, 1e-4);
+        wall[t] = now_s(CLOCK_MONOTONIC) - w0;
+        cpu[t] = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        printf("step %d: wall %.3f s, cpu %.3f s\n", t, wall[t], cpu[t]);
+    }
+    uint64_t h = 1469598103934665603u; /* FNV-1a of the weights and state after the steps */
+    for (int64_t k = 0; k < lay.count; k++) {
+        const trex_param *p = &lay.params[k];
+        const float *part[3] = {w + p->offset, trex_optimizer_state(o, k, 0), trex_optimizer_state(o, k, 1)};
+        for (int q = 0; q < 3; q++)
+            for (int64_t e = 0; part[q] && e < (p->is_int ? 0 : p->numel); e++) {
+                uint32_t b;
+                memcpy(&b, &part[q][e], 4);
+                h = (h ^ b) * 1099511628211u;
+            }
+    }
+    printf("hash %016" PRIx64 "\n", h);
+    qsort(wall, (size_t)steps, sizeof *wall, cmp_double);
+    qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
+    printf("bench %s kind=%s threads=%d tensors=%s trainable=%" PRId64 " muon_matrices=%" PRId64
+           " ns=%s: median wall %.3f s, cpu %.3f s over %d steps\n",
+           argv[2], argv[3], threads, all ? "all" : argv[6], lay.n_trainable, trex_optimizer_muon_count(o),
+           trex_muon_ns_name(s.muon_ns), wall[steps / 2], cpu[steps / 2], steps);
+    trex_optimizer_destroy(o);
+    trex_pool_destroy(pool);
+    free(w);
+    free(g);
+    free(wall);
+    free(cpu);
+    free(lay.params);
+    trex_layout_free(&full);
+    return 0;
+}
+
+/* ---- Newton–Schulz in bf16 vs fp32 (a test, and test_optim --ns-bench) ------------------------------ */
+
+#define NS_BF16_SV_LO 0.98 /* measured: 0.9925 (every ISA) */
+#define NS_BF16_SV_HI 1.02 /* measured: 1.0065 */
+#define NS_BF16_REL 0.025 /* measured: 0.0119 */
+
+/* An input like a gradient: Gaussian noise plus `rank` directions `spike` times stronger (rank 0: pure
+ * noise). */
+static void ns_input(float *x, int64_t n, int64_t m, int rank, double spike, uint64_t seed)
+{
+    fill_normal(x, n * m, 1.0, seed, 0);
+    if (rank <= 0)
+        return;
+    float *u = falloc(n * rank), *v = falloc(m * rank);
+    fill_normal(u, n * rank, 1.0, seed, 1);
+    fill_normal(v, m * rank, 1.0, seed, 2);
+    const double a = spike / sqrt((double)rank);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double t = 0;
+            for (int q = 0; q < rank; q++)
+                t += (double)u[i * rank + q] * v[j * rank + q];
+            x[i * m + j] += (float)(a * t);
+        }
+    free(u);
+    free(v);
+}
+
+/* Orthogonalises one input both ways; reports the singular value range of each result (when sv),
+ * ||O_bf16 - O_fp32||_F / ||O_fp32||_F, the RMS of each result, and the seconds of each. */
+typedef struct ns_cmp {
+    double smin[2], smax[2], rms[2], rel, sec[2];
+    bool warm; /* in: time a second run */
+} ns_cmp;
+
+static void ns_compare(trex_pool *pool, trex_gemm_ws *gws, const float *in, int64_t n, int64_t m, bool sv, ns_cmp *r)
+{
+    float *x[2] = {falloc(n * m), falloc(n * m)}, *ws = falloc((int64_t)trex_muon_workspace(n, m));
+    static const trex_muon_ns prec[2] = {TREX_NS_FP32, TREX_NS_BF16};
+    for (int p = 0; p < 2; p++) {
+        memcpy(x[p], in, (size_t)(n * m) * sizeof *in);
+        if (r->warm) /* a first run grows the GEMM workspace */
+            trex_muon_orthogonalize_ex(pool, x[p], n, m, ws, prec[p], gws);
+        memcpy(x[p], in, (size_t)(n * m) * sizeof *in);
+        const double t0 = now_s(CLOCK_MONOTONIC);
+        trex_muon_orthogonalize_ex(pool, x[p], n, m, ws, prec[p], gws);
+        r->sec[p] = now_s(CLOCK_MONOTONIC) - t0;
+        double ss = 0;
+        for (int64_t k = 0; k < n * m; k++)
+            ss += (double)x[p][k] * x[p][k];
+        r->rms[p] = sqrt(ss / (double)(n * m));
+        r->smin[p] = r->smax[p] = NAN;
+        if (sv)
+            sv_range(x[p], n, m, &r->smin[p], &r->smax[p]);
+    }
+    double d = 0, f = 0;
+    for (int64_t k = 0; k < n * m; k++) {
+        d += ((double)x[1][k] - x[0][k]) * ((double)x[1][k] - x[0][k]);
+        f += (double)x[0][k] * x[0][k];
+    }
+    r->rel = f > 0 ? sqrt(d / f) : 0;
+    free(x[0]);
+    free(x[1]);
+    free(ws);
+}
+
+/* Newton–Schulz with bf16 products against the fp32 path, on small shapes of both orientations (noise
+ * and noise plus a strong rank-8 part). Bounds from measurements (docs/optim.md): singular values
+ * and the relative difference to fp32 as measured, with about 2x margin. */
+static void test_newton_schulz_bf16(void)
+{
+    static const int64_t shapes[][2] = {{64, 128}, {128, 64}, {33, 50}, {24, 96}, {96, 24}};
+    trex_pool *pool = trex_pool_create(2);
+    trex_gemm_ws *gws = trex_gemm_ws_create();
+    double lo = INFINITY, hi = 0, worst = 0;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++)
+        for (int kind = 0; kind < 2; kind++) {
+            const int64_t n = shapes[t][0], m = shapes[t][1];
+            float *in = falloc(n * m);
+            ns_input(in, n, m, kind ? 8 : 0, kind ? 10.0 : 0.0, 200 + t);
+            ns_cmp r = {.warm = false};
+            ns_compare(t % 2 ? pool : NULL, gws, in, n, m, true, &r);
+            CHECK(r.smin[0] >= 0.9995 && r.smax[0] <= 1.0025, "fp32 [%" PRId64 ",%" PRId64 "]: sv [%.5f, %.5f]", n, m,
+                  r.smin[0], r.smax[0]);
+            CHECK(r.smin[1] >= NS_BF16_SV_LO && r.smax[1] <= NS_BF16_SV_HI,
+                  "bf16 [%" PRId64 ",%" PRId64 "] %s: singular values [%.5f, %.5f]", n, m, kind ? "spiky" : "noise",
+                  r.smin[1], r.smax[1]);
+            CHECK(r.rel <= NS_BF16_REL, "bf16 [%" PRId64 ",%" PRId64 "] %s: relative difference to fp32 %.5f", n, m,
+                  kind ? "spiky" : "noise", r.rel);
+            lo = r.smin[1] < lo ? r.smin[1] : lo;
+            hi = r.smax[1] > hi ? r.smax[1] : hi;
+            worst = r.rel > worst ? r.rel : worst;
+            free(in);
+        }
+    if (getenv("TREX_VERBOSE"))
+        printf("NS bf16: singular values in [%.5f, %.5f], relative difference to fp32 <= %.5f\n", lo, hi, worst);
+    /* bitwise the same with and without the pool */
+    float *a = falloc(48 * 80), *b = falloc(48 * 80), *ws = falloc((int64_t)trex_muon_workspace(48, 80));
+    fill_normal(a, 48 * 80, 1.0, 3, 3);
+    memcpy(b, a, 48 * 80 * sizeof *a);
+    trex_muon_orthogonalize_ex(NULL, a, 48, 80, ws, TREX_NS_BF16, gws);
+    trex_muon_orthogonalize_ex(pool, b, 48, 80, ws, TREX_NS_BF16, NULL);
+    CHECK(!memcmp(a, b, 48 * 80 * sizeof *a), "bf16 NS: same bits with 1 and 2 threads");
+    free(a);
+    free(b);
+    free(ws);
+    trex_gemm_ws_destroy(gws);
+    trex_pool_destroy(pool);
+}
+
+/* The Muon matrix shapes of dsv4-bench (configs/dsv4-bench.json), each as noise and as noise plus a
+ * strong rank-8 part. */
+static int ns_bench(int argc, char **argv)
+{
+    const int threads = argc >= 3 ? atoi(argv[2]) : 1;
+    const bool sv = !(argc >= 4 && !strcmp(argv[3], "nosv"));
+    static const struct {
+        const char *what;
+        int64_t n, m;
+    } shapes[] = {
+        {"expert w1/w3, shared w1/w3, wkv", 512, 1024},
+        {"expert w2, wo_b", 1024, 512},
+        {"wq_a", 256, 1024},
+        {"wq_b", 8192, 256},
+        {"wo_a group", 256, 4096},
+        {"hc_attn_fn", 24, 4096},
+        {"gate", 24, 1024},
+    };
+    trex_pool *pool = threads > 1 ? trex_pool_create(threads) : NULL;
+    trex_gemm_ws *gws = trex_gemm_ws_create();
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++)
+        for (int kind = 0; kind < 2; kind++) {
+            const int64_t n = shapes[t].n, m = shapes[t].m;
+            float *in = falloc(n * m);
+            ns_input(in, n, m, kind ? 8 : 0, kind ? 10.0 : 0.0, 100 + t);
+            ns_cmp r = {.warm = true};
+            ns_compare(pool, gws, in, n, m, sv, &r);
+            printf("[%5" PRId64 ",%5" PRId64 "] %-5s %-32s fp32: sv [%.4f, %.4f] rms*sqrt(max) %.4f %.3f s | "
+                   "bf16: sv [%.4f, %.4f] rms*sqrt(max) %.4f %.3f s | rel diff %.4f | speedup %.2f\n",
+                   n, m, kind ? "spiky" : "noise", shapes[t].what, r.smin[0], r.smax[0],
+                   r.rms[0] * sqrt((double)(n > m ? n : m)), r.sec[0], r.smin[1], r.smax[1],
+                   r.rms[1] * sqrt((double)(n > m ? n : m)), r.sec[1], r.rel, r.sec[0] / r.sec[1]);
+            fflush(stdout);
+            free(in);
+        }
+    trex_gemm_ws_destroy(gws);
+    trex_pool_destroy(pool);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "--bench"))
+        return bench(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "--ns-bench"))
+        return ns_bench(argc, argv);
     if (argc == 3 && !strcmp(argv[1], "--torch-ref"))
         return torch_compare(argv[2]);
     if (argc != 1) {
-        fprintf(stderr, "usage: test_optim [--torch-ref FILE]\n");
+        fprintf(stderr, "usage: test_optim [--torch-ref FILE | --bench CONFIG adamw|muon THREADS STEPS [all|LAYER [ns]]]\n");
         return 2;
     }
     const char *t = getenv("TMPDIR");
@@ -853,6 +1145,7 @@ int main(int argc, char **argv)
     test_bias_update();
     test_groups_tiny();
     test_newton_schulz();
+    test_newton_schulz_bf16();
     test_muon_update_rms();
     test_adamw_first_step();
     test_grad_guards();

@@ -38,6 +38,12 @@ typedef enum trex_lr_kind {
     TREX_LR_COSINE = 1,   /* linear warmup, then cosine from lr down to min_lr at total_steps */
 } trex_lr_kind;
 
+/* Precision of the products inside Muon's Newton–Schulz iteration (the iterate itself stays fp32). */
+typedef enum trex_muon_ns {
+    TREX_NS_BF16 = 0, /* operands rounded to bf16, fp32 accumulation (trex_gemm_f32_bf16: AMX where present) */
+    TREX_NS_FP32 = 1, /* the fp32 reference GEMM (trex_gemm) */
+} trex_muon_ns;
+
 typedef enum trex_optim_group {
     TREX_GROUP_FROZEN = 0, /* not trainable: never touched by a step */
     TREX_GROUP_ADAMW,
@@ -63,22 +69,29 @@ typedef struct trex_optimizer_settings {
      * many elements are orthogonalised one at a time with a threaded GEMM, smaller ones side by side,
      * one per thread. 0 picks the default (2^20). */
     int64_t muon_large_numel;
+    /* Newton–Schulz products in bf16 (the default, what published Muon implementations do) or fp32.
+     * Either is bitwise the same whatever the thread count; bf16 results may differ between ISAs. */
+    trex_muon_ns muon_ns;
 } trex_optimizer_settings;
 
 /* The defaults of MODEL_SPEC §9: kind muon, lr 2.7e-4, betas (0.9, 0.95), eps 1e-20, weight decay 0.1
  * without decay of 1-D tensors, momentum 0.95 with Nesterov, update RMS 0.18, constant schedule
- * without warmup (min_lr 2.7e-5 for cosine), clip_norm 1.0, bias update speed 0.001. */
+ * without warmup (min_lr 2.7e-5 for cosine), clip_norm 1.0, bias update speed 0.001; Newton–Schulz
+ * products in bf16. */
 void trex_optimizer_defaults(trex_optimizer_settings *s);
 /* TREX_EINVAL naming the setting and its allowed range. */
 trex_code trex_optimizer_settings_check(const trex_optimizer_settings *s, trex_err *err);
 /* Settings as a JSON object (every field, names as in the struct; kind "muon"|"adamw", schedule
- * "constant"|"cosine") and back. from_json starts from the defaults: absent fields keep them, unknown
+ * "constant"|"cosine", muon_ns "bf16"|"fp32") and back. from_json starts from the defaults: absent fields keep them, unknown
  * fields and wrong types are TREX_EINVAL naming label and the field. */
 cJSON *trex_optimizer_settings_to_json(const trex_optimizer_settings *s);
 trex_code trex_optimizer_settings_from_json(trex_optimizer_settings *s, const cJSON *json, const char *label,
                                             trex_err *err);
 const char *trex_optim_kind_name(trex_optim_kind k);
 const char *trex_optim_group_name(trex_optim_group g);
+const char *trex_muon_ns_name(trex_muon_ns p); /* "bf16", "fp32" */
+/* "bf16" or "fp32" to *out; TREX_EINVAL naming the value otherwise (for a command-line flag). */
+trex_code trex_muon_ns_parse(const char *text, trex_muon_ns *out, trex_err *err);
 
 /* Learning rate of 0-based step `step` under the settings' schedule. */
 double trex_lr_at(const trex_optimizer_settings *s, int64_t step);
@@ -140,8 +153,10 @@ void trex_optimizer_grad_check(trex_optimizer *o, trex_pool *pool, const float *
 double trex_optimizer_clip(trex_optimizer *o, trex_pool *pool, float *grads, double norm);
 
 /* One optimizer step at learning rate lr: every AdamW and Muon tensor of params is updated from grads,
- * and the step count advances. pool may be NULL. The optimizer allocates nothing here (the reference
- * GEMM under Newton–Schulz still allocates its packing panels per call). */
+ * and the step count advances. pool may be NULL. The optimizer allocates nothing here except, at the
+ * first bf16 Newton–Schulz, the growth of each worker's bf16 GEMM workspace (kept afterwards); the fp32
+ * reference GEMM allocates its packing panels per call. AdamW is one fused pass per element, split
+ * over the pool in contiguous 64 Ki-element chunks; its bits do not depend on the thread count. */
 void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, const float *grads, double lr);
 
 /* What a trainer calls once per step: check the gradients; when any is NaN/Inf, skip (nothing
@@ -169,8 +184,14 @@ trex_code trex_optimizer_load(trex_optimizer *o, const char *path, trex_err *err
 /* Hybrid Newton–Schulz (MODEL_SPEC §9) in place on x [n, m] (row-major, contiguous):
  * X0 = x / ||x||_F, then X <- aX + b(XX^T)X + c(XX^T)^2 X, 8 times with (3.4445, -4.7750, 2.0315) and
  * twice with (2, -1.5, 0.5), computing with the min(n, m)-sized Gram matrix. A zero x stays zero.
- * ws holds trex_muon_workspace(n, m) floats. pool threads the GEMMs (may be NULL). */
+ * ws holds trex_muon_workspace(n, m) floats. pool threads the GEMMs (may be NULL). The GEMMs are fp32
+ * (trex_gemm). */
 size_t trex_muon_workspace(int64_t n, int64_t m);
 void trex_muon_orthogonalize(trex_pool *pool, float *x, int64_t n, int64_t m, float *ws);
+/* The same with the products in precision prec; for TREX_NS_BF16, gws is the bf16 GEMM workspace of the
+ * calling thread (kernels/kernels.h; NULL: allocated per GEMM). docs/optim.md gives the accuracy. */
+typedef struct trex_gemm_ws trex_gemm_ws;
+void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m, float *ws, trex_muon_ns prec,
+                                trex_gemm_ws *gws);
 
 #endif

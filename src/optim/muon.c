@@ -5,7 +5,11 @@
  * (2, -1.5, 0.5), which converge them to 1 (p(1) = 1, p'(1) = 0). The Gram matrix is taken on the
  * small side: for a wide X [n, m] (n <= m) A = XX^T [n, n] and X <- aX + BX; for a tall one A = X^TX
  * [m, m] and X <- aX + XB (B = bA + cA^2 is symmetric, so this is the transpose of the wide form).
- * Every GEMM sums in a fixed order, so the result does not depend on the pool. */
+ * Every GEMM sums in a fixed order, so the result does not depend on the pool.
+ *
+ * Precision: with TREX_NS_FP32 every product is the fp32 reference GEMM; with TREX_NS_BF16 (the default
+ * of the optimizer) every product rounds its operands to bf16 and sums in fp32 (trex_gemm_f32_bf16,
+ * AMX where present), while X, A, B and the aX + ... sums stay fp32. Measured accuracy: docs/optim.md. */
 #include <math.h>
 #include <stddef.h>
 
@@ -31,9 +35,27 @@ size_t trex_muon_workspace(int64_t n, int64_t m)
     return align16((size_t)n * (size_t)m) + 2 * align16(r * r);
 }
 
+/* C = alpha op(A) op(B) + beta C in the chosen precision. */
+static void mm(trex_pool *pool, trex_muon_ns prec, trex_gemm_ws *gws, bool ta, bool tb, int64_t M, int64_t N,
+               int64_t K, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+               int64_t ldc)
+{
+    if (prec == TREX_NS_BF16)
+        trex_gemm_f32_bf16(pool, gws, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+        trex_gemm(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 void trex_muon_orthogonalize(trex_pool *pool, float *x, int64_t n, int64_t m, float *ws)
 {
+    trex_muon_orthogonalize_ex(pool, x, n, m, ws, TREX_NS_FP32, NULL);
+}
+
+void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m, float *ws, trex_muon_ns prec,
+                                trex_gemm_ws *gws)
+{
     TREX_ASSERT(x && ws && n >= 0 && m >= 0);
+    TREX_ASSERT(prec == TREX_NS_BF16 || prec == TREX_NS_FP32);
     const int64_t numel = n * m;
     double ss = 0.0;
     for (int64_t k = 0; k < numel; k++)
@@ -53,18 +75,18 @@ void trex_muon_orthogonalize(trex_pool *pool, float *x, int64_t n, int64_t m, fl
     for (int it = 0; it < NS_ITERS; it++) {
         const float *c3 = it < NS_FAST ? ns_fast : ns_final;
         if (tall) /* A = X^T X */
-            trex_gemm(pool, true, false, r, r, n, 1.0f, cur, m, cur, m, 0.0f, A, r);
+            mm(pool, prec, gws, true, false, r, r, n, 1.0f, cur, m, cur, m, 0.0f, A, r);
         else /* A = X X^T */
-            trex_gemm(pool, false, true, r, r, m, 1.0f, cur, m, cur, m, 0.0f, A, r);
+            mm(pool, prec, gws, false, true, r, r, m, 1.0f, cur, m, cur, m, 0.0f, A, r);
         for (int64_t k = 0; k < r * r; k++)
             B[k] = c3[1] * A[k];
-        trex_gemm(pool, false, false, r, r, r, c3[2], A, r, A, r, 1.0f, B, r); /* B = bA + cA^2 */
+        mm(pool, prec, gws, false, false, r, r, r, c3[2], A, r, A, r, 1.0f, B, r); /* B = bA + cA^2 */
         for (int64_t k = 0; k < numel; k++)
             nxt[k] = c3[0] * cur[k];
         if (tall) /* Y = aX + X B */
-            trex_gemm(pool, false, false, n, m, m, 1.0f, cur, m, B, r, 1.0f, nxt, m);
+            mm(pool, prec, gws, false, false, n, m, m, 1.0f, cur, m, B, r, 1.0f, nxt, m);
         else /* Y = aX + B X */
-            trex_gemm(pool, false, false, n, m, n, 1.0f, B, r, cur, m, 1.0f, nxt, m);
+            mm(pool, prec, gws, false, false, n, m, n, 1.0f, B, r, cur, m, 1.0f, nxt, m);
         float *t = cur;
         cur = nxt;
         nxt = t;

@@ -16,8 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "trex/safetensors.h"
 #include "trex/tensor.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h> /* part of every x86-64: no ISA flag needed */
+#endif
 
 #define CHUNK (INT64_C(1) << 16)            /* elements per chunk of element-wise work */
 #define LARGE_DEFAULT (INT64_C(1) << 20)    /* default muon_large_numel */
@@ -48,6 +53,7 @@ struct trex_optimizer {
     int64_t *worker_start; /* [nthreads + 1] CSR over worker_units */
     int64_t *worker_units; /* small muon matrices of each worker, longest first */
     float **ws;            /* [nthreads] workspace of each worker (carved from ws_block) */
+    trex_gemm_ws **gws;    /* [nthreads] bf16 GEMM workspace of each worker (Newton–Schulz in bf16) */
     float *ws_block;       /* TREX_REGION_BUFFERS */
 
     int64_t n_chunks; /* every trainable tensor */
@@ -81,6 +87,24 @@ void trex_optimizer_defaults(trex_optimizer_settings *s)
     s->clip_norm = 1.0;
     s->bias_update_speed = 1e-3;
     s->muon_large_numel = 0;
+    s->muon_ns = TREX_NS_BF16;
+}
+
+const char *trex_muon_ns_name(trex_muon_ns p)
+{
+    return p == TREX_NS_BF16 ? "bf16" : p == TREX_NS_FP32 ? "fp32" : "?";
+}
+
+trex_code trex_muon_ns_parse(const char *text, trex_muon_ns *out, trex_err *err)
+{
+    TREX_ASSERT(text && out);
+    if (!strcmp(text, "bf16"))
+        *out = TREX_NS_BF16;
+    else if (!strcmp(text, "fp32"))
+        *out = TREX_NS_FP32;
+    else
+        return trex_err_set(err, TREX_EINVAL, "Muon Newton-Schulz precision '%s'; use 'bf16' or 'fp32'", text);
+    return TREX_OK;
 }
 
 const char *trex_optim_kind_name(trex_optim_kind k)
@@ -106,7 +130,7 @@ static const char *schedule_name(trex_lr_kind k)
     return k == TREX_LR_COSINE ? "cosine" : k == TREX_LR_CONSTANT ? "constant" : "?";
 }
 
-typedef enum ftype { F_DOUBLE, F_INT, F_BOOL, F_KIND, F_SCHEDULE } ftype;
+typedef enum ftype { F_DOUBLE, F_INT, F_BOOL, F_KIND, F_SCHEDULE, F_NS } ftype;
 
 typedef struct sfield {
     const char *name;
@@ -133,6 +157,7 @@ static const sfield sfields[] = {
     SF(clip_norm, F_DOUBLE),
     SF(bias_update_speed, F_DOUBLE),
     SF(muon_large_numel, F_INT),
+    SF(muon_ns, F_NS),
 };
 #undef SF
 #define NSFIELDS (sizeof sfields / sizeof sfields[0])
@@ -149,6 +174,9 @@ trex_code trex_optimizer_settings_check(const trex_optimizer_settings *s, trex_e
     if (s->kind != TREX_OPTIM_MUON && s->kind != TREX_OPTIM_ADAMW)
         return trex_err_set(err, TREX_EINVAL, "optimizer setting 'kind' = %d is not 'muon' or 'adamw'",
                             (int)s->kind);
+    if (s->muon_ns != TREX_NS_BF16 && s->muon_ns != TREX_NS_FP32)
+        return trex_err_set(err, TREX_EINVAL, "optimizer setting 'muon_ns' = %d is not 'bf16' or 'fp32'",
+                            (int)s->muon_ns);
     if (s->schedule != TREX_LR_CONSTANT && s->schedule != TREX_LR_COSINE)
         return trex_err_set(err, TREX_EINVAL, "optimizer setting 'schedule' = %d is not 'constant' or 'cosine'",
                             (int)s->schedule);
@@ -220,6 +248,9 @@ cJSON *trex_optimizer_settings_to_json(const trex_optimizer_settings *s)
         case F_SCHEDULE:
             v = cJSON_CreateString(schedule_name(*(const trex_lr_kind *)p));
             break;
+        case F_NS:
+            v = cJSON_CreateString(trex_muon_ns_name(*(const trex_muon_ns *)p));
+            break;
         }
         if (!v || !cJSON_AddItemToObject(o, sfields[k].name, v)) {
             cJSON_Delete(v);
@@ -278,8 +309,20 @@ static trex_code parse_sfield(trex_optimizer_settings *s, const sfield *f, const
                                 "%s: optimizer setting 'schedule' = \"%s\"; use \"constant\" or \"cosine\"", label,
                                 j->valuestring);
         return TREX_OK;
+    case F_NS:
+        if (!cJSON_IsString(j))
+            break;
+        if (!strcmp(j->valuestring, "bf16"))
+            *(trex_muon_ns *)p = TREX_NS_BF16;
+        else if (!strcmp(j->valuestring, "fp32"))
+            *(trex_muon_ns *)p = TREX_NS_FP32;
+        else
+            return trex_err_set(err, TREX_EINVAL, "%s: optimizer setting 'muon_ns' = \"%s\"; use \"bf16\" or \"fp32\"",
+                                label, j->valuestring);
+        return TREX_OK;
     }
-    static const char *const want[] = {"a number", "a whole number", "true or false", "a string", "a string"};
+    static const char *const want[] = {"a number", "a whole number", "true or false", "a string", "a string",
+                                       "a string"};
     return trex_err_set(err, TREX_EINVAL, "%s: optimizer setting '%s' must be %s", label, f->name,
                         want[f->type]);
 }
@@ -447,6 +490,10 @@ void trex_optimizer_destroy(trex_optimizer *o)
     trex_mem_free(o->mem, TREX_REGION_BUFFERS, o->ws_block);
     trex_mem_free(o->mem, TREX_REGION_BUFFERS, o->chunk_sq);
     trex_mem_free(o->mem, TREX_REGION_BUFFERS, o->chunk_bad);
+    if (o->gws)
+        for (int w = 0; w < o->nthreads; w++)
+            trex_gemm_ws_destroy(o->gws[w]);
+    free(o->gws);
     free_plan(o);
     free(o);
 }
@@ -606,7 +653,11 @@ trex_code trex_optimizer_create(trex_optimizer **out, const trex_layout *lay, co
     o->chunk_sq = trex_mem_alloc(mem, TREX_REGION_BUFFERS, (size_t)o->n_chunks * sizeof(double));
     o->chunk_bad = trex_mem_alloc(mem, TREX_REGION_BUFFERS, (size_t)o->n_chunks * sizeof(int64_t));
     o->ws = xcalloc((size_t)nthreads, sizeof *o->ws);
-    if (!o->state || !o->ws_block || !o->chunk_sq || !o->chunk_bad || !o->ws) {
+    o->gws = xcalloc((size_t)nthreads, sizeof *o->gws);
+    bool gws_ok = o->gws != NULL;
+    for (int w = 0; w < nthreads && gws_ok && o->n_muon > 0; w++)
+        gws_ok = (o->gws[w] = trex_gemm_ws_create()) != NULL;
+    if (!o->state || !o->ws_block || !o->chunk_sq || !o->chunk_bad || !o->ws || !gws_ok) {
         rc = trex_err_set(err, TREX_ENOMEM,
                           "optimizer: out of memory allocating %.3f GiB of state and %.3f GiB of workspace",
                           (double)o->state_floats * 4.0 / 1073741824.0, (double)ws_total * 4.0 / 1073741824.0);
@@ -775,34 +826,96 @@ typedef struct step_task {
     trex_pool *pool; /* for the GEMMs of large Muon matrices */
 } step_task;
 
+/* The constants of one AdamW pass. */
+typedef struct adamw_k {
+    double b1, b2, eps;
+    double step_size; /* lr / (1 - beta1^t) */
+    double bc2_sqrt;  /* sqrt(1 - beta2^t) */
+    double decay;     /* 1 - lr wd, or 1 */
+} adamw_k;
+
+/* One fused AdamW pass over n elements: m, v and w read and written once, g read once. Per element, in
+ * double on fp32 values, with every operation in the order of the original loop (and of docs/optim.md):
+ *   m = (float)(b1 m + (1-b1) g);  v = (float)(b2 v + ((1-b2) g) g)
+ *   w = (float)(w decay - step_size m / (sqrt(v) / bc2_sqrt + eps))
+ * Each operation is one IEEE-rounded double operation in the SSE2 lanes and in the scalar tail alike
+ * (no FMA contraction in C11 mode), so the bits are those of the scalar code wherever the lanes fall.
+ * The cost is the double divider (two divisions and a square root per element), not memory: 2 lanes
+ * of SSE2 run it about 2x faster than scalar code; wider vectors gain little more (docs/perf.md). */
+#if defined(__SSE2__)
+/* Two floats widened to two doubles, and two doubles' worth of float lanes stored (any alignment). */
+static inline __m128d load2(const float *p)
+{
+    double d;
+    memcpy(&d, p, sizeof d);
+    return _mm_cvtps_pd(_mm_castpd_ps(_mm_set_sd(d)));
+}
+
+static inline void store2(float *p, __m128 x)
+{
+    const double d = _mm_cvtsd_f64(_mm_castps_pd(x));
+    memcpy(p, &d, sizeof d);
+}
+#endif
+
+static void adamw_span(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, int64_t n,
+                       const adamw_k *c)
+{
+    const double b1 = c->b1, b2 = c->b2, eps = c->eps, step_size = c->step_size, bc2_sqrt = c->bc2_sqrt,
+                 decay = c->decay;
+    int64_t k = 0;
+#if defined(__SSE2__)
+    const __m128d B1 = _mm_set1_pd(b1), C1 = _mm_set1_pd(1.0 - b1), B2 = _mm_set1_pd(b2), C2 = _mm_set1_pd(1.0 - b2),
+                  EPS = _mm_set1_pd(eps), SS = _mm_set1_pd(step_size), Q = _mm_set1_pd(bc2_sqrt),
+                  D = _mm_set1_pd(decay);
+    for (; k + 2 <= n; k += 2) {
+        const __m128d gk = load2(g + k), mk = load2(m + k), vk = load2(v + k), wk = load2(w + k);
+        const __m128 mf = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(B1, mk), _mm_mul_pd(C1, gk)));
+        const __m128 vf = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(B2, vk), _mm_mul_pd(_mm_mul_pd(C2, gk), gk)));
+        store2(m + k, mf);
+        store2(v + k, vf);
+        const __m128d den = _mm_add_pd(_mm_div_pd(_mm_sqrt_pd(_mm_cvtps_pd(vf)), Q), EPS);
+        const __m128d up = _mm_div_pd(_mm_mul_pd(SS, _mm_cvtps_pd(mf)), den);
+        store2(w + k, _mm_cvtpd_ps(_mm_sub_pd(_mm_mul_pd(wk, D), up)));
+    }
+#endif
+    for (; k < n; k++) {
+        const double gk = g[k];
+        const float mk = (float)(b1 * (double)m[k] + (1.0 - b1) * gk);
+        const float vk = (float)(b2 * (double)v[k] + (1.0 - b2) * gk * gk);
+        m[k] = mk;
+        v[k] = vk;
+        const double denom = sqrt((double)vk) / bc2_sqrt + eps;
+        w[k] = (float)((double)w[k] * decay - step_size * (double)mk / denom);
+    }
+}
+
+/* AdamW over chunks [c0, c1): the pool gives each thread one contiguous run of chunks (64 Ki elements,
+ * each starting on a 64-byte boundary of the weights, gradients and state: no cache line is shared
+ * between threads), and an element's arithmetic does not depend on the split. */
 static void adamw_chunks(void *arg, int64_t c0, int64_t c1, int tid)
 {
     (void)tid;
     const step_task *t = arg;
     const trex_optimizer *o = t->o;
-    const double b1 = o->s.beta1, b2 = o->s.beta2, eps = o->s.eps;
-    const double step_size = t->lr / t->bc1, bc2_sqrt = sqrt(t->bc2);
+    adamw_k k = {.b1 = o->s.beta1,
+                 .b2 = o->s.beta2,
+                 .eps = o->s.eps,
+                 .step_size = t->lr / t->bc1,
+                 .bc2_sqrt = sqrt(t->bc2)};
     for (int64_t c = c0; c < c1; c++) {
         const chunk *ch = &o->adam[c];
         const trex_param *p = &o->lay->params[ch->param];
         const int64_t rel = ch->begin - p->offset;
         float *m = o->state + o->state_off[ch->param] + rel;
         float *v = m + align16((size_t)p->numel);
-        float *w = t->params + ch->begin;
-        const float *g = t->grads + ch->begin;
-        const double decay = o->decay[ch->param] ? 1.0 - t->lr * o->s.weight_decay : 1.0;
-        for (int64_t k = 0; k < ch->len; k++) {
-            const double gk = g[k];
-            m[k] = (float)(b1 * (double)m[k] + (1.0 - b1) * gk);
-            v[k] = (float)(b2 * (double)v[k] + (1.0 - b2) * gk * gk);
-            const double denom = sqrt((double)v[k]) / bc2_sqrt + eps;
-            w[k] = (float)((double)w[k] * decay - step_size * (double)m[k] / denom);
-        }
+        k.decay = o->decay[ch->param] ? 1.0 - t->lr * o->s.weight_decay : 1.0;
+        adamw_span(t->params + ch->begin, m, v, t->grads + ch->begin, ch->len, &k);
     }
 }
 
-/* Momentum, Newton–Schulz and the weight update of one Muon matrix, with workspace ws. */
-static void muon_matrix(const step_task *t, trex_pool *pool, int64_t i, float *ws)
+/* Momentum, Newton–Schulz and the weight update of one Muon matrix, with workspaces ws and gws. */
+static void muon_matrix(const step_task *t, trex_pool *pool, int64_t i, float *ws, trex_gemm_ws *gws)
 {
     const trex_optimizer *o = t->o;
     const trex_muon_matrix *u = &o->muon[i];
@@ -817,7 +930,7 @@ static void muon_matrix(const step_task *t, trex_pool *pool, int64_t i, float *w
         mom[k] = mu * mom[k] + g[k];
         x[k] = o->s.nesterov ? mu * mom[k] + g[k] : mom[k];
     }
-    trex_muon_orthogonalize(pool, x, n, m, ws + align16((size_t)numel));
+    trex_muon_orthogonalize_ex(pool, x, n, m, ws + align16((size_t)numel), o->s.muon_ns, gws);
     const double scale = t->lr * sqrt((double)(n > m ? n : m)) * o->s.update_rms;
     const double decay = o->decay[u->param] ? 1.0 - t->lr * o->s.weight_decay : 1.0;
     for (int64_t k = 0; k < numel; k++)
@@ -830,7 +943,7 @@ static void muon_workers(void *arg, int64_t w0, int64_t w1, int tid)
     const step_task *t = arg;
     for (int64_t w = w0; w < w1; w++)
         for (int64_t j = t->o->worker_start[w]; j < t->o->worker_start[w + 1]; j++)
-            muon_matrix(t, NULL, t->o->worker_units[j], t->o->ws[w]);
+            muon_matrix(t, NULL, t->o->worker_units[j], t->o->ws[w], t->o->gws[w]);
 }
 
 void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, const float *grads, double lr)
@@ -849,7 +962,7 @@ void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, cons
     };
     trex_pool_for(pool, o->n_adam, 1, adamw_chunks, &t);
     for (int64_t j = 0; j < o->n_large; j++)
-        muon_matrix(&t, pool, o->large[j], o->ws[0]);
+        muon_matrix(&t, pool, o->large[j], o->ws[0], o->gws[0]);
     trex_pool_for(pool, o->nthreads, 1, muon_workers, &t);
 }
 
