@@ -169,9 +169,21 @@ assert [r["indexer_warmup"] for r in rows] == [True, True, False]
 assert [r["attention"] for r in rows] == ["dense", "dense", "sparse"]
 PY
 
-# --- Muon runs (slow on the reference GEMM: two steps on the small config) ---------------------------------
+# --- Muon runs (two steps on the small config), Newton-Schulz in bf16 (default) and fp32 -------------------
 "$TREX" train "${common[@]}" --steps 2 --save-every 0 --optimizer muon --lr 2e-3 --out "$tmp/M" >"$tmp/outM" 2>&1 && ok || { bad "muon run"; cat "$tmp/outM"; }
 "$PY" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r)==2 and r[1]["loss_main"]<r[0]["loss_main"]+1' "$tmp/M/metrics.jsonl" && ok || bad "muon metrics"
+expect_line "$tmp/outM" "muon_ns=bf16" "Newton-Schulz in bf16 by default"
+"$TREX" train "${common[@]}" --steps 2 --save-every 0 --optimizer muon --muon-ns fp32 --lr 2e-3 --out "$tmp/M32" >"$tmp/outM32" 2>&1 && ok || { bad "muon fp32 run"; cat "$tmp/outM32"; }
+expect_line "$tmp/outM32" "muon_ns=fp32" "--muon-ns fp32 in the effective settings"
+"$PY" - "$tmp" <<'PY' && ok || bad "muon: bf16 and fp32 Newton-Schulz differ after step 1, start equal"
+import json, sys
+d = sys.argv[1]
+a = [json.loads(l) for l in open(d + "/M/metrics.jsonl")]
+b = [json.loads(l) for l in open(d + "/M32/metrics.jsonl")]
+assert a[0]["loss_main"] == b[0]["loss_main"], "step 1 runs before any update"
+assert a[1]["loss_main"] != b[1]["loss_main"], "the updates differ"
+assert abs(a[1]["loss_main"] - b[1]["loss_main"]) < 0.05 * b[1]["loss_main"], "but stay close"
+PY
 
 # --- NaN/Inf: one skipped step, then K in a row stop the run ---------------------------------------------
 TREX_FAULT_NAN_STEPS=3 "$TREX" train "${common[@]}" --out "$tmp/N1" >"$tmp/outN" 2>"$tmp/errN"; rc=$?
@@ -228,6 +240,7 @@ err_case() {  # err_case NAME REGEX CMD...: exit 1 and the message
   expect_line "$tmp/e" "$re" "$name"
 }
 err_case "bad precision" "--precision: 'fp16' is not a precision \(use fp32" "$TREX" train "${common[@]}" --precision fp16 --out "$tmp/E0"
+err_case "bad muon_ns" "--muon-ns: 'fp16' is not a Newton-Schulz precision \\(use bf16" "$TREX" train "${common[@]}" --muon-ns fp16 --out "$tmp/E0m"
 err_case "bad recompute" "--recompute: 'some' is not a recompute policy \(use none, or full" "$TREX" train "${common[@]}" --recompute some --out "$tmp/E0r"
 err_case "resume with another precision" "--resume .*: precision = \"fp32\", but the run was started with precision = \"bf16\"" \
   "$TREX" train --resume "$tmp/P" --precision fp32 --steps 8

@@ -28,6 +28,7 @@ typedef enum ftype {
     F_ORDER,     /* bool shuffle: "shuffle" | "sequential" */
     F_PRECISION, /* trex_dtype: "fp32" (TREX_F32) | "bf16" (TREX_BF16) */
     F_RECOMPUTE, /* trex_model_recompute: "none" | "full" */
+    F_MUON_NS,   /* trex_muon_ns: "bf16" | "fp32" */
 } ftype;
 
 typedef struct tfield {
@@ -51,6 +52,7 @@ static const tfield tfields[] = {
     TF(mbs, F_I64),
     {"data_order", F_ORDER, offsetof(trex_train_settings, shuffle)},
     TO("optimizer", kind, F_OPTIM),
+    TO("muon_ns", muon_ns, F_MUON_NS),
     TO("lr", lr, F_F64),
     TO("min_lr", min_lr, F_F64),
     TO("warmup", warmup_steps, F_I64),
@@ -181,6 +183,9 @@ cJSON *trex_train_settings_to_json(const trex_train_settings *s)
         case F_PRECISION:
             v = cJSON_CreateString(*(const trex_dtype *)p == TREX_BF16 ? "bf16" : "fp32");
             break;
+        case F_MUON_NS:
+            v = cJSON_CreateString(trex_muon_ns_name(*(const trex_muon_ns *)p));
+            break;
         case F_RECOMPUTE:
             v = cJSON_CreateString(trex_model_recompute_name(*(const trex_model_recompute *)p));
             break;
@@ -299,6 +304,13 @@ static trex_code set_text(trex_train_settings *s, const tfield *f, const char *t
                                 "with fp32 sums, docs/precision.md)",
                                 label, t);
         return TREX_OK;
+    case F_MUON_NS:
+        return trex_muon_ns_parse(t, (trex_muon_ns *)p, err) == TREX_OK
+                   ? TREX_OK
+                   : trex_err_set(err, TREX_EINVAL,
+                                  "%s: '%s' is not a Newton-Schulz precision (use bf16: bf16 products with "
+                                  "fp32 sums, or fp32: the reference; docs/optim.md)",
+                                  label, t);
     case F_RECOMPUTE:
         if (!trex_model_recompute_parse(t, (trex_model_recompute *)p))
             return trex_err_set(err, TREX_EINVAL,
@@ -505,6 +517,9 @@ void trex_train_settings_print(const trex_train_settings *s, FILE *out)
             break;
         case F_PRECISION:
             fprintf(out, "%s", *(const trex_dtype *)p == TREX_BF16 ? "bf16" : "fp32");
+            break;
+        case F_MUON_NS:
+            fprintf(out, "%s", trex_muon_ns_name(*(const trex_muon_ns *)p));
             break;
         case F_RECOMPUTE:
             fprintf(out, "%s", trex_model_recompute_name(*(const trex_model_recompute *)p));

@@ -72,7 +72,7 @@ int trex_cmd_train(int argc, char **argv)
         {"gbs", "N", "global batch: sequences per step [8]", NULL},
         {"mbs", "N", "micro-batch: sequences per forward/backward; gbs/mbs micro-batches per step [1]", NULL},
         {"data_order", "shuffle|sequential", "a seeded permutation per epoch, or file order [shuffle]", NULL},
-        {"optimizer", "adamw|muon", "AdamW everywhere, or Muon for matrices (slow on the fp32 reference GEMM) [adamw]",
+        {"optimizer", "adamw|muon", "AdamW everywhere, or Muon for matrices (Newton-Schulz precision: --muon-ns) [adamw]",
          NULL},
         {"lr", "X", "peak learning rate [3e-4]", NULL},
         {"min_lr", "X", "learning rate at the end of the cosine decay [3e-5]", NULL},
@@ -100,6 +100,8 @@ int trex_cmd_train(int argc, char **argv)
         {"seed", "S", "weights (without --init) and data order [1]", NULL},
         {"precision", "fp32|bf16", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; "
          "docs/precision.md); a resumed run keeps it [fp32]", NULL},
+        {"muon_ns", "bf16|fp32", "precision of Muon's Newton-Schulz products: bf16 (bf16 operands, fp32 sums, "
+         "on AMX) or fp32 (the reference); docs/optim.md [bf16]", NULL},
         {"recompute", "none|full", "activations kept for the backward: none keeps every block's; full keeps "
          "only each block's input and runs the block's forward again in the backward (same results, less "
          "memory, ~1/3 more block compute; docs/perf.md) [none]", NULL},
