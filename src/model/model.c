@@ -10,7 +10,10 @@
  *            the MTP block (layer index num_hidden_layers), mtp.0.hc_head -> mtp.0.norm -> head,
  *            cross-entropy against token i+2.
  * With backward, every block keeps its input streams, the per-token mHC state and the sub-layer
- * outputs y; the normed sub-layer inputs are recomputed in the backward. The head never holds the
+ * outputs y; the normed sub-layer inputs are recomputed in the backward. With recompute full the main
+ * blocks keep only their input streams: the forward rewinds the arena after each block, and the
+ * backward runs each block's forward again (into scratch losses and expert counts) right before its
+ * backward, with the same bits. The head never holds the
  * [N, V] logits unless the caller asks for them: it runs in row chunks, and when gradients are wanted
  * the forward takes the cross-entropy gradient of each chunk while its logits are at hand (the head's
  * weight gradient and d loss/d hn are ready before the backward starts). Every reduction over tokens (embedding gradient,
