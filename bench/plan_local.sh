@@ -21,8 +21,9 @@
 #   - the load factors: over 10 s of alternating 0.5 s slices on one thread and on the pool (a
 #     256 x 4096 x 1024 product), one thread's wall speed / its CPU speed (serial_share) and the pool's
 #     wall speed / one thread's CPU speed (speedup);
-#   - the attention core kernels (src/model/attention_math.h: am_sattn_forward and both sides of the
-#     backward) at c = 128 and 512, FLOPs counted as the planner counts them (the mean is kept);
+#   - the attention core kernels as the engine runs them (the fused table of src/kernels/fused.h at the
+#     dispatch's level: forward and both sides of the backward) at c = 128 and 512, FLOPs counted as the
+#     planner counts them (the mean is kept);
 #   - exp() / expf() inside a loop; a streaming pass (RMSNorm, bytes read + written); the mHC per-token
 #     work (trex_mhc_* on a 16-wide copy of dsv4-tiny, so the width-proportional part is negligible);
 #     first touch of fresh pages (a 256 MiB calloc written twice); one AdamW update
@@ -59,6 +60,7 @@ cat >"$work/rates.c" <<'EOF'
 #include <time.h>
 
 #include "kernels/dispatch.h"
+#include "kernels/fused.h"
 #include "kernels/kernels.h"
 #include "model/layers.h"
 #include "model/mhc.h"
@@ -263,22 +265,24 @@ static double attn_rate(int64_t H, int64_t c, int64_t n, int reps)
     for (int64_t e = 0; e < n; e++)
         V[e] = kv + e * c, dV[e] = dkv + e * c;
     float scale = 1.0f / sqrtf((float)c);
+    const trex_fused_table *ft = trex_fused();
+    float *ws = malloc((size_t)TREX_FUSED_SATTN_WS(n, H) * sizeof *ws);
     double t[32];
     int inner = (int)(2e7 / (double)(H * n * c)) + 1;
     for (int r = 0; r < reps; r++) {
         double a = cpu();
         for (int i = 0; i < inner; i++) {
-            am_sattn_forward_f(o, lse, z, q, V, n, H, c, sink, scale);
+            ft->sattn_fwd(o, lse, z, ws, q, V, n, H, c, sink, scale);
             am_sattn_delta_f(D, g, o, H, c);
-            am_sattn_backward_query_f(dq, dsink, NULL, g, q, V, n, H, c, sink, scale, lse, D);
-            am_sattn_backward_entries_f(dV, psum, V, n, q, g, H, c, scale, lse, D);
+            ft->sattn_bwd_query(dq, dsink, NULL, ws, g, q, V, n, H, c, sink, scale, lse, D);
+            ft->sattn_bwd_entries(dV, psum, ws, V, n, q, g, H, c, scale, lse, D);
         }
         t[r] = (cpu() - a) / inner;
     }
     /* the planner's count: forward 4c, backward 14c per (entry, head) */
     double flops = (double)(H * n) * 18.0 * (double)c;
     free(q), free(g), free(kv), free(o), free(dq), free(z), free(lse), free(D), free(sink), free(dsink);
-    free(psum), free(dkv), free(V), free(dV);
+    free(psum), free(dkv), free(V), free(dV), free(ws);
     return flops / median(t, reps) / 1e9;
 }
 
