@@ -46,13 +46,12 @@ run() {  # run OUT MODE [extra args...]; env passes through
 # then about 2.5x margin). A wrong transpose or an unrounded operand in one layer moves these by O(1).
 check_bounds() {  # check_bounds BF16_OUT FP32_OUT LABEL
   "$PY" - "$1" "$2" "$3" <<'EOF'
-import json, struct, sys
+import sys
 import numpy as np
+sys.path.insert(0, "tests/ref")
+import st  # the suite's safetensors reader
 def load(p):
-    with open(p, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); data = f.read()
-    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32)
-                 .astype(np.float64) for k, v in h.items() if k != "__metadata__"}
+    return {k: v.astype(np.float64).ravel() for k, v in st.load(p)[0].items()}
 x, r, label = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
 fails = []
 def rel(a, b): return float(np.linalg.norm(a - b) / np.linalg.norm(b))
@@ -100,13 +99,12 @@ done
 #    times over them. One run with 5-row chunks: odd rows, a padding column, many chunks.
 check_head() {  # check_head X3_OUT FP32_OUT LABEL
   "$PY" - "$1" "$2" "$3" <<'EOF'
-import json, struct, sys
+import sys
 import numpy as np
+sys.path.insert(0, "tests/ref")
+import st  # the suite's safetensors reader
 def load(p):
-    with open(p, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); data = f.read()
-    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32)
-                 .astype(np.float64) for k, v in h.items() if k != "__metadata__"}
+    return {k: v.astype(np.float64).ravel() for k, v in st.load(p)[0].items()}
 x, r, label = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
 fails = []
 def rel(a, b): return float(np.linalg.norm(a - b) / np.linalg.norm(b))
