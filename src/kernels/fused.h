@@ -4,9 +4,10 @@
  * residual mixes) runs through one small table of entry points, chosen once per process from the
  * level of the kernel dispatch (trex_kernels_isa(), so TREX_ISA caps it too): the plain-C reference
  * (kernels/ref/fused.c, the scalar code of model/attention_math.h and model/mhc_real.h) or the AVX-512
- * leaves (kernels/x86/avx512/fused.c, reached only through this table).
+ * leaves (kernels/x86/avx512/fused.c, reached only through this table); the amx level is the AVX-512
+ * table plus the bf16 attention core on AMX tiles (sattn_*_bf16 below, bf16 compute mode only).
  *
- * Every variant gives the reference's bits. The leaves vectorise across the independent sums (16
+ * Every fp32 variant gives the reference's bits. The leaves vectorise across the independent sums (16
  * partial sums of a dot product are one 512-bit register; several dot products run at once) and keep,
  * per output element, the reference's order of operations and its separate multiply and add (no fused
  * multiply-add: the build is ISO C, so the compiler never contracts either). exp and log stay libm's
@@ -28,6 +29,19 @@
 
 /* Floats of scratch the attention entries need for n entries and H heads. */
 #define TREX_FUSED_SATTN_WS(n, H) (4 * (int64_t)(H) * (int64_t)(n) + 16)
+
+/* Floats of scratch the bf16 attention entries (sattn_*_bf16 below) need for n entries, H heads of c
+ * dims: bf16 copies of q, g and the entries (row-major and pair-interleaved), the score tiles, P and dZ
+ * in bf16, the key side's [P | scale dZ] rows and [G ; Q] panel, and 64-byte alignment slack. Covers the
+ * reference's needs too. Heads round up to 16, c to 32, n to 32. */
+#define TREX_FUSED_SATTN_HP(H) (((int64_t)(H) + 15) / 16 * 16)
+#define TREX_FUSED_SATTN_CP(c) (((int64_t)(c) + 31) / 32 * 32)
+#define TREX_FUSED_SATTN_NP(n) (((int64_t)(n) + 31) / 32 * 32)
+#define TREX_FUSED_SATTN_BF16_WS(n, H, c)                                                       \
+    (5 * TREX_FUSED_SATTN_HP(H) * TREX_FUSED_SATTN_CP(c) +                                      \
+     2 * TREX_FUSED_SATTN_NP(n) * TREX_FUSED_SATTN_CP(c) +                                      \
+     4 * TREX_FUSED_SATTN_NP(n) * TREX_FUSED_SATTN_HP(H) + 2 * (int64_t)(H) * (int64_t)(c) +    \
+     2 * (int64_t)(H) * (int64_t)(n) + 3 * (int64_t)(c) + 4 * (int64_t)(H) + 16 * 16)
 
 /* sum_i a_i b_i over 16 interleaved partial sums combined in a fixed tree (am_dot_f). */
 typedef float (*trex_fused_dot_fn)(const float *a, const float *b, int64_t n);
@@ -57,6 +71,20 @@ typedef void (*trex_fused_sattn_bwd_entries_fn)(float *const *dV, float *psum, f
                                                 const float *g, int64_t H, int64_t c, float scale,
                                                 const float *lse, const float *D);
 
+/* bf16 variants of the three attention entries (bf16 compute mode, docs/precision.md): the same
+ * contracts and arguments as the three above, except that ws holds TREX_FUSED_SATTN_BF16_WS(n, H, c)
+ * floats and every matrix product takes bf16-rounded operands (round to nearest even) with fp32 sums:
+ * q, g and the entries V[e] are rounded to bf16; scores z = scale (q.v) and dP = g.v are fp32 sums of
+ * exact bf16 products; the softmax, exp, log and lse stay fp32; the forward's o = sum_e bf(p_e) v_e
+ * with p_e = exp(z_e - mx) / den (den = exp(sink - mx) + sum_e exp(z_e - mx), lse = mx + log den);
+ * the query side's dq = scale sum_e bf(dz_e) v_e; the key side's dV[e] += sum_h bf(p_he) g_h +
+ * bf(scale dz_he) q_h (summed in fp32 over the 2H terms, then added to dV[e]). P, psum, dsink and z
+ * are fp32 as in the fp32 entries. kernels/ref/attn_bf16.c defines the semantics (a fixed order of
+ * the fp32 sums); the AMX leaves (kernels/x86/amx/attn.c) sum in the tile unit's order and use a
+ * vector exp (about 1 ulp), so they agree with the reference within fp32 rounding (and rare one-ulp
+ * flips of a bf16-rounded p or dz); tests/test_attn_bf16.c states the bounds. Each entry's results
+ * depend only on that entry and the query, not on which other entries share the call. */
+
 /* mHC, one token of n <= 8 streams of d floats (model/mhc_real.h):
  *   post_fwd      Xo_k = post_k y + sum_j comb_jk X_j (mhc_post_tok_fwd_f);
  *   post_bwd      its backward: dy, dX written, dpost [n], dcomb [n*n] written, the sums over d in
@@ -81,6 +109,13 @@ typedef struct trex_fused_table {
     trex_fused_sattn_fwd_fn sattn_fwd;
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
+    /* bf16 variants (ws of TREX_FUSED_SATTN_BF16_WS floats, 64-byte alignment not required): the
+     * reference at the ref level, the AMX leaves at the amx level; NULL at avx2 / avx512, where the
+     * plain-C variant would be slower than the fp32 leaves and bf16 mode keeps the fp32 entries */
+    trex_fused_sattn_fwd_fn sattn_fwd_bf16;
+    trex_fused_sattn_bwd_query_fn sattn_bwd_query_bf16;
+    trex_fused_sattn_bwd_entries_fn sattn_bwd_entries_bf16;
+    const char *sattn_bf16_name;
     trex_fused_mhc_post_fwd_fn mhc_post_fwd;
     trex_fused_mhc_post_bwd_fn mhc_post_bwd;
     trex_fused_mhc_collapse_fn mhc_collapse;
@@ -115,5 +150,30 @@ void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const f
 void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const float *X, float *x);
 void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
                                         const float *dx, float *dw, float *dX);
+
+
+/* bf16 attention: the reference (kernels/ref/attn_bf16.c) and the AMX leaves (kernels/x86/amx/attn.c). */
+void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
+                                   const float *const *V, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale);
+void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
+                                         const float *g, const float *q, const float *const *V,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D);
+void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
+                                           const float *const *V, int64_t n, const float *q,
+                                           const float *g, int64_t H, int64_t c, float scale,
+                                           const float *lse, const float *D);
+void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
+                                   const float *const *V, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale);
+void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
+                                         const float *g, const float *q, const float *const *V,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D);
+void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
+                                           const float *const *V, int64_t n, const float *q,
+                                           const float *g, int64_t H, int64_t c, float scale,
+                                           const float *lse, const float *D);
 
 #endif

@@ -360,7 +360,7 @@ typedef struct qscr {
     size_t V, cidx, heap, z, o, scores, ps, mark, a, ws, kp, ia, total;
 } qscr;
 
-static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse)
+static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse, bool bf16)
 {
     qscr L = {0};
     const int64_t maxset = (dm->csa && sparse) ? (dm->topk < docs->maxnb ? dm->topk : docs->maxnb)
@@ -376,7 +376,8 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse)
     L.ps = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
     L.mark = lay(&t, (size_t)(docs->maxnb + 1));
     L.a = lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
-    L.ws = lay(&t, (size_t)TREX_FUSED_SATTN_WS(ne, dm->H) * sizeof(float));
+    L.ws = lay(&t, (size_t)(bf16 ? TREX_FUSED_SATTN_BF16_WS(ne, dm->H, dm->c)
+                                : TREX_FUSED_SATTN_WS(ne, dm->H)) * sizeof(float));
     L.kp = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float *));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * (docs->maxnb + 1)) * sizeof(float));
     L.total = t;
@@ -388,6 +389,9 @@ typedef struct qtask {
     const attn_docs *docs;
     const trex_attn_cache *c; /* q, kv, compressed entries, indexer, selections */
     const trex_fused_table *fk;
+    /* the core attention entries of the run's precision (fk's fp32 or bf16 variants) */
+    trex_fused_sattn_fwd_fn sattn_fwd;
+    trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     const float *sink;
     bool select;              /* forward: choose top-k (CSA sparse) */
     bool kl;                  /* KL terms (forward) / KL gradient (backward) */
@@ -474,8 +478,8 @@ static void qfwd_one(const qtask *a, int64_t t, char *w)
     int64_t n = gather_entries(a, t, V, cidx, need_scores ? scores : NULL,
                                (const float **)(w + a->L.kp), (float *)(w + a->L.ia), heap, mark,
                                &nw, &ncs);
-    a->fk->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H, dm->c,
-                     a->sink, dm->scale);
+    a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H, dm->c,
+                 a->sink, dm->scale);
     /* inverse RoPE of the output at the query's position */
     const int64_t pos = a->docs->tpos[t];
     float *o = a->o + t * hc;
@@ -532,9 +536,9 @@ static void qbwd_one(const qtask *a, int64_t t, char *w)
     int64_t nw, ncs;
     int64_t n = gather_entries(a, t, V, cidx, NULL, NULL, NULL, NULL, NULL, &nw, &ncs);
     const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
-    a->fk->sattn_bwd_query(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL, (float *)(w + a->L.ws),
-                           a->gO + t * hc, c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale,
-                           c->lse + t * H, a->D + t * H);
+    a->sattn_bwd_query(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL, (float *)(w + a->L.ws),
+                       a->gO + t * hc, c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale,
+                       c->lse + t * H, a->D + t * H);
     if (!kl)
         return;
     /* dKL/dI_s = il_scale (q_s - p_s); through the head weights and the ReLU into iq and hw */
@@ -596,6 +600,8 @@ typedef struct ktask {
     const attn_docs *docs;
     const trex_attn_cache *c;
     const trex_fused_table *fk;
+    trex_fused_sattn_bwd_entries_fn sattn_bwd_entries; /* fk's fp32 or bf16 variant */
+    bool bf16;              /* scratch sized for the bf16 entries */
     const float *gO, *D;
     float *dkv;             /* [N, c] */
     float *dC, *dik;        /* [nc, c], [nc, cI] */
@@ -615,15 +621,29 @@ typedef struct kscr {
     int64_t *ent;
 } kscr;
 
-static size_t kscr_bytes(const attn_dims *dm)
+/* Entries of one key-side call: a KTILE of compressed entries, or the window entries of a run of
+ * tiles that one query sees (at most nwin). */
+static int64_t kscr_max(const attn_dims *dm)
+{
+    return dm->nwin > KTILE ? dm->nwin : KTILE;
+}
+
+static int64_t kscr_ws_floats(const attn_dims *dm, bool bf16)
+{
+    const int64_t n = kscr_max(dm);
+    return bf16 ? TREX_FUSED_SATTN_BF16_WS(n, dm->H, dm->c) : TREX_FUSED_SATTN_WS(n, dm->H);
+}
+
+static size_t kscr_bytes(const attn_dims *dm, bool bf16)
 {
     size_t t = 0;
-    lay(&t, KTILE * sizeof(float *));
-    lay(&t, KTILE * sizeof(float *));
-    lay(&t, KTILE * sizeof(float));
+    const size_t km = (size_t)kscr_max(dm);
+    lay(&t, km * sizeof(float *));
+    lay(&t, km * sizeof(float *));
+    lay(&t, km * sizeof(float));
     lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
     lay(&t, KTILE * sizeof(int64_t));
-    lay(&t, (size_t)TREX_FUSED_SATTN_WS(KTILE, dm->H) * sizeof(float));
+    lay(&t, (size_t)kscr_ws_floats(dm, bf16) * sizeof(float));
     lay(&t, (size_t)((dm->nI + 1) * KTILE) * sizeof(float));
     lay(&t, KTILE * sizeof(float *));
     return t;
@@ -634,42 +654,45 @@ static kscr kscr_get(const ktask *a, int tid)
     char *w = a->scr + (size_t)tid * a->stride;
     size_t t = 0;
     kscr k;
-    k.V = (const float **)(w + lay(&t, KTILE * sizeof(float *)));
-    k.dV = (float **)(w + lay(&t, KTILE * sizeof(float *)));
-    k.psum = (float *)(w + lay(&t, KTILE * sizeof(float)));
+    const size_t km = (size_t)kscr_max(a->dm);
+    k.V = (const float **)(w + lay(&t, km * sizeof(float *)));
+    k.dV = (float **)(w + lay(&t, km * sizeof(float *)));
+    k.psum = (float *)(w + lay(&t, km * sizeof(float)));
     k.av = (float *)(w + lay(&t, (size_t)(a->dm->nI + 1) * sizeof(float)));
     k.ent = (int64_t *)(w + lay(&t, KTILE * sizeof(int64_t)));
-    k.ws = (float *)(w + lay(&t, (size_t)TREX_FUSED_SATTN_WS(KTILE, a->dm->H) * sizeof(float)));
+    k.ws = (float *)(w + lay(&t, (size_t)kscr_ws_floats(a->dm, a->bf16) * sizeof(float)));
     k.ia = (float *)(w + lay(&t, (size_t)((a->dm->nI + 1) * KTILE) * sizeof(float)));
     k.kp = (const float **)(w + lay(&t, KTILE * sizeof(float *)));
     return k;
 }
 
-/* Window entries: tile of KTILE consecutive tokens; each entry gathers from the queries that see it
- * (same document, t - nwin < j <= t), queries ascending, heads ascending. */
+/* Window entries: the work items are tiles of KTILE consecutive tokens; a thread's run of tiles
+ * [k0, k1) gathers, query by query ascending, the entries of the run that each query sees (same
+ * document, t - nwin < j <= t) in one call, heads ascending inside it. Each entry row gets its terms in
+ * query order whatever the runs are (every entry's result in a call depends only on that entry), so
+ * the sums are the same for any thread count, and one call per query amortises the per-query work. */
 static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
 {
     const ktask *a = arg;
     const attn_dims *dm = a->dm;
     const int64_t N = dm->N, H = dm->H, c = dm->c, hc = H * c;
     kscr ks = kscr_get(a, tid);
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t j0 = k * KTILE, j1 = (j0 + KTILE < N) ? j0 + KTILE : N;
-        const int64_t tmax = (j1 - 1 + dm->nwin - 1 < N - 1) ? j1 - 1 + dm->nwin - 1 : N - 1;
-        for (int64_t t = j0; t <= tmax; t++) {
-            const int64_t jlo = (t - dm->nwin + 1 > j0) ? t - dm->nwin + 1 : j0;
-            const int64_t jhi = (t < j1 - 1) ? t : j1 - 1;
-            int64_t n = 0;
-            for (int64_t j = jlo; j <= jhi; j++) {
-                if (a->docs->seg[j] != a->docs->seg[t])
-                    continue;
-                ks.V[n] = a->c->kv + j * c;
-                ks.dV[n++] = a->dkv + j * c;
-            }
-            a->fk->sattn_bwd_entries(ks.dV, ks.psum, ks.ws, ks.V, n, a->c->q + t * hc,
-                                     a->gO + t * hc, H, c, dm->scale, a->c->lse + t * H,
-                                     a->D + t * H);
+    const int64_t j0 = k0 * KTILE, j1 = (k1 * KTILE < N) ? k1 * KTILE : N;
+    if (j0 >= j1)
+        return;
+    const int64_t tmax = (j1 - 1 + dm->nwin - 1 < N - 1) ? j1 - 1 + dm->nwin - 1 : N - 1;
+    for (int64_t t = j0; t <= tmax; t++) {
+        const int64_t jlo = (t - dm->nwin + 1 > j0) ? t - dm->nwin + 1 : j0;
+        const int64_t jhi = (t < j1 - 1) ? t : j1 - 1;
+        int64_t n = 0;
+        for (int64_t j = jlo; j <= jhi; j++) {
+            if (a->docs->seg[j] != a->docs->seg[t])
+                continue;
+            ks.V[n] = a->c->kv + j * c;
+            ks.dV[n++] = a->dkv + j * c;
         }
+        a->sattn_bwd_entries(ks.dV, ks.psum, ks.ws, ks.V, n, a->c->q + t * hc, a->gO + t * hc, H, c,
+                             dm->scale, a->c->lse + t * H, a->D + t * H);
     }
 }
 
@@ -685,8 +708,8 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n)
         ks->V[i] = c->cmp.out + ks->ent[i] * dm->c;
         ks->dV[i] = a->dC + ks->ent[i] * dm->c;
     }
-    a->fk->sattn_bwd_entries(ks->dV, ks->psum, ks->ws, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
-                             dm->c, dm->scale, c->lse + t * H, a->D + t * H);
+    a->sattn_bwd_entries(ks->dV, ks->psum, ks->ws, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
+                         dm->c, dm->scale, c->lse + t * H, a->D + t * H);
     if (!a->kl || !(c->mass[t] > 0.0f))
         return;
     const int64_t nI = dm->nI, cI = dm->cI;
@@ -1018,6 +1041,10 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.docs = docs;
     qa.c = C;
     qa.fk = trex_fused();
+    /* bf16 mode: the attention core on bf16 operands where the level has it (kernels/fused.h,
+     * docs/precision.md); otherwise the fp32 core */
+    const bool core_bf16 = gdt == TREX_BF16 && qa.fk->sattn_fwd_bf16;
+    qa.sattn_fwd = core_bf16 ? qa.fk->sattn_fwd_bf16 : qa.fk->sattn_fwd;
     qa.sink = w->attn_sink;
     qa.select = C->sparse;
     qa.kl = C->kl;
@@ -1029,7 +1056,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.nsel = C->nsel;
     qa.kl_t = kl_t;
     qa.nqb = (N + QBLOCK - 1) / QBLOCK;
-    qa.L = qscr_layout(dm, docs, C->sparse);
+    qa.L = qscr_layout(dm, docs, C->sparse, core_bf16);
     qa.stride = qa.L.total;
     FALLOC(qa.scr, qa.stride * (size_t)nthreads(ctx));
     trex_pool_for(pool, qa.nqb, 1, qfwd_items, &qa);
@@ -1112,6 +1139,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qa.docs = docs;
     qa.c = C;
     qa.fk = trex_fused();
+    const bool core_bf16 = gdt == TREX_BF16 && qa.fk->sattn_bwd_query_bf16; /* as the forward */
+    qa.sattn_bwd_query = core_bf16 ? qa.fk->sattn_bwd_query_bf16 : qa.fk->sattn_bwd_query;
     qa.sink = w->attn_sink;
     qa.kl = kl;
     qa.gO = gO;
@@ -1122,7 +1151,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qa.dhw = dhw;
     qa.il_scale = (float)il_scale;
     qa.nqb = (N + QBLOCK - 1) / QBLOCK;
-    qa.L = qscr_layout(dm, docs, C->sparse);
+    qa.L = qscr_layout(dm, docs, C->sparse, core_bf16);
     qa.stride = qa.L.total;
     qa.scr = trex_arena_xalloc(ctx->arena, qa.stride * (size_t)nthreads(ctx));
     trex_pool_for(pool, qa.nqb, 1, qbwd_items, &qa);
@@ -1140,12 +1169,14 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     ka.docs = docs;
     ka.c = C;
     ka.fk = trex_fused();
+    ka.sattn_bwd_entries = core_bf16 ? ka.fk->sattn_bwd_entries_bf16 : ka.fk->sattn_bwd_entries;
+    ka.bf16 = core_bf16;
     ka.gO = gO;
     ka.D = D;
     ka.dkv = dkv;
     ka.kl = kl;
     ka.il_scale = (float)il_scale;
-    ka.stride = kscr_bytes(dm);
+    ka.stride = kscr_bytes(dm, core_bf16);
     ka.scr = trex_arena_xalloc(ctx->arena, ka.stride * (size_t)nthreads(ctx));
     trex_pool_for(pool, (N + KTILE - 1) / KTILE, 1, kwin_items, &ka);
     float *dC = NULL, *dik = NULL;

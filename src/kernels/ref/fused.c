@@ -89,6 +89,10 @@ static const trex_fused_table table_ref = {
     .sattn_fwd = sattn_fwd_ref,
     .sattn_bwd_query = sattn_bwd_query_ref,
     .sattn_bwd_entries = sattn_bwd_entries_ref,
+    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_ref,
+    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_ref,
+    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_ref,
+    .sattn_bf16_name = "ref",
     .mhc_post_fwd = mhc_post_fwd_ref,
     .mhc_post_bwd = mhc_post_bwd_ref,
     .mhc_collapse = mhc_collapse_ref,
@@ -104,6 +108,28 @@ static const trex_fused_table table_avx512 = {
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
+    /* no bf16 core here: the plain-C one is about 8x slower than these fp32 leaves, so bf16 mode
+     * keeps the fp32 attention core at this level (sattn_*_bf16 NULL) */
+    .sattn_bf16_name = "none (fp32 core)",
+    .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,
+    .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
+    .mhc_collapse = trex_fused_mhc_collapse_avx512,
+    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,
+};
+
+/* AMX: the avx512 table with the bf16 attention core on tiles (kernels/x86/amx/attn.c) */
+static const trex_fused_table table_amx = {
+    .isa = TREX_ISA_AMX,
+    .name = "amx",
+    .dot = trex_fused_dot_avx512,
+    .dots = trex_fused_dots_avx512,
+    .sattn_fwd = trex_fused_sattn_fwd_avx512,
+    .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
+    .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
+    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_amx,
+    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_amx,
+    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_amx,
+    .sattn_bf16_name = "amx",
     .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,
     .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
     .mhc_collapse = trex_fused_mhc_collapse_avx512,
@@ -116,6 +142,8 @@ const trex_fused_table *trex_fused_for(trex_isa cap)
     /* trex_kernels_table_for applies the machine's limits (CPU and OS) under the cap */
     const trex_isa isa = trex_kernels_table_for(cap)->isa;
 #if defined(__x86_64__) || defined(__i386__)
+    if (isa >= TREX_ISA_AMX)
+        return &table_amx;
     if (isa >= TREX_ISA_AVX512)
         return &table_avx512;
 #endif
@@ -131,7 +159,8 @@ static void active_init(void)
     active = trex_fused_for(trex_kernels_isa());
     const char *v = getenv("TREX_VERBOSE");
     if (v && v[0] && v[0] != '0')
-        fprintf(stderr, "trex: kernels: fused attention / mHC kernels: %s\n", active->name);
+        fprintf(stderr, "trex: kernels: fused attention / mHC kernels: %s (bf16 attention core: %s)\n",
+                active->name, active->sattn_bf16_name);
 }
 
 const trex_fused_table *trex_fused(void)

@@ -1,0 +1,151 @@
+/* kernels/ref/attn_bf16.c — the reference of the bf16 attention entries (kernels/fused.h, bf16 mode).
+ *
+ * Plain C that defines what the bf16 attention core computes: the operands of every product rounded to
+ * bf16 (nearest even, trex_f32_to_bf16), each product exact in fp32 (8-bit by 8-bit significands), the
+ * sums in fp32 in the fixed orders written below, softmax / exp / log in fp32. The AMX leaves
+ * (kernels/x86/amx/attn.c) compute the same quantities with the sums in the tile unit's order.
+ *
+ *   scores   z_he = scale * dot(bf(q_h), bf(v_e))          dot: am_dot_f (16 partial sums, fixed tree)
+ *   softmax  mx_h = max(sink_h, z_h.), x_he = exp(z_he - mx_h), den_h = exp(sink_h - mx_h) + sum_e x_he
+ *            (e ascending), lse_h = mx_h + log(den_h), p_he = x_he / den_h
+ *   output   o_h[k] = sum_e bf(p_he) bf(v_e)[k]             (e ascending)
+ *   query    p_he = exp(z_he - lse_h), dp_he = dot(bf(g_h), bf(v_e)), dz_he = p_he (dp_he - D_h),
+ *            dq_h[k] = scale * (sum_e bf(dz_he) bf(v_e)[k]), dsink_h = -exp(sink_h - lse_h) D_h
+ *   key      dV[e][k] += (sum_h bf(p_he) bf(g_h)[k]) + sum_h bf(scale dz_he) bf(q_h)[k]  (h ascending,
+ *            one fp32 sum started at the first term, then one add into dV), psum[e] = sum_h p_he
+ *
+ * ws (floats): bf(q), bf(g) [H*c each], the rounded entries [n*c] (one [c] on the key side), bf(dz)
+ * [H*n], the key side's coefficients or the forward's mx and den [2H]; TREX_FUSED_SATTN_BF16_WS
+ * covers it. */
+#include "kernels/fused.h"
+
+#include <math.h>
+#include <string.h>
+
+#define AM_REAL float
+#define AM_SFX f
+#include "model/attention_math.h"
+
+/* x rounded to bf16 and back: trex_f32_to_bf16 (nearest even; NaN kept, quieted) inlined */
+static inline float bf(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        u |= 0x00400000u;
+    else
+        u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static void round_into(float *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = bf(src[i]);
+}
+
+void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
+                                   const float *const *V, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale)
+{
+    float *rq = ws, *mxs = ws + H * c, *dens = mxs + H, *rv = dens + H;
+    round_into(rq, q, H * c);
+    for (int64_t e = 0; e < n; e++) {
+        round_into(rv + e * c, V[e], c);
+        for (int64_t h = 0; h < H; h++)
+            z[h * n + e] = scale * am_dot_f(rq + h * c, rv + e * c, c);
+    }
+    for (int64_t h = 0; h < H; h++) {
+        const float *zh = z + h * n;
+        float mx = sink[h];
+        for (int64_t e = 0; e < n; e++)
+            mx = zh[e] > mx ? zh[e] : mx;
+        float den = expf(sink[h] - mx);
+        for (int64_t e = 0; e < n; e++)
+            den += expf(zh[e] - mx);
+        lse[h] = mx + logf(den);
+        mxs[h] = mx;
+        dens[h] = den;
+        for (int64_t i = 0; i < c; i++)
+            o[h * c + i] = 0.0f;
+    }
+    for (int64_t e = 0; e < n; e++) {
+        const float *re = rv + e * c;
+        for (int64_t h = 0; h < H; h++) {
+            const float p = bf(expf(z[h * n + e] - mxs[h]) / dens[h]);
+            float *oh = o + h * c;
+            for (int64_t i = 0; i < c; i++)
+                oh[i] += p * re[i];
+        }
+    }
+}
+
+void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
+                                         const float *g, const float *q, const float *const *V,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D)
+{
+    float *rq = ws, *rg = ws + H * c, *dzb = ws + 2 * H * c, *rv = dzb + H * n;
+    round_into(rq, q, H * c);
+    round_into(rg, g, H * c);
+    for (int64_t e = 0; e < n; e++) {
+        round_into(rv + e * c, V[e], c);
+        for (int64_t h = 0; h < H; h++) {
+            const float s = scale * am_dot_f(rq + h * c, rv + e * c, c);
+            const float dp = am_dot_f(rg + h * c, rv + e * c, c);
+            const float p = expf(s - lse[h]);
+            dzb[h * n + e] = bf(p * (dp - D[h]));
+            if (P)
+                P[h * n + e] = p;
+        }
+    }
+    for (int64_t i = 0; i < H * c; i++)
+        dq[i] = 0.0f;
+    for (int64_t e = 0; e < n; e++) {
+        const float *re = rv + e * c;
+        for (int64_t h = 0; h < H; h++) {
+            const float a = dzb[h * n + e];
+            float *dqh = dq + h * c;
+            for (int64_t i = 0; i < c; i++)
+                dqh[i] += a * re[i];
+        }
+    }
+    for (int64_t i = 0; i < H * c; i++)
+        dq[i] *= scale;
+    for (int64_t h = 0; h < H; h++)
+        dsink[h] = -expf(sink[h] - lse[h]) * D[h];
+}
+
+void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
+                                           const float *const *V, int64_t n, const float *q,
+                                           const float *g, int64_t H, int64_t c, float scale,
+                                           const float *lse, const float *D)
+{
+    float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *ab = ws + 2 * H * c + c;
+    round_into(rq, q, H * c);
+    round_into(rg, g, H * c);
+    for (int64_t e = 0; e < n; e++) {
+        round_into(rv, V[e], c);
+        float ps = 0.0f;
+        for (int64_t h = 0; h < H; h++) {
+            const float s = scale * am_dot_f(rq + h * c, rv, c);
+            const float dp = am_dot_f(rg + h * c, rv, c);
+            const float p = expf(s - lse[h]);
+            ab[h] = bf(p);
+            ab[H + h] = bf(scale * (p * (dp - D[h])));
+            ps += p;
+        }
+        psum[e] = ps;
+        float *dv = dV[e];
+        for (int64_t i = 0; i < c; i++) {
+            float acc = ab[0] * rg[i];
+            for (int64_t h = 1; h < H; h++)
+                acc += ab[h] * rg[h * c + i];
+            for (int64_t h = 0; h < H; h++)
+                acc += ab[H + h] * rq[h * c + i];
+            dv[i] += acc;
+        }
+    }
+}

@@ -1,0 +1,663 @@
+/* kernels/x86/amx/attn.c — the bf16 attention entries of kernels/fused.h on AMX tiles (TDPBF16PS).
+ *
+ * One query, H heads of c dims sharing n entries (key = value). Heads are padded to Hp (a multiple of
+ * 16), dims to cp (32), entries to np (32), with zeros in scratch, so every tile is a full 16 x 64-byte
+ * tile and one tile configuration serves every product:
+ *   scores   S^T [np x Hp] = Vb [np x cp] (A tiles: 16 entries x 32 dims, rows of the entries rounded to
+ *            bf16 in scratch) times Q^T (B tiles in the pair-interleaved "VNNI" layout, packed once
+ *            per call); the backward computes dP^T = Vb G^T in the same pass over the A tiles;
+ *   output   O [Hp x cp] = P (A tiles: 16 heads x 32 entries, bf16) times V (VNNI B tiles: 16 entry
+ *            pairs x 16 dims), the query side's dq = scale (dZ V) the same way;
+ *   key side dV[e] += [P^T | scale dZ^T] [np x 2Hp] (A) times [G ; Q] [2Hp x cp] (VNNI B): for H = 16
+ *            one TDPBF16PS per 16 x 16 output tile, then the tile is added to the fp32 dV rows.
+ * Softmax, exp, log, lse, psum, dsink and D stay fp32 as in kernels/ref/attn_bf16.c, which defines the
+ * semantics; the sums inside the tiles follow the hardware's order and exp is a vector polynomial
+ * (exp16, about 1 ulp) instead of libm's expf, so results agree with the reference within fp32
+ * rounding (tests/test_attn_bf16.c), and are the same bits on every call (no state, a fixed order),
+ * whatever the thread count of the caller or the other entries of the call.
+ *
+ * Each entry loads its own tile configuration (8 tiles of 16 rows x 64 bytes) and releases the tiles on
+ * return, so it can run between the GEMM micro-kernel's brackets on any thread. GCC 12's tile
+ * intrinsics are asm statements that see only an address: a compiler barrier separates C stores into a
+ * buffer from tile loads of it, and tile stores from C loads. Compiled with AMX flags; reached only
+ * through the fused-kernel table (kernels/ref/fused.c), after the dispatch has checked the CPU, the OS
+ * and Linux's tile permission. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/fused.h"
+
+#define BARRIER() __asm__ volatile("" : : : "memory")
+
+typedef struct attn_tilecfg {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} attn_tilecfg;
+
+static void tiles_begin(void)
+{
+    attn_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    /* the whole struct is the operand (GCC 12's _tile_loadconfig declares only 8 bytes) */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+static void tiles_end(void)
+{
+    _tile_release();
+}
+
+/* ---- scratch ---------------------------------------------------------------------------------- */
+
+typedef struct attn_ws {
+    int64_t Hp, cp, np;
+    uint16_t *qb, *gb;   /* [Hp][cp] row-major bf16 q, g (zero padded) */
+    uint16_t *qv, *gv;   /* Q^T, G^T as VNNI B tiles: [Hp/16][cp/32] tiles of [16 pairs][16 heads][2] */
+    uint16_t *vb;        /* [np][cp] row-major bf16 entries */
+    uint16_t *vv;        /* V as VNNI B tiles: [np/32][cp/16] tiles of [16 pairs][16 dims][2] */
+    float *st, *dt;      /* [np][Hp] S^T, dP^T */
+    uint16_t *pb;        /* [Hp][np] P or dZ (bf16), the A operand of the output product */
+    float *ot;           /* [Hp][cp] output tiles (also the key side's [16][cp] block) */
+    uint16_t *a2;        /* [np][2Hp] the key side's [P^T | scale dZ^T] rows */
+    uint16_t *b2;        /* [G ; Q] as VNNI B tiles: [2Hp/32][cp/16] tiles */
+    float *ex;           /* [np] the forward's exp(z - mx) of one head */
+} attn_ws;
+
+static char *carve(char **p, size_t bytes)
+{
+    char *r = (char *)(((uintptr_t)*p + 63) & ~(uintptr_t)63);
+    *p = r + bytes;
+    return r;
+}
+
+/* The layout fits in TREX_FUSED_SATTN_BF16_WS(n, H, c) floats (its 16*16 slack covers the alignment). */
+static attn_ws ws_layout(float *ws, int64_t n, int64_t H, int64_t c, bool bwd, bool key)
+{
+    attn_ws w;
+    w.Hp = TREX_FUSED_SATTN_HP(H);
+    w.cp = TREX_FUSED_SATTN_CP(c);
+    w.np = TREX_FUSED_SATTN_NP(n);
+    const size_t hc = (size_t)(w.Hp * w.cp), nc = (size_t)(w.np * w.cp), nh = (size_t)(w.np * w.Hp);
+    char *p = (char *)ws;
+    w.qb = (uint16_t *)carve(&p, 2 * hc);
+    w.gb = bwd ? (uint16_t *)carve(&p, 2 * hc) : NULL;
+    w.qv = (uint16_t *)carve(&p, 2 * hc);
+    w.gv = bwd ? (uint16_t *)carve(&p, 2 * hc) : NULL;
+    w.vb = (uint16_t *)carve(&p, 2 * nc);
+    w.vv = key ? NULL : (uint16_t *)carve(&p, 2 * nc);
+    w.st = (float *)carve(&p, 4 * nh);
+    w.dt = bwd ? (float *)carve(&p, 4 * nh) : NULL;
+    w.pb = key ? NULL : (uint16_t *)carve(&p, 2 * nh);
+    w.ot = (float *)carve(&p, 4 * hc);
+    w.a2 = key ? (uint16_t *)carve(&p, 4 * nh) : NULL;
+    w.b2 = key ? (uint16_t *)carve(&p, 4 * hc) : NULL;
+    w.ex = (bwd || key) ? NULL : (float *)carve(&p, 4 * (size_t)w.np);
+    return w;
+}
+
+/* ---- packing ---------------------------------------------------------------------------------- */
+
+static inline __m512i cvt32(const float *src, int64_t left)
+{
+    /* 32 floats (fewer when left < 32: the rest read as zero) to 32 bf16, nearest even */
+    __m512 lo, hi;
+    if (left >= 32) {
+        lo = _mm512_loadu_ps(src);
+        hi = _mm512_loadu_ps(src + 16);
+    } else {
+        const __mmask16 ml = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        const __mmask16 mh = left > 16 ? (__mmask16)((1u << (left - 16)) - 1u) : (__mmask16)0;
+        lo = _mm512_maskz_loadu_ps(ml, src);
+        hi = _mm512_maskz_loadu_ps(mh, src + 16);
+    }
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* dst [cp] bf16 = src [c] rounded, zero padded; src NULL: zeros. */
+static void cvt_row(uint16_t *dst, const float *src, int64_t c, int64_t cp)
+{
+    for (int64_t k = 0; k < cp; k += 32) {
+        const __m512i v = (src && k < c) ? cvt32(src + k, c - k) : _mm512_setzero_si512();
+        _mm512_storeu_si512((void *)(dst + k), v);
+    }
+}
+
+/* rows [R] of c floats at src (stride c) into dst [Rp][cp] bf16, zero rows past R */
+static void cvt_rows(uint16_t *dst, const float *src, int64_t R, int64_t Rp, int64_t c, int64_t cp)
+{
+    for (int64_t r = 0; r < Rp; r++)
+        cvt_row(dst + r * cp, r < R ? src + r * c : NULL, c, cp);
+}
+
+/* X^T as VNNI B tiles from X [Rp][cp] bf16 (Rp rows: heads, a multiple of 16): the tile of head group
+ * hg and dim step s holds, at row kp and column h, the bf16 pair X[16 hg + h][32 s + 2 kp + {0, 1}]
+ * (the 32-bit word 16 s + kp of that row): a 16 x 16 transpose of 32-bit words per tile. */
+static void pack_xt_vnni(uint16_t *dst, const uint16_t *X, int64_t Rp, int64_t cp)
+{
+    const int64_t ldw = cp / 2; /* words per row */
+    const __m512i rows = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)ldw));
+    uint32_t *d = (uint32_t *)dst;
+    const uint32_t *x = (const uint32_t *)X;
+    for (int64_t hg = 0; hg < Rp / 16; hg++)
+        for (int64_t s = 0; s < cp / 32; s++)
+            for (int64_t kp = 0; kp < 16; kp++, d += 16)
+                _mm512_storeu_si512((void *)d,
+                                    _mm512_i32gather_epi32(rows, x + hg * 16 * ldw + s * 16 + kp, 4));
+}
+
+/* Two bf16 rows r0, r1 of cp into VNNI pair rows: for each 16-dim chunk j, 32 bf16 (r0[16j + i],
+ * r1[16j + i]) for i < 16, written at dst + j * jstride (in bf16). */
+static void interleave_pair(uint16_t *dst, int64_t jstride, const uint16_t *r0, const uint16_t *r1,
+                            int64_t cp)
+{
+    static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i ilo = _mm512_loadu_si512((const void *)lo_idx);
+    const __m512i ihi = _mm512_add_epi16(ilo, _mm512_set1_epi16(16));
+    for (int64_t k = 0; k < cp; k += 32) {
+        const __m512i a = _mm512_loadu_si512((const void *)(r0 + k));
+        const __m512i b = _mm512_loadu_si512((const void *)(r1 + k));
+        _mm512_storeu_si512((void *)(dst + (k / 16) * jstride), _mm512_permutex2var_epi16(a, ilo, b));
+        _mm512_storeu_si512((void *)(dst + (k / 16 + 1) * jstride),
+                            _mm512_permutex2var_epi16(a, ihi, b));
+    }
+}
+
+/* The entries rounded into vb [np][cp] (zero rows past n) and, when vv is not NULL, also as VNNI B
+ * tiles for the output product: tile (b, j) = rows 32b .. 32b+31, dims 16j .. 16j+15. */
+static void pack_entries(const attn_ws *w, const float *const *V, int64_t n, int64_t c)
+{
+    const int64_t cp = w->cp, nj = cp / 16;
+    /* the score product runs over 16-row blocks, the output product over 32-entry steps */
+    const int64_t rows = w->vv ? w->np : (n + 15) / 16 * 16;
+    for (int64_t e = 0; e < rows; e++)
+        cvt_row(w->vb + e * cp, e < n ? V[e] : NULL, c, cp);
+    if (!w->vv)
+        return;
+    for (int64_t e = 0; e < w->np; e += 2) {
+        const int64_t b = e / 32, kp = (e % 32) / 2;
+        interleave_pair(w->vv + (b * nj) * 512 + kp * 32, 512, w->vb + e * cp, w->vb + (e + 1) * cp,
+                        cp);
+    }
+}
+
+/* ---- products --------------------------------------------------------------------------------- */
+
+/* S^T (and dP^T when w->dt): st[e][h] = sum_k vb[e][k] qv.., for the 16-row blocks of the n entries,
+ * two blocks at a time (one in the tail). */
+static void scores_t(const attn_ws *w, int64_t n)
+{
+    const int64_t n16 = (n + 15) / 16 * 16;
+    const int64_t cp = w->cp, Hp = w->Hp, ns = cp / 32;
+    const size_t sa = (size_t)cp * 2, so = (size_t)Hp * 4;
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const uint16_t *bq = w->qv + hg * ns * 512;
+        const uint16_t *bg = w->dt ? w->gv + hg * ns * 512 : NULL;
+        int64_t e = 0;
+        for (; e + 32 <= n16; e += 32) {
+            const uint16_t *a0 = w->vb + e * cp, *a1 = w->vb + (e + 16) * cp;
+            _tile_zero(0);
+            _tile_zero(1);
+            if (bg) {
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            for (int64_t s = 0; s < ns; s++) {
+                _tile_loadd(4, a0 + 32 * s, sa);
+                _tile_loadd(5, a1 + 32 * s, sa);
+                _tile_loadd(6, bq + s * 512, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 5, 6);
+                if (bg) {
+                    _tile_loadd(7, bg + s * 512, 64);
+                    _tile_dpbf16ps(2, 4, 7);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, w->st + e * Hp + hg * 16, so);
+            _tile_stored(1, w->st + (e + 16) * Hp + hg * 16, so);
+            if (bg) {
+                _tile_stored(2, w->dt + e * Hp + hg * 16, so);
+                _tile_stored(3, w->dt + (e + 16) * Hp + hg * 16, so);
+            }
+        }
+        if (e < n16) {
+            const uint16_t *a0 = w->vb + e * cp;
+            _tile_zero(0);
+            if (bg)
+                _tile_zero(2);
+            for (int64_t s = 0; s < ns; s++) {
+                _tile_loadd(4, a0 + 32 * s, sa);
+                _tile_loadd(6, bq + s * 512, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                if (bg) {
+                    _tile_loadd(7, bg + s * 512, 64);
+                    _tile_dpbf16ps(2, 4, 7);
+                }
+            }
+            _tile_stored(0, w->st + e * Hp + hg * 16, so);
+            if (bg)
+                _tile_stored(2, w->dt + e * Hp + hg * 16, so);
+        }
+    }
+    BARRIER();
+}
+
+/* ot [Hp][cp] = pb [Hp][np] (A) times V (vv tiles): four 16-dim chunks at a time (two in the tail). */
+static void pv_product(const attn_ws *w, float *out, int64_t ldo)
+{
+    const int64_t cp = w->cp, np = w->np, nj = cp / 16;
+    const size_t sa = (size_t)np * 2, so = (size_t)ldo * 4;
+    BARRIER();
+    for (int64_t hg = 0; hg < w->Hp / 16; hg++) {
+        const uint16_t *pa = w->pb + hg * 16 * np;
+        float *oo = out + hg * 16 * ldo;
+        int64_t j = 0;
+        for (; j + 4 <= nj; j += 4) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t b = 0; b < np / 32; b++) {
+                const uint16_t *bv = w->vv + (b * nj + j) * 512;
+                _tile_loadd(4, pa + 32 * b, sa);
+                _tile_loadd(5, bv, 64);
+                _tile_loadd(6, bv + 512, 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_loadd(7, bv + 1024, 64);
+                _tile_dpbf16ps(1, 4, 6);
+                _tile_loadd(5, bv + 1536, 64);
+                _tile_dpbf16ps(2, 4, 7);
+                _tile_dpbf16ps(3, 4, 5);
+            }
+            _tile_stored(0, oo + 16 * j, so);
+            _tile_stored(1, oo + 16 * (j + 1), so);
+            _tile_stored(2, oo + 16 * (j + 2), so);
+            _tile_stored(3, oo + 16 * (j + 3), so);
+        }
+        for (; j < nj; j += 2) {
+            _tile_zero(0);
+            _tile_zero(1);
+            for (int64_t b = 0; b < np / 32; b++) {
+                const uint16_t *bv = w->vv + (b * nj + j) * 512;
+                _tile_loadd(4, pa + 32 * b, sa);
+                _tile_loadd(5, bv, 64);
+                _tile_loadd(6, bv + 512, 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_dpbf16ps(1, 4, 6);
+            }
+            _tile_stored(0, oo + 16 * j, so);
+            _tile_stored(1, oo + 16 * (j + 1), so);
+        }
+    }
+    BARRIER();
+}
+
+/* out [H][c] = mul * (the product), straight into out when the shapes allow, else through ot. */
+static void pv_out(const attn_ws *w, float *out, int64_t H, int64_t c, float mul)
+{
+    const bool direct = H == w->Hp && c == w->cp;
+    float *dst = direct ? out : w->ot;
+    const int64_t ld = direct ? c : w->cp;
+    pv_product(w, dst, ld);
+    for (int64_t h = 0; h < H; h++) {
+        const float *src = dst + h * ld;
+        float *o = out + h * c;
+        if (direct && mul == 1.0f)
+            continue;
+        int64_t k = 0;
+        for (; k + 16 <= c; k += 16)
+            _mm512_storeu_ps(o + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), _mm512_set1_ps(mul)));
+        for (; k < c; k++)
+            o[k] = src[k] * mul;
+    }
+}
+
+/* exp of 16 floats: Cody-Waite reduction by ln 2 and a degree-7 polynomial; within 1.3 ulp of the
+ * exact exp on [-87, 10] (checked on every 97th float), inputs clamped to [-88, 88] (exp(-88) is
+ * 6e-39: such probabilities are 0 after the bf16 rounding that follows). */
+static inline __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+/* 16 floats to 16 bf16 (nearest even) */
+static inline __m256i bf16x16(__m512 x)
+{
+    return (__m256i)_mm512_cvtneps_pbh(x);
+}
+
+static inline __mmask16 head_mask(int64_t H, int64_t hg)
+{
+    const int64_t k = H - 16 * hg;
+    return k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1u);
+}
+
+/* ---- entries ---------------------------------------------------------------------------------- */
+
+void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
+                                   const float *const *V, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale)
+{
+    if (n == 0) {
+        for (int64_t h = 0; h < H; h++) {
+            lse[h] = sink[h] + logf(expf(sink[h] - sink[h]));
+            for (int64_t i = 0; i < c; i++)
+                o[h * c + i] = 0.0f;
+        }
+        return;
+    }
+    const attn_ws w = ws_layout(ws, n, H, c, false, false);
+    const int64_t Hp = w.Hp, np = w.np;
+    cvt_rows(w.qb, q, H, Hp, c, w.cp);
+    pack_xt_vnni(w.qv, w.qb, Hp, w.cp);
+    pack_entries(&w, V, n, c);
+    BARRIER();
+    tiles_begin();
+    scores_t(&w, n);
+    /* softmax, 16 heads at a time (a row of S^T), exp and the divide vectorised */
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const __mmask16 hm = head_mask(H, hg);
+        const int64_t hn = H - 16 * hg < 16 ? H - 16 * hg : 16;
+        const __m512 sk = _mm512_maskz_loadu_ps(hm, sink + 16 * hg);
+        __m512 mx = sk;
+        float zt[16] __attribute__((aligned(64)));
+        for (int64_t e = 0; e < n; e++) {
+            float *sr = w.st + e * Hp + 16 * hg;
+            const __m512 zv = _mm512_mul_ps(vs, _mm512_loadu_ps(sr));
+            _mm512_storeu_ps(sr, zv);
+            _mm512_store_ps(zt, zv);
+            for (int64_t h = 0; h < hn; h++)
+                z[(16 * hg + h) * n + e] = zt[h];
+            mx = _mm512_max_ps(mx, zv);
+        }
+        __m512 den = exp16(_mm512_sub_ps(sk, mx));
+        for (int64_t e = 0; e < n; e++) {
+            float *sr = w.st + e * Hp + 16 * hg;
+            const __m512 ex = exp16(_mm512_sub_ps(_mm512_loadu_ps(sr), mx));
+            _mm512_storeu_ps(sr, ex);
+            den = _mm512_add_ps(den, ex);
+        }
+        float mxs[16] __attribute__((aligned(64))), dens[16] __attribute__((aligned(64)));
+        _mm512_store_ps(mxs, mx);
+        _mm512_store_ps(dens, den);
+        for (int64_t h = 0; h < hn; h++)
+            lse[16 * hg + h] = mxs[h] + logf(dens[h]);
+        uint16_t pt[16] __attribute__((aligned(32)));
+        for (int64_t e = 0; e < n; e++) {
+            const __m512 p = _mm512_div_ps(_mm512_loadu_ps(w.st + e * Hp + 16 * hg), den);
+            _mm256_store_si256((__m256i *)pt, bf16x16(p));
+            for (int64_t h = 0; h < hn; h++)
+                w.pb[(16 * hg + h) * np + e] = pt[h];
+        }
+    }
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t e = n; e < np; e++)
+            w.pb[h * np + e] = 0;
+    memset(w.pb + H * np, 0, (size_t)((Hp - H) * np) * 2);
+    pv_out(&w, o, H, c, 1.0f);
+    tiles_end();
+}
+
+void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
+                                         const float *g, const float *q, const float *const *V,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D)
+{
+    for (int64_t h = 0; h < H; h++)
+        dsink[h] = -expf(sink[h] - lse[h]) * D[h];
+    if (n == 0) {
+        for (int64_t i = 0; i < H * c; i++)
+            dq[i] = 0.0f;
+        return;
+    }
+    const attn_ws w = ws_layout(ws, n, H, c, true, false);
+    const int64_t Hp = w.Hp, np = w.np;
+    cvt_rows(w.qb, q, H, Hp, c, w.cp);
+    cvt_rows(w.gb, g, H, Hp, c, w.cp);
+    pack_xt_vnni(w.qv, w.qb, Hp, w.cp);
+    pack_xt_vnni(w.gv, w.gb, Hp, w.cp);
+    pack_entries(&w, V, n, c);
+    BARRIER();
+    tiles_begin();
+    scores_t(&w, n);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const __mmask16 hm = head_mask(H, hg);
+        const int64_t hn = H - 16 * hg < 16 ? H - 16 * hg : 16;
+        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
+        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
+        float pt[16] __attribute__((aligned(64)));
+        uint16_t dzt[16] __attribute__((aligned(32)));
+        for (int64_t e = 0; e < n; e++) {
+            const int64_t i = e * Hp + 16 * hg;
+            const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
+            const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
+            _mm256_store_si256((__m256i *)dzt, bf16x16(dz));
+            for (int64_t h = 0; h < hn; h++)
+                w.pb[(16 * hg + h) * np + e] = dzt[h];
+            if (P) {
+                _mm512_store_ps(pt, p);
+                for (int64_t h = 0; h < hn; h++)
+                    P[(16 * hg + h) * n + e] = pt[h];
+            }
+        }
+    }
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t e = n; e < np; e++)
+            w.pb[h * np + e] = 0;
+    memset(w.pb + H * np, 0, (size_t)((Hp - H) * np) * 2);
+    pv_out(&w, dq, H, c, scale);
+    tiles_end();
+}
+
+/* src [c] rounded to bf16 and widened back to fp32 into dst [cp], zero padded. */
+static void round_row_f32(float *dst, const float *src, int64_t c, int64_t cp)
+{
+    for (int64_t k = 0; k < cp; k += 16) {
+        const int64_t left = c - k;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xffff
+                            : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
+        const __m256i b = bf16x16(_mm512_maskz_loadu_ps(m, src + k));
+        _mm512_storeu_ps(dst + k, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+    }
+}
+
+static inline float round_bf16(float x)
+{
+    float r[16] __attribute__((aligned(64)));
+    const __m256i b = bf16x16(_mm512_set1_ps(x));
+    _mm512_store_ps(r, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+    return r[0];
+}
+
+/* The key side for a few entries: the same quantities with AVX-512 on bf16-rounded values widened
+ * to fp32 (each product exact, fp32 sums), without the per-call packing of the tile path, which
+ * costs more than the products when a query sees only a few entries of a tile (sparse selections).
+ * ws: rounded q, g [H][cp] each, one rounded entry [cp], the coefficients [2H]. */
+static void key_small(float *const *dV, float *psum, float *ws, const float *const *V, int64_t n,
+                      const float *q, const float *g, int64_t H, int64_t c, float scale,
+                      const float *lse, const float *D)
+{
+    const int64_t cp = TREX_FUSED_SATTN_CP(c);
+    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    float *rq = base, *rg = base + H * cp, *rv = base + 2 * H * cp, *ab = rv + cp;
+    for (int64_t h = 0; h < H; h++) {
+        round_row_f32(rq + h * cp, q + h * c, c, cp);
+        round_row_f32(rg + h * cp, g + h * c, c, cp);
+    }
+    for (int64_t e = 0; e < n; e++) {
+        round_row_f32(rv, V[e], c, cp);
+        float ps = 0.0f;
+        /* scores of 4 heads at a time: 8 independent accumulators */
+        for (int64_t h0 = 0; h0 < H; h0 += 4) {
+            const int64_t hn = H - h0 < 4 ? H - h0 : 4;
+            __m512 as[4], ad[4];
+            for (int i = 0; i < 4; i++)
+                as[i] = ad[i] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < cp; k += 16) {
+                const __m512 v = _mm512_loadu_ps(rv + k);
+                for (int64_t i = 0; i < hn; i++) {
+                    as[i] = _mm512_fmadd_ps(_mm512_loadu_ps(rq + (h0 + i) * cp + k), v, as[i]);
+                    ad[i] = _mm512_fmadd_ps(_mm512_loadu_ps(rg + (h0 + i) * cp + k), v, ad[i]);
+                }
+            }
+            for (int64_t i = 0; i < hn; i++) {
+                const int64_t h = h0 + i;
+                const float p = expf(scale * _mm512_reduce_add_ps(as[i]) - lse[h]);
+                ab[h] = round_bf16(p);
+                ab[H + h] = round_bf16(scale * (p * (_mm512_reduce_add_ps(ad[i]) - D[h])));
+                ps += p;
+            }
+        }
+        psum[e] = ps;
+        /* dV[e] += sum_h bf(p_h) bf(g_h) + bf(scale dz_h) bf(q_h), heads ascending */
+        float *dv = dV[e];
+        for (int64_t k = 0; k < cp && k < c; k += 16) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t h = 0; h < H; h++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(ab[h]), _mm512_loadu_ps(rg + h * cp + k), acc);
+            for (int64_t h = 0; h < H; h++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(ab[H + h]), _mm512_loadu_ps(rq + h * cp + k),
+                                      acc);
+            const int64_t left = c - k;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+            _mm512_mask_storeu_ps(dv + k, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dv + k), acc));
+        }
+    }
+}
+
+/* below this many entries the key side skips the tiles (key_small) */
+#define KEY_SMALL_N 3
+
+void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
+                                           const float *const *V, int64_t n, const float *q,
+                                           const float *g, int64_t H, int64_t c, float scale,
+                                           const float *lse, const float *D)
+{
+    if (n == 0)
+        return;
+    if (n < KEY_SMALL_N) {
+        key_small(dV, psum, ws, V, n, q, g, H, c, scale, lse, D);
+        return;
+    }
+    const attn_ws w = ws_layout(ws, n, H, c, true, true);
+    const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hp, nj = cp / 16;
+    cvt_rows(w.qb, q, H, Hp, c, cp);
+    cvt_rows(w.gb, g, H, Hp, c, cp);
+    pack_xt_vnni(w.qv, w.qb, Hp, cp);
+    pack_xt_vnni(w.gv, w.gb, Hp, cp);
+    /* [G ; Q] as VNNI B: K index 32 s + 2 kp (+1) is row r of the stack (G rows, then Q rows) */
+    for (int64_t r = 0; r < K; r += 2) {
+        const uint16_t *x0 = r < Hp ? w.gb + r * cp : w.qb + (r - Hp) * cp;
+        const int64_t s = r / 32, kp = (r % 32) / 2;
+        interleave_pair(w.b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
+    }
+    pack_entries(&w, V, n, c);
+    BARRIER();
+    tiles_begin();
+    scores_t(&w, n);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t e = 0; e < n; e++) {
+        uint16_t *row = w.a2 + e * K;
+        __m512 ps = _mm512_setzero_ps();
+        for (int64_t hg = 0; hg < Hp / 16; hg++) {
+            const __mmask16 hm = head_mask(H, hg);
+            const int64_t i = e * Hp + 16 * hg;
+            const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
+            const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
+            /* padded heads: p = 0 */
+            const __m512 p = _mm512_maskz_mov_ps(
+                hm, exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl)));
+            const __m512 sdz =
+                _mm512_mul_ps(vs, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd)));
+            _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(p));
+            _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
+            ps = _mm512_add_ps(ps, p);
+        }
+        psum[e] = _mm512_reduce_add_ps(ps);
+    }
+    for (int64_t e = n; e < (n + 15) / 16 * 16; e++)
+        memset(w.a2 + e * K, 0, (size_t)K * 2);
+    BARRIER();
+    const size_t sa = (size_t)K * 2, so = (size_t)cp * 4;
+    for (int64_t e0 = 0; e0 < n; e0 += 16) {
+        const uint16_t *a = w.a2 + e0 * K;
+        int64_t j = 0;
+        for (; j + 4 <= nj; j += 4) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t s = 0; s < K / 32; s++) {
+                const uint16_t *bv = w.b2 + (s * nj + j) * 512;
+                _tile_loadd(4, a + 32 * s, sa);
+                _tile_loadd(5, bv, 64);
+                _tile_loadd(6, bv + 512, 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_loadd(7, bv + 1024, 64);
+                _tile_dpbf16ps(1, 4, 6);
+                _tile_loadd(5, bv + 1536, 64);
+                _tile_dpbf16ps(2, 4, 7);
+                _tile_dpbf16ps(3, 4, 5);
+            }
+            _tile_stored(0, w.ot + 16 * j, so);
+            _tile_stored(1, w.ot + 16 * (j + 1), so);
+            _tile_stored(2, w.ot + 16 * (j + 2), so);
+            _tile_stored(3, w.ot + 16 * (j + 3), so);
+        }
+        for (; j < nj; j += 2) {
+            _tile_zero(0);
+            _tile_zero(1);
+            for (int64_t s = 0; s < K / 32; s++) {
+                const uint16_t *bv = w.b2 + (s * nj + j) * 512;
+                _tile_loadd(4, a + 32 * s, sa);
+                _tile_loadd(5, bv, 64);
+                _tile_loadd(6, bv + 512, 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_dpbf16ps(1, 4, 6);
+            }
+            _tile_stored(0, w.ot + 16 * j, so);
+            _tile_stored(1, w.ot + 16 * (j + 1), so);
+        }
+        BARRIER();
+        const int64_t e1 = e0 + 16 < n ? e0 + 16 : n;
+        for (int64_t e = e0; e < e1; e++) {
+            const float *src = w.ot + (e - e0) * cp;
+            float *dv = dV[e];
+            int64_t k = 0;
+            for (; k + 16 <= c; k += 16)
+                _mm512_storeu_ps(dv + k,
+                                 _mm512_add_ps(_mm512_loadu_ps(dv + k), _mm512_loadu_ps(src + k)));
+            for (; k < c; k++)
+                dv[k] += src[k];
+        }
+        BARRIER();
+    }
+    tiles_end();
+}

@@ -1,0 +1,449 @@
+/* tests/test_attn_bf16.c — the bf16 attention entries of kernels/fused.h (sattn_*_bf16) at every level
+ * of the fused-kernel table, on awkward shapes (n = 0, 1, 2, 3, 7, 16, 17, 129, 257 entries scattered
+ * in memory; H = 1, 3, 16, 20 heads; c = 32, 48, 512 dims; a misaligned scratch with a guard after it;
+ * n = 2 and 3 straddle the AMX key side's switch from its few-entries path to the tiles).
+ *
+ * 1. Every level against the fp32 reference (model/attention_math.h) within first-order bounds of bf16
+ *    rounding, element by element. With u = 2^-8 (the relative error of one product of two operands
+ *    each rounded to bf16, 2^-9 each), Z_he = scale sum_k |q_hk v_ek|, G_he = sum_k |g_hk v_ek|,
+ *    e_s = c 2^-23 (fp32 sums of c terms, either order) and a margin of 1.25 on each bound:
+ *      z      |dz_he|    <= tz_he = (u + e_s) Z_he
+ *      lse    |dlse_h|   <= max_e tz_he
+ *      o      |do_hk|    <= sum_e p_he |v_ek| (2 max_e tz_he + u + n 2^-23)
+ *      P      |dP_he|    <= p_he tz_he
+ *      dq     |ddq_hk|   <= scale sum_e (d_he + u |dz_he|) |v_ek|,
+ *             d_he = p_he (|dp_he - D_h| (tz_he + 2^-9) + (u + e_s) G_he)   (the error of bf16 dz)
+ *      dV     |ddV_ek|   <= sum_h p_he (tz_he + u) |g_hk| + scale (d_he + u |dz_he|) |q_hk|
+ *      psum   |dpsum_e|  <= sum_h p_he tz_he;  dsink exact (the same fp32 formula).
+ *    An unrounded operand passes these; a wrong index, transpose, head or entry is off by O(1).
+ * 2. Levels above the reference against the bf16 reference: the same products of the same bf16
+ *    values, only the order of the fp32 sums and the exp (a vector polynomial, about 1 ulp) differ
+ *    (and, through them, rare one-ulp flips when p or dz is rounded to bf16), so each error must be
+ *    within a quarter of the bound above (measured: at most 0.06 of that), and the
+ *    relative L2 distance of every output below 2e-3 (against fp32 the bf16 rounding alone gives
+ *    about 1e-3 .. 1e-2).
+ * 3. Two calls give the same bits; the scratch guard is intact.
+ *
+ * `test_attn_bf16 --bench [reps]` instead times the fp32 entries of the best level and the bf16 entries
+ * of every level on dsv4-bench's shapes (16 heads of 512, 256 entries per query in the forward and the
+ * query side, 2, 4, 8, 16 and 128 per key-side call), in CPU time of the calling thread (medians;
+ * docs/perf.md). */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "kernels/fused.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static float frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void fill(float *v, int64_t n, float amp)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = amp * frand();
+}
+
+static float *xmalloc_f(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static int same_bits(const float *a, const float *b, int64_t n)
+{
+    return n == 0 || memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+
+/* worst ratio |x - r| / bound (bound + tiny), and relative L2 of x - r */
+typedef struct cmp {
+    double worst, rel;
+} cmp;
+
+static cmp compare(const float *x, const float *r, const double *bound, int64_t n)
+{
+    cmp c = {0.0, 0.0};
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)x[i] - (double)r[i]);
+        const double q = d / (bound[i] + 1e-30);
+        if (!(q <= c.worst)) /* NaN propagates as a failure */
+            c.worst = q;
+        num += d * d;
+        den += (double)r[i] * r[i];
+    }
+    c.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    return c;
+}
+
+typedef struct shape_data {
+    int64_t n, H, c;
+    float scale;
+    float *pool, *q, *g, *sink, *D, *dpool0;
+    const float **V;
+    /* fp32 reference outputs */
+    float *o, *lse, *z, *dq, *ds, *P, *ps, *dpool;
+    /* bounds (section 1 of the file comment) */
+    double *bz, *blse, *bo, *bP, *bdq, *bdV, *bps;
+} shape_data;
+
+static double *xmalloc_d(int64_t n)
+{
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static void shape_init(shape_data *s, int64_t n, int64_t H, int64_t c)
+{
+    const trex_fused_table *r = trex_fused_for(TREX_ISA_REF);
+    s->n = n, s->H = H, s->c = c;
+    s->scale = 1.0f / sqrtf((float)c);
+    const int64_t rows = n + 5;
+    s->pool = xmalloc_f(rows * c), s->q = xmalloc_f(H * c), s->g = xmalloc_f(H * c);
+    s->sink = xmalloc_f(H), s->D = xmalloc_f(H), s->dpool0 = xmalloc_f(n * c);
+    s->V = malloc((size_t)(n + 1) * sizeof *s->V);
+    if (!s->V)
+        exit(2);
+    fill(s->pool, rows * c, 2.0f);
+    fill(s->q, H * c, 1.5f);
+    fill(s->g, H * c, 1.0f);
+    fill(s->sink, H, 1.0f);
+    fill(s->dpool0, n * c, 0.5f);
+    for (int64_t e = 0; e < n; e++) /* scattered, shuffled */
+        s->V[e] = s->pool + ((e * 7 + 2) % rows) * c;
+    s->o = xmalloc_f(H * c), s->lse = xmalloc_f(H), s->z = xmalloc_f(H * n);
+    s->dq = xmalloc_f(H * c), s->ds = xmalloc_f(H), s->P = xmalloc_f(H * n), s->ps = xmalloc_f(n);
+    s->dpool = xmalloc_f(n * c);
+    float *ws = xmalloc_f(TREX_FUSED_SATTN_WS(n, H));
+    r->sattn_fwd(s->o, s->lse, s->z, ws, s->q, s->V, n, H, c, s->sink, s->scale);
+    for (int64_t h = 0; h < H; h++)
+        s->D[h] = r->dot(s->g + h * c, s->o + h * c, c);
+    r->sattn_bwd_query(s->dq, s->ds, s->P, ws, s->g, s->q, s->V, n, H, c, s->sink, s->scale,
+                       s->lse, s->D);
+    memcpy(s->dpool, s->dpool0, (size_t)(n * c) * sizeof(float));
+    float **dV = malloc((size_t)(n + 1) * sizeof *dV);
+    if (!dV)
+        exit(2);
+    for (int64_t e = 0; e < n; e++)
+        dV[e] = s->dpool + e * c;
+    r->sattn_bwd_entries(dV, s->ps, ws, s->V, n, s->q, s->g, H, c, s->scale, s->lse, s->D);
+    free(dV);
+    free(ws);
+
+    /* the bounds, in double from the fp32 reference's values */
+    const double u = 1.0 / 256.0, es = (double)c / 8388608.0, m = 1.25, sc = s->scale;
+    s->bz = xmalloc_d(H * n), s->blse = xmalloc_d(H), s->bo = xmalloc_d(H * c);
+    s->bP = xmalloc_d(H * n), s->bdq = xmalloc_d(H * c), s->bdV = xmalloc_d(n * c);
+    s->bps = xmalloc_d(n);
+    double *dz = xmalloc_d(H * n), *dd = xmalloc_d(H * n);
+    for (int64_t h = 0; h < H; h++) {
+        const float *qh = s->q + h * c, *gh = s->g + h * c;
+        double tzmax = 0.0;
+        for (int64_t e = 0; e < n; e++) {
+            double za = 0.0, ga = 0.0, dp = 0.0;
+            for (int64_t k = 0; k < c; k++) {
+                za += fabs((double)qh[k] * s->V[e][k]);
+                ga += fabs((double)gh[k] * s->V[e][k]);
+                dp += (double)gh[k] * s->V[e][k];
+            }
+            const double tz = (u + es) * sc * za * m;
+            const double p = s->P[h * n + e];
+            s->bz[h * n + e] = tz + 1e-6 * fabs(s->z[h * n + e]);
+            s->bP[h * n + e] = p * tz * m + 1e-7 * p;
+            tzmax = tz > tzmax ? tz : tzmax;
+            dz[h * n + e] = p * (dp - s->D[h]);
+            dd[h * n + e] = p * (fabs(dp - s->D[h]) * (tz + u / 2) + (u + es) * ga) * m;
+        }
+        s->blse[h] = tzmax + 1e-6 * (1.0 + fabs(s->lse[h]));
+        for (int64_t k = 0; k < c; k++) {
+            double bo = 0.0, bq = 0.0;
+            for (int64_t e = 0; e < n; e++) {
+                const double av = fabs((double)s->V[e][k]);
+                bo += s->P[h * n + e] * av;
+                bq += (dd[h * n + e] + u * fabs(dz[h * n + e])) * av;
+            }
+            s->bo[h * c + k] = bo * (2 * tzmax + u + (double)n / 8388608.0) * m + 1e-6 *
+                               fabs(s->o[h * c + k]);
+            s->bdq[h * c + k] = sc * bq * m + 1e-6 * fabs(s->dq[h * c + k]);
+        }
+    }
+    for (int64_t e = 0; e < n; e++) {
+        double bp = 0.0;
+        for (int64_t h = 0; h < H; h++)
+            bp += s->P[h * n + e] * (s->bz[h * n + e]);
+        s->bps[e] = bp * m + 1e-6 * fabs(s->ps[e]);
+        for (int64_t k = 0; k < c; k++) {
+            double b = 0.0;
+            for (int64_t h = 0; h < H; h++) {
+                const double p = s->P[h * n + e];
+                b += p * (s->bz[h * n + e] + u) * fabs((double)s->g[h * c + k]) +
+                     sc * (dd[h * n + e] + u * fabs(dz[h * n + e])) * fabs((double)s->q[h * c + k]);
+            }
+            s->bdV[e * c + k] = b * m + 2e-7 * fabs(s->dpool[e * c + k]);
+        }
+    }
+    free(dz), free(dd);
+}
+
+static void shape_free(shape_data *s)
+{
+    free(s->pool), free(s->q), free(s->g), free(s->sink), free(s->D), free(s->dpool0), free(s->V);
+    free(s->o), free(s->lse), free(s->z), free(s->dq), free(s->ds), free(s->P), free(s->ps);
+    free(s->dpool), free(s->bz), free(s->blse), free(s->bo), free(s->bP), free(s->bdq);
+    free(s->bdV), free(s->bps);
+}
+
+/* The outputs of one level's bf16 entries on one shape. */
+typedef struct outs {
+    float *o, *lse, *z, *dq, *ds, *P, *ps, *dpool;
+} outs;
+
+static const float GUARD = -12345.678f;
+
+static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, int *guard_ok,
+                      int *repeat_ok)
+{
+    const int64_t n = s->n, H = s->H, c = s->c, wsn = TREX_FUSED_SATTN_BF16_WS(n, H, c);
+    /* misaligned by one float, 64 guard floats after it */
+    float *wbuf = xmalloc_f(wsn + 1 + 64), *ws = wbuf + 1;
+    for (int64_t i = 0; i < 64; i++)
+        ws[wsn + i] = GUARD;
+    x->o = xmalloc_f(H * c), x->lse = xmalloc_f(H), x->z = xmalloc_f(H * n);
+    x->dq = xmalloc_f(H * c), x->ds = xmalloc_f(H), x->P = xmalloc_f(H * n), x->ps = xmalloc_f(n);
+    x->dpool = xmalloc_f(n * c);
+    float *o2 = xmalloc_f(H * c), *lse2 = xmalloc_f(H), *z2 = xmalloc_f(H * n);
+    float *dq2 = xmalloc_f(H * c), *ds2 = xmalloc_f(H), *ps2 = xmalloc_f(n), *dp2 = xmalloc_f(n * c);
+    float **dV = malloc((size_t)(n + 1) * sizeof *dV);
+    if (!dV)
+        exit(2);
+    *repeat_ok = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        float *o = rep ? o2 : x->o, *lse = rep ? lse2 : x->lse, *z = rep ? z2 : x->z;
+        float *dq = rep ? dq2 : x->dq, *ds = rep ? ds2 : x->ds, *ps = rep ? ps2 : x->ps;
+        float *dpool = rep ? dp2 : x->dpool;
+        t->sattn_fwd_bf16(o, lse, z, ws, s->q, s->V, n, H, c, s->sink, s->scale);
+        /* the backward takes the fp32 reference's lse and D, so each entry is checked on its own */
+        t->sattn_bwd_query_bf16(dq, ds, rep ? NULL : x->P, ws, s->g, s->q, s->V, n, H, c, s->sink,
+                                s->scale, s->lse, s->D);
+        memcpy(dpool, s->dpool0, (size_t)(n * c) * sizeof(float));
+        for (int64_t e = 0; e < n; e++)
+            dV[e] = dpool + e * c;
+        t->sattn_bwd_entries_bf16(dV, ps, ws, s->V, n, s->q, s->g, H, c, s->scale, s->lse, s->D);
+    }
+    *repeat_ok = same_bits(o2, x->o, H * c) && same_bits(lse2, x->lse, H) &&
+                 same_bits(z2, x->z, H * n) && same_bits(dq2, x->dq, H * c) &&
+                 same_bits(ds2, x->ds, H) && same_bits(ps2, x->ps, n) &&
+                 same_bits(dp2, x->dpool, n * c);
+    *guard_ok = 1;
+    for (int64_t i = 0; i < 64; i++)
+        *guard_ok &= ws[wsn + i] == GUARD;
+    free(wbuf), free(o2), free(lse2), free(z2), free(dq2), free(ds2), free(ps2), free(dp2), free(dV);
+}
+
+static void outs_free(outs *x)
+{
+    free(x->o), free(x->lse), free(x->z), free(x->dq), free(x->ds), free(x->P), free(x->ps);
+    free(x->dpool);
+}
+
+static double worst_seen[2]; /* largest error / bound: against fp32, against the bf16 reference */
+
+/* Every output against reference r within bound * frac; rel: the L2 limit (0: none). */
+static void check_outputs(const char *lvl, const char *what, const shape_data *s, const outs *x,
+                          const outs *r, double frac, double rel, int slot)
+{
+    const int64_t n = s->n, H = s->H, c = s->c;
+    struct {
+        const char *name;
+        const float *a, *b;
+        const double *bound;
+        int64_t len;
+    } items[] = {
+        {"o", x->o, r->o, s->bo, H * c},       {"lse", x->lse, r->lse, s->blse, H},
+        {"z", x->z, r->z, s->bz, H * n},       {"P", x->P, r->P, s->bP, H * n},
+        {"dq", x->dq, r->dq, s->bdq, H * c},   {"psum", x->ps, r->ps, s->bps, n},
+        {"dV", x->dpool, r->dpool, s->bdV, n * c},
+    };
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+        cmp cm = compare(items[i].a, items[i].b, items[i].bound, items[i].len);
+        const double w = cm.worst / frac;
+        if (w > worst_seen[slot])
+            worst_seen[slot] = w;
+        CHECK(w <= 1.0, "%s %s %s n=%lld H=%lld c=%lld: error / bound %.3g", lvl, what,
+              items[i].name, (long long)n, (long long)H, (long long)c, w);
+        /* the dV rows carry their random starting values: compare the change, not the sum */
+        if (rel > 0 && strcmp(items[i].name, "dV") != 0)
+            CHECK(cm.rel <= rel, "%s %s %s n=%lld H=%lld c=%lld: relative L2 %.3g", lvl, what,
+                  items[i].name, (long long)n, (long long)H, (long long)c, cm.rel);
+    }
+    CHECK(same_bits(x->ds, r->ds, H), "%s %s dsink n=%lld H=%lld c=%lld", lvl, what,
+          (long long)n, (long long)H, (long long)c);
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+enum { BENCH_MAX_REPS = 101 };
+
+#define BENCH(label, inner, call)                                                            \
+    do {                                                                                     \
+        double tm_[BENCH_MAX_REPS];                                                          \
+        for (int r_ = 0; r_ < reps; r_++) {                                                  \
+            double t0_ = cpu_now();                                                          \
+            for (int i_ = 0; i_ < (inner); i_++)                                             \
+                call;                                                                        \
+            tm_[r_] = (cpu_now() - t0_) / (inner);                                           \
+        }                                                                                    \
+        qsort(tm_, (size_t)reps, sizeof tm_[0], cmp_double);                                 \
+        printf("%-12s %-24s %10.2f us  %7.1f GFLOP/s\n", name, (label), 1e6 * tm_[reps / 2], \
+               (flops) / tm_[reps / 2] * 1e-9);                                              \
+    } while (0)
+
+static int bench(int reps)
+{
+    const int64_t H = 16, c = 512, n = 256, nk = 16, nw = 128;
+    float *pool = xmalloc_f(n * c), *q = xmalloc_f(H * c), *g = xmalloc_f(H * c), *sink = xmalloc_f(H);
+    float *ws = xmalloc_f(TREX_FUSED_SATTN_BF16_WS(n, H, c)), *o = xmalloc_f(H * c);
+    float *lse = xmalloc_f(H), *z = xmalloc_f(H * n), *D = xmalloc_f(H), *dq = xmalloc_f(H * c);
+    float *ds = xmalloc_f(H), *P = xmalloc_f(H * n), *ps = xmalloc_f(n), *dpool = xmalloc_f(nw * c);
+    const float *V[256];
+    float *dV[16], *dVw[128];
+    fill(pool, n * c, 2.0f), fill(q, H * c, 1.5f), fill(g, H * c, 1.0f), fill(sink, H, 1.0f);
+    fill(dpool, nw * c, 0.1f);
+    for (int64_t e = 0; e < n; e++)
+        V[e] = pool + e * c;
+    for (int64_t e = 0; e < nk; e++)
+        dV[e] = dpool + e * c;
+    for (int64_t e = 0; e < nw; e++)
+        dVw[e] = dpool + e * c;
+    const float scale = 1.0f / sqrtf((float)c);
+    printf("median CPU time per call, %d repetitions (H %lld, c %lld, n %lld; key side 2 .. %lld "
+           "entries); GFLOP/s counts the products (2 per multiply-add)\n",
+           reps, (long long)H, (long long)c, (long long)n, (long long)nw);
+    const trex_fused_table *best = trex_fused_for(TREX_ISA_AMX), *ref = trex_fused_for(TREX_ISA_REF);
+    for (int k = 0; k < 3; k++) {
+        const trex_fused_table *t = k == 2 ? best : ref;
+        if (k == 2 && (best == ref || !best->sattn_fwd_bf16))
+            continue;
+        const bool b16 = k > 0;
+        char name[32];
+        snprintf(name, sizeof name, "%s %s", b16 ? t->sattn_bf16_name : best->name,
+                 b16 ? "bf16" : "fp32");
+        trex_fused_sattn_fwd_fn f = b16 ? t->sattn_fwd_bf16 : best->sattn_fwd;
+        trex_fused_sattn_bwd_query_fn bq = b16 ? t->sattn_bwd_query_bf16 : best->sattn_bwd_query;
+        trex_fused_sattn_bwd_entries_fn be =
+            b16 ? t->sattn_bwd_entries_bf16 : best->sattn_bwd_entries;
+        f(o, lse, z, ws, q, V, n, H, c, sink, scale);
+        for (int64_t h = 0; h < H; h++)
+            D[h] = best->dot(g + h * c, o + h * c, c);
+        double flops = 4.0 * H * n * c;
+        BENCH("sattn_fwd n=256", 10, f(o, lse, z, ws, q, V, n, H, c, sink, scale));
+        flops = 6.0 * H * n * c;
+        BENCH("sattn_bwd_query n=256", 10,
+              bq(dq, ds, P, ws, g, q, V, n, H, c, sink, scale, lse, D));
+        flops = 8.0 * H * nk * c;
+        flops = 8.0 * H * 2 * c;
+        BENCH("sattn_bwd_entries n=2", 100, be(dV, ps, ws, V, 2, q, g, H, c, scale, lse, D));
+        flops = 8.0 * H * 4 * c;
+        BENCH("sattn_bwd_entries n=4", 100, be(dV, ps, ws, V, 4, q, g, H, c, scale, lse, D));
+        flops = 8.0 * H * 8 * c;
+        BENCH("sattn_bwd_entries n=8", 100, be(dV, ps, ws, V, 8, q, g, H, c, scale, lse, D));
+        flops = 8.0 * H * nk * c;
+        BENCH("sattn_bwd_entries n=16", 100, be(dV, ps, ws, V, nk, q, g, H, c, scale, lse, D));
+        flops = 8.0 * H * nw * c;
+        BENCH("sattn_bwd_entries n=128", 20, be(dVw, ps, ws, V, nw, q, g, H, c, scale, lse, D));
+    }
+    free(pool), free(q), free(g), free(sink), free(ws), free(o), free(lse), free(z), free(D);
+    free(dq), free(ds), free(P), free(ps), free(dpool);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "--bench")) {
+        int reps = argc >= 3 ? atoi(argv[2]) : 11;
+        return bench(reps < 1 ? 1 : reps > BENCH_MAX_REPS ? BENCH_MAX_REPS : reps);
+    }
+    const trex_fused_table *ref = trex_fused_for(TREX_ISA_REF);
+    CHECK(ref->sattn_fwd_bf16 == trex_fused_sattn_fwd_bf16_ref, "the ref level has the bf16 reference");
+    /* the distinct bf16 implementations, reference first */
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const trex_fused_table *lv[4];
+    int nl = 0;
+    for (size_t k = 0; k < 4; k++) {
+        const trex_fused_table *t = trex_fused_for(caps[k]);
+        int dup = !t->sattn_fwd_bf16 || !t->sattn_bwd_query_bf16 || !t->sattn_bwd_entries_bf16;
+        if (dup && !t->sattn_fwd_bf16 && !t->sattn_bwd_query_bf16 && !t->sattn_bwd_entries_bf16)
+            printf("level %s: no bf16 attention core (%s)\n", t->name, t->sattn_bf16_name);
+        else
+            CHECK(!dup, "level %s has all three bf16 entries or none", t->name);
+        for (int i = 0; i < nl; i++)
+            dup |= lv[i]->sattn_fwd_bf16 == t->sattn_fwd_bf16;
+        if (!dup)
+            lv[nl++] = t;
+    }
+    for (int i = 0; i < nl; i++)
+        printf("bf16 attention core at level %s: %s\n", lv[i]->name, lv[i]->sattn_bf16_name);
+    if (nl == 1)
+        printf("note: no AMX on this machine: only the reference bf16 entries are checked\n");
+
+    const int64_t ns[] = {0, 1, 2, 3, 7, 16, 17, 129, 257}, Hs[] = {1, 3, 16, 20}, cs[] = {32, 48, 512};
+    for (size_t ic = 0; ic < 3; ic++)
+        for (size_t ih = 0; ih < 4; ih++)
+            for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++) {
+                const int64_t n = ns[in], H = Hs[ih], c = cs[ic];
+                if (c == 512 && H == 20 && n == 257)
+                    continue; /* the largest case adds seconds and no new path (n = 129 has both) */
+                shape_data s;
+                shape_init(&s, n, H, c);
+                const outs f32 = {s.o, s.lse, s.z, s.dq, s.ds, s.P, s.ps, s.dpool};
+                outs x[4];
+                for (int l = 0; l < nl; l++) {
+                    int guard_ok, repeat_ok;
+                    run_level(lv[l], &s, &x[l], &guard_ok, &repeat_ok);
+                    CHECK(guard_ok, "%s scratch overrun n=%lld H=%lld c=%lld", lv[l]->sattn_bf16_name,
+                          (long long)n, (long long)H, (long long)c);
+                    CHECK(repeat_ok, "%s repeated calls differ n=%lld H=%lld c=%lld",
+                          lv[l]->sattn_bf16_name, (long long)n, (long long)H, (long long)c);
+                    check_outputs(lv[l]->sattn_bf16_name, "vs fp32", &s, &x[l], &f32, 1.0, 0.0, 0);
+                    if (l > 0)
+                        check_outputs(lv[l]->sattn_bf16_name, "vs bf16 ref", &s, &x[l], &x[0], 0.25,
+                                      2e-3, 1);
+                }
+                for (int l = 0; l < nl; l++)
+                    outs_free(&x[l]);
+                shape_free(&s);
+            }
+    printf("largest error / bound: %.3f against fp32, %.3f (of the quarter bound) against the bf16 "
+           "reference\n", worst_seen[0], worst_seen[1]);
+    return check_summary();
+}
