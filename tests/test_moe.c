@@ -9,7 +9,11 @@
  *    against central differences of the naive double forward (tight) and of the layer's own fp32
  *    forward (loose); coordinates whose perturbation changes the routing or a clamp are skipped.
  * 4. Bitwise identical results with no pool and with 2 threads, on a batch large enough to split the
- *    expert GEMMs into chunks; backward writes dx and accumulates weight gradients; bad hash input. */
+ *    expert GEMMs into chunks; backward writes dx and accumulates weight gradients; bad hash input.
+ * 5. bf16 mode (grouped expert GEMMs): bitwise identical for no pool and 2 threads, on a batch whose
+ *    permuted rows span two grouped passes with an expert cut between them; outputs and every gradient
+ *    within bf16 bounds of the fp32 path; the same routing and balance loss; dx written, weight
+ *    gradients accumulated; a hash layer and an empty batch. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -890,6 +894,132 @@ static void test_threads(trex_arena *arena)
     trex_pool_destroy(pool);
 }
 
+/* ---- 5. bf16 mode --------------------------------------------------------------------------------- */
+
+/* Max |b - a| over [o0, o1) relative to max |a|. */
+static double rel_err(const float *a, const float *b, int64_t o0, int64_t o1, double *amax)
+{
+    double err = 0, mx = 0;
+    for (int64_t p = o0; p < o1; p++) {
+        err = fmax(err, fabs((double)b[p] - (double)a[p]));
+        mx = fmax(mx, fabs((double)a[p]));
+    }
+    if (amax)
+        *amax = mx;
+    return mx > 0 ? err / mx : err;
+}
+
+/* One layer in fp32 (no pool), bf16 with no pool and bf16 with 2 threads. tol: the bound on every
+ * output and gradient tensor, relative to its largest fp32 element. */
+static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *label, double tol)
+{
+    trex_gemm_ws *ws1 = trex_gemm_ws_create(), *ws2 = trex_gemm_ws_create();
+    CHECK(ws1 && ws2, "%s: gemm workspaces", label);
+    if (!ws1 || !ws2)
+        return;
+    const int64_t P = m->P, n = m->N * m->d;
+    float *g32 = xcalloc((size_t)P, sizeof(float)), *g1 = xcalloc((size_t)P, sizeof(float));
+    float *g2 = xcalloc((size_t)P, sizeof(float));
+    float *y32 = xcalloc((size_t)n, sizeof(float)), *y1 = xcalloc((size_t)n, sizeof(float));
+    float *y2 = xcalloc((size_t)n, sizeof(float));
+    int64_t load32[64] = {0}, load1[64] = {0};
+    double b32 = 0, b1 = 0, b2 = 0;
+    trex_ctx c32 = {.pool = NULL, .arena = arena};
+    trex_ctx c1 = {.pool = NULL, .arena = arena, .compute = TREX_BF16, .ws = ws1};
+    trex_ctx c2 = {.pool = pool, .arena = arena, .compute = TREX_BF16, .ws = ws2};
+    layer_grad(m, &c32, y32, g32, &b32, load32);
+    for (int64_t p = 0; p < m->o_gate; p++)
+        g1[p] = g2[p] = NAN; /* dx is written, not accumulated */
+    layer_grad(m, &c1, y1, g1, &b1, load1);
+    layer_grad(m, &c2, y2, g2, &b2, NULL);
+    CHECK(memcmp(y1, y2, (size_t)n * sizeof(float)) == 0, "%s: y bitwise equal, 1 vs 2 threads",
+          label);
+    CHECK(memcmp(g1, g2, (size_t)P * sizeof(float)) == 0,
+          "%s: gradients bitwise equal, 1 vs 2 threads", label);
+    CHECK(b1 == b2 && b1 == b32, "%s: balance loss %.9g (bf16) vs %.9g (fp32)", label, b1, b32);
+    CHECK(memcmp(load1, load32, sizeof load1) == 0, "%s: the same routing as fp32", label);
+    double mx;
+    const double ey = rel_err(y32, y1, 0, n, &mx);
+    CHECK(mx > 0 && ey <= tol, "%s: y within %g of fp32: %.3g", label, tol, ey);
+    const int64_t o[9] = {0, m->o_gate, m->o_w1, m->o_w3, m->o_w2, m->o_sw1, m->o_sw3, m->o_sw2, P};
+    const char *nm[8] = {"dx", "gate", "w1", "w3", "w2", "sw1", "sw3", "sw2"};
+    for (int w = 0; w < 8; w++) {
+        const double e = rel_err(g32, g1, o[w], o[w + 1], &mx);
+        CHECK(mx > 0 && e <= tol, "%s: %s gradient within %g of fp32: %.3g", label, nm[w], tol, e);
+    }
+
+    /* A second backward from a fresh forward: dx rewritten, weight gradients doubled (up to the
+     * order in which an expert cut between passes adds its two parts). */
+    {
+        trex_moe_cache *cache = NULL;
+        trex_arena_reset(arena);
+        CHECK(layer_forward(m, &c2, m->thf, y2, &cache, NULL) == TREX_OK && cache, "%s: forward",
+              label);
+        float *dy = xcalloc((size_t)n, sizeof(float));
+        for (int64_t q = 0; q < n; q++)
+            dy[q] = (float)m->R[q];
+        wviews v, gv;
+        views(&v, m, m->thf, false);
+        views(&gv, m, g2, true);
+        trex_seqinfo seq = seqinfo(m);
+        if (cache)
+            trex_moe_backward(&c2, &m->cfg, m->layer, &seq, g2 + m->o_x, dy, m->thf + m->o_x, &v.w,
+                              &gv.w, cache, m->alpha, 1.0);
+        CHECK(memcmp(g1, g2, (size_t)m->o_gate * sizeof(float)) == 0, "%s: dx is written (=)",
+              label);
+        double worst = 0;
+        for (int w = 1; w < 8; w++) {
+            double gmax = 0, err = 0;
+            for (int64_t p = o[w]; p < o[w + 1]; p++) {
+                gmax = fmax(gmax, fabs(g1[p]));
+                err = fmax(err, fabs(g2[p] - 2.0 * g1[p]));
+            }
+            worst = fmax(worst, gmax > 0 ? err / gmax : err);
+        }
+        CHECK(worst <= 1e-5, "%s: weight gradients accumulate (+=): relative error %g", label, worst);
+        free(dy);
+    }
+    free(g32), free(g1), free(g2), free(y32), free(y1), free(y2);
+    trex_gemm_ws_destroy(ws1);
+    trex_gemm_ws_destroy(ws2);
+}
+
+static void test_bf16(trex_arena *arena)
+{
+    trex_pool *pool = trex_pool_create(2);
+    CHECK(pool != NULL, "pool of 2 threads");
+    if (!pool)
+        return;
+    model m;
+    /* 3000 tokens x 3 = 9000 permuted rows: two grouped passes (8192 rows each at most). The bias
+     * gives expert 0 every token, so expert 1 starts at row 3000 and the pass boundary cuts one of
+     * the later experts in two. I = 48 and d = 72 are not multiples of the 32-wide panels. Limit 10
+     * (dsv4's): a clamp whose boundary lies within bf16 rounding of a pre-activation switches that
+     * element's gradient on or off, an O(1) difference from fp32 that no bound on rounding covers. */
+    model_init(&m, 2, 1500, 72, 8, 3, 48, 1, 0.3, 0.15, 10.0, 21);
+    model_set_bias(&m, 0, 10.0);
+    bf16_case(&m, arena, pool, "bf16, two passes", 2e-2);
+    model_free(&m);
+    /* Hash layer, no clamp (limit 0), a small batch. */
+    model_init(&m, 1, 37, 40, 6, 2, 24, 0, 0.0, 0.2, 0.0, 22);
+    bf16_case(&m, arena, pool, "bf16, hash layer", 2e-2);
+    model_free(&m);
+    /* An empty batch is fine in bf16 mode too. */
+    {
+        model_init(&m, 1, 0, 16, 4, 2, 8, 1, 0.3, 0.2, 1.5, 23);
+        trex_gemm_ws *ws = trex_gemm_ws_create();
+        trex_ctx c = {.pool = pool, .arena = arena, .compute = TREX_BF16, .ws = ws};
+        trex_moe_cache *cache = NULL;
+        float y[1];
+        trex_arena_reset(arena);
+        CHECK(layer_forward(&m, &c, m.thf, y, &cache, NULL) == TREX_OK && cache,
+              "bf16: empty batch forward");
+        trex_gemm_ws_destroy(ws);
+        model_free(&m);
+    }
+    trex_pool_destroy(pool);
+}
+
 int main(void)
 {
     trex_arena *arena = trex_arena_create(NULL, TREX_REGION_ACTS, (size_t)1 << 20);
@@ -900,6 +1030,7 @@ int main(void)
     test_forward(arena);
     test_grads(arena);
     test_threads(arena);
+    test_bf16(arena);
     trex_arena_destroy(arena);
     return check_summary();
 }

@@ -11,7 +11,11 @@
  * GEMMs over its group in chunks of at most MOE_CHUNK rows, and its outputs are scattered back (added)
  * into y. Every output element is produced by one thread in an order fixed by the routing alone
  * (shared expert first, then experts in index order; reductions over tokens in token order), so the
- * results are bitwise the same for any thread count. Math and derivations: docs/moe.md. */
+ * results are bitwise the same for any thread count. That is the fp32 path (ctx->compute TREX_F32, the
+ * reference). In bf16 mode the experts run instead as grouped GEMMs (trex_gemm_grouped): the permuted
+ * rows in passes of at most MOE_RANGE, each product one call over every expert of the pass, so both
+ * cores share all experts and each weight is packed once per pass; each token then adds its rows in
+ * expert order, which keeps y and dx in the per-expert order. Math and derivations: docs/moe.md. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,6 +33,7 @@
 
 #define MOE_MAX_K 64    /* largest num_experts_per_tok handled (per-token arrays live on the stack) */
 #define MOE_CHUNK 1024  /* rows per expert GEMM: bounds the scratch, fixed so results do not vary */
+#define MOE_RANGE 8192  /* bf16 mode: permuted rows per grouped pass (bounds the scratch; fixed) */
 
 /* What backward needs, carved from ctx->arena by forward. */
 struct trex_moe_cache {
@@ -40,6 +45,7 @@ struct trex_moe_cache {
     float *f;          /* [B,E] f_i of each row (non-hash layers; NULL otherwise) */
     int64_t *off;      /* [E+1] start of each expert's group in permuted order */
     int32_t *perm;     /* [N*K] permuted position -> slot t*K+k */
+    int32_t *spos;     /* [N,K] bf16 mode: each token's permuted positions, ascending (else NULL) */
     float *a, *u;      /* [N*K, I] routed W1x and W3x before the clamp, permuted order */
     float *sa, *su;    /* [N, I] the same for the shared expert */
 };
@@ -156,6 +162,78 @@ static void scatter_add_rows(void *arg, int64_t r0, int64_t r1, int tid)
     }
 }
 
+/* bf16 mode: the routed rows of a pass are the permuted positions [p0, p1) (experts of consecutive
+ * indices, each a contiguous group). spos [N,K] lists each token's K positions in increasing order, so
+ * adding a token's rows in that order adds its experts in index order, as the fp32 path does. */
+typedef struct combine_args {
+    const int32_t *spos;
+    const float *src;      /* [p1 - p0, d] rows of the pass */
+    float *dst;            /* [N, d], added to */
+    int64_t K, d, p0, p1;
+} combine_args;
+
+/* dst[t] += src[r - p0] for each position r of token t inside [p0, p1), r ascending. Tokens are
+ * independent, so the pool may split them any way. */
+static void combine_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const combine_args *c = arg;
+    for (int64_t t = t0; t < t1; t++) {
+        float *dst = c->dst + t * c->d;
+        for (int64_t k = 0; k < c->K; k++) {
+            const int64_t r = c->spos[t * c->K + k];
+            if (r < c->p0 || r >= c->p1)
+                continue;
+            const float *src = c->src + (r - c->p0) * c->d;
+            for (int64_t j = 0; j < c->d; j++)
+                dst[j] += src[j];
+        }
+    }
+}
+
+/* The experts of a pass [p0, p1) of permuted rows: expert e's piece is its group cut to the pass
+ * (empty pieces are left out). Rows of the pass buffers are relative to p0. */
+typedef struct piece_list {
+    const int64_t *off;
+    int64_t E, p0, p1;
+} piece_list;
+
+/* A product over each piece's rows: probs[i] = {M = rows, N, K = Kd, A = a0 + (lo - p0) lda, B = Bs[e]
+ * (ldb), C = c0 + (lo - p0) ldc}. Returns the count. */
+static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, float *const *Bs,
+                          int64_t N, int64_t Kd, const float *a0, int64_t lda, int64_t ldb,
+                          float *c0, int64_t ldc)
+{
+    int64_t n = 0;
+    for (int64_t e = 0; e < pl->E; e++) {
+        const int64_t lo = pl->off[e] > pl->p0 ? pl->off[e] : pl->p0;
+        const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1;
+        if (hi <= lo)
+            continue;
+        probs[n++] = (trex_gemm_problem){hi - lo, N, Kd, a0 + (lo - pl->p0) * lda, lda, Bs[e], ldb,
+                                         c0 + (lo - pl->p0) * ldc, ldc};
+    }
+    return n;
+}
+
+/* Weight gradients over each piece's rows (K = rows): probs[i] = {M, Nn, A = a0 + (lo - p0) lda (to
+ * be used transposed), B = b0 + (lo - p0) ldb, C = dW[e] (ldc Nn)}. Returns the count. */
+static int64_t pieces_wgrad(trex_gemm_problem *probs, const piece_list *pl, float *const *dW,
+                            int64_t M, int64_t Nn, const float *a0, int64_t lda, const float *b0,
+                            int64_t ldb)
+{
+    int64_t n = 0;
+    for (int64_t e = 0; e < pl->E; e++) {
+        const int64_t lo = pl->off[e] > pl->p0 ? pl->off[e] : pl->p0;
+        const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1;
+        if (hi <= lo)
+            continue;
+        probs[n++] = (trex_gemm_problem){M, Nn, hi - lo, a0 + (lo - pl->p0) * lda, lda,
+                                         b0 + (lo - pl->p0) * ldb, ldb, dW[e], Nn};
+    }
+    return n;
+}
+
 typedef struct swiglu_args {
     const float *a, *u;    /* [n, I] pre-activations */
     float *h;              /* forward: [n, I] out (weighted); backward: [n, I] in, holds g*h0 */
@@ -200,15 +278,8 @@ static void swiglu_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
     for (int64_t r = r0; r < r1; r++) {
         const float *a = s->a + r * I, *u = s->u + r * I;
         float *dh = s->dh + r * I, *du = s->du + r * I;
-        float g = 1.0f;
-        if (s->perm) {
-            const int64_t slot = s->perm[r];
-            g = s->gw[slot];
-            float dot = 0.0f;
-            for (int64_t j = 0; j < I; j++)
-                dot += dh[j] * swiglu_f(a[j], u[j], L);
-            s->dg[slot] = dot;
-        }
+        const float g = s->perm ? s->gw[s->perm[r]] : 1.0f;
+        float dot = 0.0f; /* dg, summed in j order; h0 below has the bits of swiglu_f */
         for (int64_t j = 0; j < I; j++) {
             float ac = a[j], uc = u[j];
             float ka = 1.0f, ku = 1.0f;
@@ -225,13 +296,17 @@ static void swiglu_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
                     ku = 0.0f;
                 }
             }
-            const float sig = 1.0f / (1.0f + expf(-ac));
+            const float ex = expf(-ac);
+            const float sig = 1.0f / (1.0f + ex);
             const float sl = ac * sig;
             const float dsl = sig * (1.0f + ac * (1.0f - sig));
+            dot += dh[j] * ((ac / (1.0f + ex)) * uc);
             const float d0 = dh[j] * g;
             du[j] = ku * d0 * sl;
             dh[j] = ka * d0 * uc * dsl;
         }
+        if (s->perm)
+            s->dg[s->perm[r]] = dot;
     }
 }
 
@@ -265,6 +340,49 @@ static void router_bwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
             moe_share_backward_f(E, s, r->cbal + (t / r->T) * E, dz);
         for (int64_t i = 0; i < E; i++)
             dz[i] = dz[i] != 0.0f ? dz[i] * moe_sqrtsp_grad_f(z[i]) : 0.0f;
+    }
+}
+
+/* ---- bf16 mode: the experts as grouped GEMMs ----------------------------------------------------- */
+
+/* Shared expert in passes of Cs tokens (y written), then the routed experts in passes of C permuted
+ * rows: gather x, one grouped call for W1 and W3 of every expert of the pass, SwiGLU, one grouped call
+ * for W2, then each token adds its rows of the pass in expert order. The products are those of the
+ * per-expert path (trex_gemm_grouped gives the bits of trex_gemm_f32_bf16), and y is summed in the
+ * same order (shared, then experts by index), so y has the bits of the per-expert bf16 path. With
+ * keep, a and u go to the cache (else to the pass-sized c->a, c->u and sa, su). */
+static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe_cache *c, float *y,
+                                    const float *x, const trex_moe_w *w, bool keep, float *sa,
+                                    float *su, float *xg, float *hg, trex_gemm_problem *probs,
+                                    int64_t C, int64_t Cs, float L)
+{
+    const int64_t N = c->N, K = c->K, I = c->I, d = c->d, E = c->E;
+    for (int64_t r0 = 0; r0 < N; r0 += Cs) {
+        const int64_t n = N - r0 < Cs ? N - r0 : Cs;
+        float *a = keep ? c->sa + r0 * I : sa, *u = keep ? c->su + r0 * I : su;
+        probs[0] = (trex_gemm_problem){n, I, d, x + r0 * d, d, w->sw1, d, a, I};
+        probs[1] = (trex_gemm_problem){n, I, d, x + r0 * d, d, w->sw3, d, u, I};
+        trex_gemm_grouped(pool, gws, TREX_F32, false, true, 1.0f, 0.0f, probs, 2);
+        swiglu_args sg = {.a = a, .u = u, .h = hg, .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+        trex_linear_forward_ex(pool, gws, TREX_BF16, y + r0 * d, hg, w->sw2, n, I, d);
+    }
+    for (int64_t p0 = 0; p0 < N * K; p0 += C) {
+        const int64_t n = N * K - p0 < C ? N * K - p0 : C;
+        const piece_list pl = {c->off, E, p0, p0 + n};
+        const int32_t *perm = c->perm + p0;
+        float *a = keep ? c->a + p0 * I : c->a, *u = keep ? c->u + p0 * I : c->u;
+        gather_args ga = {perm, K, d, x, NULL, xg, NULL};
+        trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
+        int64_t np = pieces_fwd(probs, &pl, w->w1, I, d, xg, d, d, a, I);
+        np += pieces_fwd(probs + np, &pl, w->w3, I, d, xg, d, d, u, I);
+        trex_gemm_grouped(pool, gws, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        swiglu_args sg = {.a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+        np = pieces_fwd(probs, &pl, w->w2, d, I, hg, I, I, xg, d); /* outputs over the inputs */
+        trex_gemm_grouped(pool, gws, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        combine_args cb = {c->spos, xg, y, K, d, p0, p0 + n};
+        trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
     }
 }
 
@@ -352,19 +470,38 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     c->perm = arena_get(ar, (size_t)(N * K) * sizeof(int32_t), &ok);
     if (!hash)
         c->f = arena_get(ar, (size_t)(B * E) * sizeof(float), &ok);
-    const int64_t C = N < MOE_CHUNK ? N : MOE_CHUNK;
+    /* fp32: experts one by one in chunks of C rows; bf16: grouped passes of up to C rows. */
+    const bool grouped = gdt != TREX_F32;
+    const int64_t cmax = grouped ? MOE_RANGE : MOE_CHUNK;
+    const int64_t C = (grouped ? N * K : N) < cmax ? (grouped ? N * K : N) : cmax;
+    const int64_t Cs = N < cmax ? N : cmax; /* shared expert rows per pass */
+    if (grouped)
+        c->spos = arena_get(ar, (size_t)(N * K) * sizeof(int32_t), &ok);
     if (cache) {
         c->a = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
         c->u = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
         c->sa = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
         c->su = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
-    } else {
+    }
+    if (!ok)
+        goto oom;
+    /* Scratch from here on (bf16 mode: given back before returning). */
+    const trex_arena_mark mk = trex_arena_mark_get(ar);
+    float *sa = NULL, *su = NULL;
+    if (!cache) {
         c->a = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
         c->u = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
+        if (grouped) {
+            sa = arena_get(ar, (size_t)(Cs * I) * sizeof(float), &ok);
+            su = arena_get(ar, (size_t)(Cs * I) * sizeof(float), &ok);
+        }
     }
+    /* xg holds the gathered inputs, then (bf16) the experts' outputs of the same rows. */
     float *xg = arena_get(ar, (size_t)(C * d) * sizeof(float), &ok);
-    float *og = arena_get(ar, (size_t)(C * d) * sizeof(float), &ok);
-    float *hg = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
+    float *og = grouped ? xg : arena_get(ar, (size_t)(C * d) * sizeof(float), &ok);
+    float *hg = arena_get(ar, (size_t)((C > Cs ? C : Cs) * I) * sizeof(float), &ok);
+    trex_gemm_problem *probs =
+        grouped ? arena_get(ar, (size_t)(2 * E) * sizeof(trex_gemm_problem), &ok) : NULL;
     if (!ok)
         goto oom;
 
@@ -385,6 +522,16 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     for (int64_t e = E; e > 0; e--)
         c->off[e] = c->off[e - 1];
     c->off[0] = 0;
+    if (grouped) { /* each token's positions, ascending: walk the positions in order */
+        int32_t *fill = arena_get(ar, (size_t)(N > 0 ? N : 1) * sizeof(int32_t), &ok);
+        if (!ok)
+            goto oom;
+        memset(fill, 0, (size_t)N * sizeof(int32_t));
+        for (int64_t r = 0; r < N * K; r++) {
+            const int64_t t = c->perm[r] / K;
+            c->spos[t * K + fill[t]++] = (int32_t)r;
+        }
+    }
 
     /* Statistics and the balance loss: per row, in token order, in double. */
     if (stats) {
@@ -423,6 +570,12 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
             stats->balance_loss = loss / (double)B;
     }
 
+    if (grouped) {
+        experts_forward_grouped(pool, gws, c, y, x, w, cache != NULL, sa, su, xg, hg, probs, C, Cs,
+                                L);
+        goto done;
+    }
+
     /* Shared expert over all tokens: y = W2 SwiGLU(W1 x, W3 x). */
     for (int64_t r0 = 0; r0 < N; r0 += C) {
         const int64_t n = N - r0 < C ? N - r0 : C;
@@ -453,6 +606,14 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
         }
     }
 
+done:
+    /* bf16 mode gives its (pass-sized but larger) scratch back here; fp32 mode leaves it to the
+     * caller's rewind, the sequence src/plan/engine.c replays. */
+    if (grouped) {
+        trex_arena_rewind(ar, mk);
+        if (!cache)
+            c->a = c->u = NULL;
+    }
     if (cache)
         *cache = c;
     return TREX_OK;
@@ -464,25 +625,16 @@ oom:
 
 /* ---- backward ------------------------------------------------------------------------------------ */
 
-void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
-                       const trex_seqinfo *seq, float *dx, const float *dy, const float *x,
-                       const trex_moe_w *w, trex_moe_w *g, const trex_moe_cache *cache,
-                       double alpha, double bal_scale)
+/* fp32 mode (the reference): each expert's products over its group in chunks of MOE_CHUNK rows. */
+static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *c, float *dx,
+                                     float *dg, const float *dy, const float *x, const trex_moe_w *w,
+                                     trex_moe_w *g, float L)
 {
-    TREX_ASSERT(ctx && ctx->arena && cfg && seq && dx && dy && x && w && g && cache);
-    const trex_moe_cache *c = cache;
-    const int64_t B = c->B, T = c->T, N = c->N, E = c->E, K = c->K, I = c->I, d = c->d;
-    TREX_ASSERT(seq->B == B && seq->T == T && cfg->hidden_size == d && cfg->n_routed_experts == E);
-    TREX_ASSERT(c->hash == trex_config_is_hash(cfg, layer));
-    TREX_ASSERT(g->gate && g->w1 && g->w2 && g->w3 && g->sw1 && g->sw2 && g->sw3);
-    const float L = (float)cfg->swiglu_limit;
+    const int64_t N = c->N, E = c->E, K = c->K, I = c->I, d = c->d;
     trex_pool *pool = ctx->pool;
-    trex_gemm_ws *gws = ctx->ws;  /* experts and shared expert: precision of the run; gate: fp32 */
+    trex_gemm_ws *gws = ctx->ws;
     const trex_dtype gdt = ctx->compute;
     trex_arena *ar = ctx->arena;
-    if (N == 0)
-        return;
-
     const int64_t C = N < MOE_CHUNK ? N : MOE_CHUNK;
     float *xg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float));
     float *dyg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float));
@@ -490,8 +642,6 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     float *hg = trex_arena_xalloc(ar, (size_t)(C * I) * sizeof(float));
     float *dhg = trex_arena_xalloc(ar, (size_t)(C * I) * sizeof(float));
     float *dug = trex_arena_xalloc(ar, (size_t)(C * I) * sizeof(float));
-    float *dg = trex_arena_xalloc(ar, (size_t)(N * K) * sizeof(float));
-    float *dz = trex_arena_xalloc(ar, (size_t)(N * E) * sizeof(float));
 
     /* Shared expert: writes dx. */
     for (int64_t r0 = 0; r0 < N; r0 += C) {
@@ -524,6 +674,98 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }
     }
+}
+
+/* bf16 mode: the shared expert in passes of MOE_RANGE tokens, then the routed experts in passes of
+ * MOE_RANGE permuted rows, each product one grouped call over the experts of the pass. dx gets the
+ * shared expert's part (written), then each token adds its rows of every pass in expert order. */
+static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *c, float *dx,
+                                     float *dg, const float *dy, const float *x, const trex_moe_w *w,
+                                     trex_moe_w *g, float L)
+{
+    const int64_t N = c->N, E = c->E, K = c->K, I = c->I, d = c->d;
+    trex_pool *pool = ctx->pool;
+    trex_gemm_ws *gws = ctx->ws;
+    trex_arena *ar = ctx->arena;
+    const int64_t C = N * K < MOE_RANGE ? N * K : MOE_RANGE, Cs = N < MOE_RANGE ? N : MOE_RANGE;
+    const int64_t Ch = C > Cs ? C : Cs;
+    float *xg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float));
+    float *dyg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float)); /* then dx of the rows */
+    float *hg = trex_arena_xalloc(ar, (size_t)(Ch * I) * sizeof(float));
+    float *dhg = trex_arena_xalloc(ar, (size_t)(Ch * I) * sizeof(float));
+    float *dug = hg; /* h is spent (dW2) before SwiGLU's backward writes du */
+    trex_gemm_problem *probs = trex_arena_xalloc(ar, (size_t)(2 * E) * sizeof(trex_gemm_problem));
+
+    for (int64_t r0 = 0; r0 < N; r0 += Cs) {
+        const int64_t n = N - r0 < Cs ? N - r0 : Cs;
+        const float *xr = x + r0 * d, *dyr = dy + r0 * d;
+        swiglu_args sg = {.a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg, .du = dug,
+                          .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+        trex_linear_backward_ex(pool, gws, TREX_BF16, dhg, g->sw2, dyr, hg, w->sw2, n, I, d, false);
+        trex_pool_for(pool, n, grain_for(I * 16), swiglu_bwd_rows, &sg);
+        probs[0] = (trex_gemm_problem){I, d, n, dhg, I, xr, d, g->sw1, d};
+        probs[1] = (trex_gemm_problem){I, d, n, dug, I, xr, d, g->sw3, d};
+        trex_gemm_grouped(pool, gws, TREX_F32, true, false, 1.0f, 1.0f, probs, 2);
+        trex_linear_backward_ex(pool, gws, TREX_BF16, dx + r0 * d, NULL, dhg, xr, w->sw1, n, d, I,
+                                false);
+        trex_linear_backward_ex(pool, gws, TREX_BF16, dx + r0 * d, NULL, dug, xr, w->sw3, n, d, I,
+                                true);
+    }
+
+    for (int64_t p0 = 0; p0 < N * K; p0 += C) {
+        const int64_t n = N * K - p0 < C ? N * K - p0 : C;
+        const piece_list pl = {c->off, E, p0, p0 + n};
+        const int32_t *perm = c->perm + p0;
+        gather_args ga = {perm, K, d, x, dy, xg, dyg};
+        trex_pool_for(pool, n, grain_for(2 * d), gather_rows, &ga);
+        swiglu_args sg = {.a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg, .du = dug,
+                          .perm = perm, .gw = c->gw, .dg = dg, .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+        /* dh = dy W2 (W2 [d, I] is op(B) as stored); dW2 += dy^T h. */
+        int64_t np = pieces_fwd(probs, &pl, w->w2, I, d, dyg, d, I, dhg, I);
+        trex_gemm_grouped(pool, gws, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
+        np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, d, hg, I);
+        trex_gemm_grouped(pool, gws, TREX_F32, true, false, 1.0f, 1.0f, probs, np);
+        trex_pool_for(pool, n, grain_for(I * 24), swiglu_bwd_rows, &sg);
+        /* dW1 += da^T x, dW3 += du^T x in one call; dx = da W1 + du W3 (into dyg, now free). */
+        np = pieces_wgrad(probs, &pl, g->w1, I, d, dhg, I, xg, d);
+        np += pieces_wgrad(probs + np, &pl, g->w3, I, d, dug, I, xg, d);
+        trex_gemm_grouped(pool, gws, TREX_F32, true, false, 1.0f, 1.0f, probs, np);
+        np = pieces_fwd(probs, &pl, w->w1, d, I, dhg, I, d, dyg, d);
+        trex_gemm_grouped(pool, gws, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
+        np = pieces_fwd(probs, &pl, w->w3, d, I, dug, I, d, dyg, d);
+        trex_gemm_grouped(pool, gws, TREX_F32, false, false, 1.0f, 1.0f, probs, np);
+        combine_args cb = {c->spos, dyg, dx, K, d, p0, p0 + n};
+        trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
+    }
+}
+
+void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
+                       const trex_seqinfo *seq, float *dx, const float *dy, const float *x,
+                       const trex_moe_w *w, trex_moe_w *g, const trex_moe_cache *cache,
+                       double alpha, double bal_scale)
+{
+    TREX_ASSERT(ctx && ctx->arena && cfg && seq && dx && dy && x && w && g && cache);
+    const trex_moe_cache *c = cache;
+    const int64_t B = c->B, T = c->T, N = c->N, E = c->E, K = c->K, d = c->d;
+    TREX_ASSERT(seq->B == B && seq->T == T && cfg->hidden_size == d && cfg->n_routed_experts == E);
+    TREX_ASSERT(c->hash == trex_config_is_hash(cfg, layer));
+    TREX_ASSERT(g->gate && g->w1 && g->w2 && g->w3 && g->sw1 && g->sw2 && g->sw3);
+    /* The cache's layout follows the forward's precision: the backward must run in the same one. */
+    TREX_ASSERT((c->spos != NULL) == (ctx->compute != TREX_F32));
+    const float L = (float)cfg->swiglu_limit;
+    trex_pool *pool = ctx->pool;
+    trex_arena *ar = ctx->arena;
+    if (N == 0)
+        return;
+
+    float *dg = trex_arena_xalloc(ar, (size_t)(N * K) * sizeof(float));
+    float *dz = trex_arena_xalloc(ar, (size_t)(N * E) * sizeof(float));
+    if (c->spos)
+        experts_backward_grouped(ctx, c, dx, dg, dy, x, w, g, L);
+    else
+        experts_backward_chunked(ctx, c, dx, dg, dy, x, w, g, L);
 
     /* Router: dz from the mixing weights and the balance loss, then gate and dx. The balance loss is
      * (1/B) sum_b alpha sum_i f_bi (1/T) sum_t q_ti, so dL/dq_ti = bal_scale alpha f_bi / (B T). */
