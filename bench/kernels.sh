@@ -37,4 +37,8 @@ for path in sys.argv[2:]:
               f"{r['pct_core_peak']:5.1f}% |        {r.get('onednn_tflops', nan):7.3f} "
               f"{r.get('onednn_cpu_tflops', nan):7.3f} |        {r.get('onednn_packed_tflops', nan):7.3f} "
               f"{r.get('onednn_packed_cpu_tflops', nan):7.3f}")
+    if k.get("packing"):
+        print("packing, 1 thread, GB of source per CPU-second: cycled over 128 MiB | one operand")
+        for r in k["packing"]:
+            print(f"{r['name']:30} {r['gbs_cycled']:7.2f} | {r['gbs_one_operand']:7.2f}")
 PY

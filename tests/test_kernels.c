@@ -224,8 +224,15 @@ static void test_pack(const trex_kernel_table *t, const trex_kernel_table *ref)
     uint64_t st = 11;
     float *f = xmalloc((size_t)LD * KMAX * sizeof *f);
     uint16_t *b = xmalloc((size_t)LD * KMAX * sizeof *b);
+    /* Every 23rd value a special bit pattern (ties, NaNs, infinities, subnormals, the largest finite
+     * values), so that the packers' fp32 rounding is compared with the reference on all of them. */
+    const uint32_t special[] = {0x80000000u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x3f808000u,
+                                0x3f818000u, 0x3f80ffffu, 0x3f817fffu, 0x7f7fffffu, 0xff7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                                0xff810000u, 0x7fffffffu, 0x00008000u, 0x007fffffu};
+    const size_t ns = sizeof special / sizeof special[0];
     for (size_t i = 0; i < (size_t)LD * KMAX; i++) {
-        f[i] = rnd(&st) * 3.0f;
+        f[i] = i % 23 == 5 ? bits_f32(special[(i / 23) % ns]) : rnd(&st) * 3.0f;
         b[i] = trex_f32_to_bf16(f[i]);
     }
     uint16_t *got = xmalloc(32 * KMAX * sizeof *got), *want = xmalloc(32 * KMAX * sizeof *want);

@@ -463,6 +463,7 @@ typedef struct kcase {
     int groups;
     bool grouped_k;     /* grouped over K (weight gradients: K = tokens of the expert) */
     bool prepacked;     /* B (the weight) packed once outside the timing: trex_gemm_pack_b */
+    bool accumulate;    /* C += op(A) op(B) (beta 1, as the model's weight gradients); else beta 0 */
 } kcase;
 
 typedef struct kresult {
@@ -505,6 +506,82 @@ static void expert_rows(int64_t rows, int E, int64_t *out)
     }
 }
 
+/* Packing throughput of each packer path of the level, on the calling thread: a 1024 x 1024 operand
+ * packed panel by panel (32 rows or columns at a time, as the GEMM does), either cycling over 32
+ * operands (128 MiB of fp32, 64 MiB of bf16: mostly from memory) or over one (4 or 2 MiB: from L2/L3).
+ * "rows": k contiguous in the source (x of x W^T, W of x W^T); "pairs": rows contiguous, k-pairs
+ * interleaved from two source rows (dy and W of dy W, both operands of the weight gradient dy^T x).
+ * Figures: GB of source per CPU-second, median of reps. */
+static void bench_packing(const bench_common *c, const char *filter, cJSON *arr)
+{
+    enum { R = 1024, K = 1024, NOPS = 32 };
+    static const char *const names[8] = {"pack.a.rows.f32", "pack.a.rows.bf16", "pack.a.pairs.f32",
+                                         "pack.a.pairs.bf16", "pack.b.rows.f32", "pack.b.rows.bf16",
+                                         "pack.b.pairs.f32", "pack.b.pairs.bf16"};
+    int any = 0;
+    for (int v = 0; v < 8; v++)
+        any += !filter || strstr(names[v], filter) != NULL;
+    if (!any)
+        return;
+    float *f = aligned_alloc(64, (size_t)NOPS * R * K * sizeof(float));
+    uint16_t *b = aligned_alloc(64, (size_t)NOPS * R * K * sizeof(uint16_t));
+    uint16_t *dst = aligned_alloc(64, (size_t)32 * K * sizeof(uint16_t));
+    if (!f || !b || !dst) {
+        fprintf(stderr, "trex: bench: packing: out of memory, skipped\n");
+        free(f);
+        free(b);
+        free(dst);
+        return;
+    }
+    fill(f, (size_t)NOPS * R * K, true, 77);
+    fill(b, (size_t)NOPS * R * K, false, 78);
+    if (!c->json)
+        printf("\npacking, 1 thread, %dx%d operands, GB of source per CPU-second (median of %lld): "
+               "cycling over %d operands | one operand\n",
+               R, K, (long long)c->reps, NOPS);
+    for (int v = 0; v < 8; v++) {
+        if (filter && !strstr(names[v], filter))
+            continue;
+        const bool is_b = v >= 4, pairs = (v / 2) % 2 == 1, f32 = v % 2 == 0;
+        const trex_pack_fn fn = is_b ? (f32 ? c->t->pack_b_f32 : c->t->pack_b_bf16)
+                                     : (f32 ? c->t->pack_a_f32 : c->t->pack_a_bf16);
+        const size_t esz = f32 ? 4 : 2;
+        const char *src = f32 ? (const char *)f : (const char *)b;
+        double gbs[2];
+        for (int cyc = 0; cyc < 2; cyc++) {
+            const int nops = cyc == 0 ? NOPS : 1;
+            double u[1000];
+            for (int r = -1; r < c->reps; r++) {
+                const double c0 = trex_cpu_s();
+                for (int o = 0; o < nops; o++) {
+                    const char *s0 = src + (size_t)o * R * K * esz;
+                    for (int64_t p = 0; p < R; p += 32)
+                        if (pairs)
+                            fn(dst, s0 + (size_t)p * esz, 1, R, 32, K, K);
+                        else
+                            fn(dst, s0 + (size_t)p * K * esz, K, 1, 32, K, K);
+                }
+                if (r >= 0)
+                    u[r] = trex_cpu_s() - c0;
+            }
+            gbs[cyc] = (double)nops * R * K * (double)esz / median(u, (int)c->reps) / 1e9;
+        }
+        if (c->json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", names[v]);
+            cJSON_AddNumberToObject(o, "gbs_cycled", gbs[0]);
+            cJSON_AddNumberToObject(o, "gbs_one_operand", gbs[1]);
+            cJSON_AddItemToArray(arr, o);
+        } else {
+            printf("%-20s %7.2f | %7.2f\n", names[v], gbs[0], gbs[1]);
+            fflush(stdout);
+        }
+    }
+    free(f);
+    free(b);
+    free(dst);
+}
+
 static int bench_kernels(int argc, char **argv)
 {
     bench_common c = {.reps = 5};
@@ -515,17 +592,21 @@ static int bench_kernels(int argc, char **argv)
         "The bf16 GEMM (C = A B^T, A B and A^T B; bf16 inputs, and fp32 inputs rounded while "
         "packed) at 2048^3 and at dsv4-bench shapes (d 1024, 16 heads of 512, q/o LoRA 256, "
         "2 o-groups, experts: inter 512, E 24, K 6; --tokens tokens), and the grouped expert GEMM "
-        "over the routed tokens (uneven load); cases ending in .prepacked take B (the weight) "
-        "packed once outside the timing (trex_gemm_pack_b). For each: median time, TFLOP/s, % of the measured "
+        "over the routed tokens (uneven load), and the bf16x3 LM head's three products per chunk of "
+        "512 rows (head3.*), and each packer path alone (pack.*); cases ending in .prepacked take "
+        "B (the weight) packed once outside the timing (trex_gemm_pack_b). For each: median time, "
+        "TFLOP/s, % of the measured "
         "peak of the level on the threads used, the roofline min(peak, copy bandwidth x FLOP/byte) "
         "and %, and oneDNN's bf16 matmul (fp32 output) on the same operands, with plain layouts and "
         "with its weights pre-packed outside the timing (for fp32 inputs: dnnl_sgemm, fp32 "
-        "arithmetic).";
+        "arithmetic). Weight-gradient cases marked beta 1 accumulate into C (as the model does); "
+        "oneDNN computes them with beta 0.";
     const trex_opt opts[] = {
         {"threads", TREX_OPT_I64, &c.threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"reps", TREX_OPT_I64, &c.reps, "R", "runs per figure; the median is printed", false},
         {"tokens", TREX_OPT_I64, &tokens, "T", "tokens of the dsv4-bench shapes", false},
-        {"filter", TREX_OPT_STR, &filter, "S", "only cases whose name contains S", false},
+        {"filter", TREX_OPT_STR, &filter, "S",
+         "only cases whose name contains S (pack.: only the packer paths)", false},
         {"isa", TREX_OPT_STR, &c.isa, "L", "level: ref, avx2, avx512, amx (default: TREX_ISA cap)",
          false},
         {"no-onednn", TREX_OPT_FLAG, &no_dnnl, NULL, "skip oneDNN", false},
@@ -559,46 +640,68 @@ static int bench_kernels(int argc, char **argv)
      * kernels' equivalent of oneDNN's pre-packed weights). f32in: fp32 A, and B from fp32 rounded
      * when packed (what the model's bf16 mode multiplies). */
     const kcase cases[] = {
-        {"square.nt", "2048^3, C = A B^T", false, true, false, 2048, 2048, 2048, 0, false, false},
+        {"square.nt", "2048^3, C = A B^T", false, true, false, 2048, 2048, 2048, 0, false, false, false},
         {"square.nt.prepacked", "2048^3, B packed once", false, true, false, 2048, 2048, 2048, 0,
-         false, true},
-        {"square.nn", "2048^3, C = A B", false, false, false, 2048, 2048, 2048, 0, false, false},
-        {"square.tn", "2048^3, C = A^T B", true, false, false, 2048, 2048, 2048, 0, false, false},
-        {"square.nt.f32in", "2048^3, fp32 inputs", false, true, true, 2048, 2048, 2048, 0, false, false},
+         false, true, false},
+        {"square.nn", "2048^3, C = A B", false, false, false, 2048, 2048, 2048, 0, false, false, false},
+        {"square.tn", "2048^3, C = A^T B", true, false, false, 2048, 2048, 2048, 0, false, false, false},
+        {"square.nt.f32in", "2048^3, fp32 inputs", false, true, true, 2048, 2048, 2048, 0,
+         false, false, false},
         {"square.nt.f32in.prepacked", "2048^3, fp32 A, B packed once", false, true, true, 2048,
-         2048, 2048, 0, false, true},
-        {"attn.wq_a.fwd", "x W^T, d -> q_lora", false, true, false, T, qr, d, 0, false, false},
+         2048, 2048, 0, false, true, false},
+        {"attn.wq_a.fwd", "x W^T, d -> q_lora", false, true, false, T, qr, d, 0, false, false, false},
         {"attn.wq_a.fwd.prepacked", "x W^T, W packed once", false, true, false, T, qr, d, 0, false,
-         true},
-        {"attn.wq_b.fwd", "q W^T, q_lora -> H*hd", false, true, false, T, hc, qr, 0, false, false},
-        {"attn.wkv.fwd", "x W^T, d -> hd", false, true, false, T, hd, d, 0, false, false},
+         true, false},
+        {"attn.wq_b.fwd", "q W^T, q_lora -> H*hd", false, true, false, T, hc, qr, 0, false, false, false},
+        {"attn.wkv.fwd", "x W^T, d -> hd", false, true, false, T, hd, d, 0, false, false, false},
         {"attn.wo_a.fwd", "o W^T per group, H*hd/G -> o_lora", false, true, false, T, orank, og, 0,
-         false, false},
-        {"attn.wo_b.fwd", "u W^T, G*o_lora -> d", false, true, false, T, d, G * orank, 0, false, false},
+         false, false, false},
+        {"attn.wo_b.fwd", "u W^T, G*o_lora -> d", false, true, false, T, d, G * orank, 0,
+         false, false, false},
         {"attn.wo_b.fwd.prepacked", "u W^T, W packed once", false, true, false, T, d, G * orank, 0,
-         false, true},
-        {"attn.wq_b.bwd_dx", "dq W, H*hd -> q_lora", false, false, false, T, qr, hc, 0, false, false},
-        {"attn.wq_b.bwd_dw", "dq^T q, over tokens", true, false, false, hc, qr, T, 0, false, false},
-        {"shared.w1.fwd", "x W1^T, d -> inter", false, true, false, T, I, d, 0, false, false},
-        {"shared.w1.fwd.f32in", "x W1^T, fp32 inputs", false, true, true, T, I, d, 0, false, false},
-        {"shared.w2.fwd", "h W2^T, inter -> d", false, true, false, T, d, I, 0, false, false},
+         false, true, false},
+        {"attn.wq_b.bwd_dx", "dq W, H*hd -> q_lora", false, false, false, T, qr, hc, 0, false, false, false},
+        {"attn.wq_b.bwd_dw", "dq^T q, over tokens", true, false, false, hc, qr, T, 0, false, false, false},
+        {"shared.w1.fwd", "x W1^T, d -> inter", false, true, false, T, I, d, 0, false, false, false},
+        {"shared.w1.fwd.f32in", "x W1^T, fp32 inputs", false, true, true, T, I, d, 0, false, false, false},
+        {"shared.w2.fwd", "h W2^T, inter -> d", false, true, false, T, d, I, 0, false, false, false},
         {"shared.w2.fwd.prepacked", "h W2^T, W2 packed once", false, true, false, T, d, I, 0, false,
-         true},
+         true, false},
         {"head.fwd", "h W^T, d -> vocab 129280 (<= 1024 tokens)", false, true, false, head_rows,
-         129280, d, 0, false, false},
-        {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E, false, false},
+         129280, d, 0, false, false, false},
+        /* The bf16x3 head of the bf16 step (model.c head_forward3), per chunk of 512 rows: logits^T =
+         * W3 hnF^T (K = 3d), dW += dl hnB (K = 3 rows), and one vocabulary block of d hn = dl^T W3
+         * (K = 3 x 256; the model runs V / 256 of them per chunk, beta 1). */
+        {"head3.fwd", "logits^T = W3 hn^T, K = 3d, 512 rows", false, true, false, 129280, 512, 3 * d,
+         0, false, false, false},
+        {"head3.bwd_dw", "dW += dl hnB, K = 3 x 512 rows", false, false, false, 129280, d, 3 * 512, 0,
+         false, false, true},
+        {"head3.bwd_dhn", "dhn += dl^T W3, one block of 256 vocab", true, false, false, 512, d, 3 * 256,
+         0, false, false, true},
+        {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E,
+         false, false, false},
         {"experts.w1.fwd.prepacked", "grouped, W1_e packed once", false, true, false, 0, I, d, E,
-         false, true},
-        {"experts.w2.fwd", "grouped h_e W2_e^T, inter -> d", false, true, false, 0, d, I, E, false, false},
+         false, true, false},
+        {"experts.w2.fwd", "grouped h_e W2_e^T, inter -> d", false, true, false, 0, d, I, E,
+         false, false, false},
         {"experts.w2.fwd.prepacked", "grouped, W2_e packed once", false, true, false, 0, d, I, E,
-         false, true},
-        {"experts.w1.bwd_dx", "grouped da_e W1_e, inter -> d", false, false, false, 0, d, I, E, false, false},
+         false, true, false},
+        {"experts.w1.bwd_dx", "grouped da_e W1_e, inter -> d", false, false, false, 0, d, I, E,
+         false, false, false},
         {"experts.w1.bwd_dx.prepacked", "grouped da_e W1_e, W1_e packed once", false, false, false, 0,
-         d, I, E, false, true},
-        {"experts.w1.bwd_dw", "grouped da_e^T x_e, over tokens", true, false, false, I, d, 0, E, true, false},
-        {"experts.w1.fwd.f32in", "grouped, fp32 inputs", false, true, true, 0, I, d, E, false, false},
+         d, I, E, false, true, false},
+        {"experts.w1.bwd_dw", "grouped da_e^T x_e, over tokens", true, false, false, I, d, 0, E,
+         true, false, false},
+        {"experts.w1.fwd.f32in", "grouped, fp32 inputs", false, true, true, 0, I, d, E, false, false, false},
         {"experts.w1.fwd.f32in.prepacked", "grouped, fp32 A, W1_e packed once", false, true, true, 0,
-         I, d, E, false, true},
+         I, d, E, false, true, false},
+        /* What the model's bf16 mode runs (moe.c): fp32 operands rounded while packed. */
+        {"experts.w2.fwd.f32in", "grouped h_e W2_e^T, fp32 inputs", false, true, true, 0, d, I, E, false,
+         false, false},
+        {"experts.w1.bwd_dx.f32in", "grouped da_e W1_e, fp32 inputs", false, false, true, 0, d, I, E,
+         false, false, false},
+        {"experts.w1.bwd_dw.f32in", "grouped dW_e += da_e^T x_e, fp32 inputs", true, false, true, I, d, 0,
+         E, true, false, true},
     };
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     int64_t erows[256];
@@ -659,7 +762,7 @@ static int bench_kernels(int argc, char **argv)
             memset(C[g], 0, nc * 4);
             probs[g] = (trex_gemm_problem){M, N, K, A[g], lda, B[g], ldb, C[g], N};
             res.flops += 2.0 * (double)M * (double)N * (double)K;
-            res.bytes += (double)(na + nb) * (double)esz + 4.0 * (double)nc;
+            res.bytes += (double)(na + nb) * (double)esz + (k->accumulate ? 8.0 : 4.0) * (double)nc;
         }
         if (!ok) {
             fprintf(stderr, "trex: bench: %s: out of memory, skipped\n", k->name);
@@ -683,10 +786,11 @@ static int bench_kernels(int argc, char **argv)
         }
         for (int r = -1; r < c.reps && ok; r++) {
             double t0 = trex_wall_s(), c0 = trex_cpu_s();
+            const float beta = k->accumulate ? 1.0f : 0.0f;
             if (k->prepacked)
-                trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, 0.0f, pprobs, ng);
+                trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, beta, pprobs, ng);
             else
-                trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, 0.0f, probs, ng);
+                trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs, ng);
             if (r >= 0) {
                 v[r] = trex_wall_s() - t0;
                 u[r] = trex_cpu_s() - c0;
@@ -784,6 +888,7 @@ static int bench_kernels(int argc, char **argv)
             cJSON_AddStringToObject(o, "layout", k->ta ? "tn" : k->tb ? "nt" : "nn");
             cJSON_AddStringToObject(o, "input", k->f32 ? "f32" : "bf16");
             cJSON_AddBoolToObject(o, "prepacked", k->prepacked);
+            cJSON_AddNumberToObject(o, "beta", k->accumulate ? 1 : 0);
             if (k->prepacked)
                 cJSON_AddNumberToObject(o, "prepack_ms", res.prepack_ms);
             cJSON_AddNumberToObject(o, "gflop", res.flops / 1e9);
@@ -833,7 +938,10 @@ static int bench_kernels(int argc, char **argv)
             free(C[g]);
         }
     }
+    cJSON *packs = cJSON_CreateArray();
+    bench_packing(&c, filter, packs);
     if (c.json) {
+        cJSON_AddItemToObject(root, "packing", packs);
         cJSON_AddStringToObject(root, "date", date);
         cJSON_AddStringToObject(root, "level", trex_isa_name(c.t->isa));
         cJSON_AddStringToObject(root, "gemm", c.t->gemm_name);
@@ -851,6 +959,7 @@ static int bench_kernels(int argc, char **argv)
         free(s);
     } else {
         cJSON_Delete(arr);
+        cJSON_Delete(packs);
     }
     cJSON_Delete(root);
     trex_gemm_ws_destroy(ws);

@@ -9,7 +9,10 @@
  * tile at all: it is a copy of 64-byte row pieces, done row by row (each source row one sequential
  * stream: fp32 sources packed ~30% faster from L2 than by 16-row tiles, docs/kernels.md). fp32
  * sources are rounded to bf16 exactly as trex_f32_to_bf16 does (integer round-to-nearest-even, NaN
- * quieted), so every level packs the same bits. */
+ * quieted), so every level packs the same bits; the packers round in 32-bit lanes and merge the upper
+ * halves with one permute or blend instead of narrowing each vector (VPMOVDW). The fp32 packers
+ * prefetch the next step of their source rows: rows far apart (one page each) defeat the hardware
+ * prefetchers, and the packers then wait on memory (docs/kernels.md, "Packing"). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -28,6 +31,33 @@ static inline __m256i f32_to_bf16(__m512 x)
         _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
     return _mm512_cvtepi32_epi16(r);
+}
+
+/* 16 fp32 rounded in place: the upper 16 bits of each dword are trex_f32_to_bf16 of it (the lower
+ * bits are garbage). Pairs of these are merged without the narrowing VPMOVDW. */
+static inline __m512i f32_round_hi(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                _mm512_set1_epi32(0x7f800000));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+}
+
+/* The upper halves of the dwords of lo (elements 0-15) then hi (16-31): 32 bf16 in order. */
+static inline __m512i hi_halves(__m512i lo, __m512i hi)
+{
+    const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(lo, idx, hi);
+}
+
+/* Dword j = (bf16 of b[j]) << 16 | bf16 of a[j]: the k-pair (a, b) of 16 columns, VNNI order. */
+static inline __m512i pair_halves(__m512i ra, __m512i rb)
+{
+    return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(ra, 16), rb);
 }
 
 static inline __mmask32 mask32(int64_t n)
@@ -54,8 +84,10 @@ static inline __m512i load32(const void *p, bool f32, int64_t n)
     if (!f32)
         return _mm512_maskz_loadu_epi16(mask32(n), p);
     const float *q = p;
-    __m256i lo = load16(q, true, n), hi = n > 16 ? load16(q + 16, true, n - 16) : _mm256_setzero_si256();
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    const __m512i lo = f32_round_hi(_mm512_maskz_loadu_ps(mask16(n), q));
+    const __m512i hi = n > 16 ? f32_round_hi(_mm512_maskz_loadu_ps(mask16(n - 16), q + 16))
+                              : _mm512_setzero_si512();
+    return hi_halves(lo, hi);
 }
 
 static inline void transpose16(__m512i v[16])
@@ -95,6 +127,14 @@ typedef struct view {
 static inline void load_tile(const view *x, int64_t rr, int64_t kk, bool want_rows, __m512i v[16])
 {
     if (x->ks == 1) {
+        /* fp32: the same rows' next step of 32 k, into L2 (16 streams, rows far apart). Measured
+         * +10% from memory for fp32, nothing for bf16 (docs/kernels.md). */
+        if (x->f32 && kk + 32 < x->kc)
+            for (int i = 0; i < 16 && rr + i < x->rows; i++) {
+                const char *q = x->src + (size_t)((rr + i) * x->rs + kk + 32) * 4;
+                _mm_prefetch(q, _MM_HINT_T2);
+                _mm_prefetch(q + 64, _MM_HINT_T2);
+            }
         for (int i = 0; i < 16; i++)
             v[i] = rr + i < x->rows
                        ? load32(x->src + (size_t)((rr + i) * x->rs + kk) * x->esz, x->f32, x->kc - kk)
@@ -107,6 +147,29 @@ static inline void load_tile(const view *x, int64_t rr, int64_t kk, bool want_ro
     const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                          39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const int64_t nr = x->rows - rr;
+    /* fp32: the next step's 32 source rows (both 16-row halves of the panel, 128 bytes each), into
+     * L1. Each source row is a different page, which the hardware prefetchers do not run ahead into;
+     * measured +40-50% from memory for fp32, a loss for bf16 (docs/kernels.md). */
+    if (x->f32 && rr == 0)
+        for (int64_t k = kk + 32; k < kk + 64 && k < x->kc; k++) {
+            const char *q = x->src + (size_t)(k * x->ks) * 4;
+            _mm_prefetch(q, _MM_HINT_T0);
+            _mm_prefetch(q + 64, _MM_HINT_T0);
+        }
+    if (x->f32) {
+        const __mmask16 m = mask16(nr);
+        for (int p = 0; p < 16; p++) {
+            const int64_t k = kk + 2 * p;
+            const float *e = (const float *)(const void *)x->src + k * x->ks + rr;
+            const __m512i a = k < x->kc ? f32_round_hi(_mm512_maskz_loadu_ps(m, e)) : _mm512_setzero_si512();
+            const __m512i b = k + 1 < x->kc ? f32_round_hi(_mm512_maskz_loadu_ps(m, e + x->ks))
+                                            : _mm512_setzero_si512();
+            v[p] = pair_halves(a, b);
+        }
+        if (want_rows)
+            transpose16(v);
+        return;
+    }
     for (int p = 0; p < 16; p++) {
         const int64_t k = kk + 2 * p;
         __m256i e = k < x->kc ? load16(x->src + (size_t)(k * x->ks + rr) * x->esz, x->f32, nr)
