@@ -326,46 +326,58 @@ static void test_bits(fixture *f)
     free(g2);
 }
 
-/* Full recomputation gives the same bits as keeping everything (dense and sparse, 1 and 2 threads),
- * holds less in the activation arena, and leaves the expert loads of the forward untouched. */
+/* Every recompute policy (full, attention, moe) gives the same bits as keeping everything: the
+ * losses and every gradient (dense and sparse, fp32 and bf16 compute, 1 and 2 threads); each holds less in the activation
+ * arena after the backward, and leaves the expert loads of the forward untouched (counted once). */
 static void test_recompute(fixture *f)
 {
+    static const trex_model_recompute pol[] = {TREX_MODEL_RECOMPUTE_FULL, TREX_MODEL_RECOMPUTE_ATTENTION,
+                                               TREX_MODEL_RECOMPUTE_MOE};
     const int64_t n = f->w.layout.n_float;
     const int64_t nb = f->cfg.num_hidden_layers + f->cfg.num_nextn_predict_layers;
     float *g1 = calloc((size_t)n, sizeof *g1), *g2 = calloc((size_t)n, sizeof *g2);
     int64_t *load1 = calloc((size_t)(nb * f->cfg.n_routed_experts), sizeof *load1);
     TREX_ASSERT(g1 && g2 && load1);
     trex_err err;
-    for (int sparse = 0; sparse < 2; sparse++) {
+    for (int run = 0; run < 4; run++) { /* dense, sparse; fp32, bf16 compute */
+        const int sparse = run & 1;
         trex_model_opts o = f->opts;
         o.sparse = sparse;
+        o.compute = run < 2 ? TREX_F32 : TREX_BF16;
         trex_losses l1, l2;
         memset(g1, 0, sizeof(float) * (size_t)n);
-        memset(g2, 0, sizeof(float) * (size_t)n);
         CHECK(trex_model_forward(f->m1, &f->batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "keep: %s", err.msg);
         trex_model_backward(f->m1);
         const size_t used_keep = trex_model_arena_used(f->m1);
         for (int64_t l = 0; l < nb; l++)
             memcpy(load1 + l * f->cfg.n_routed_experts, trex_model_expert_load(f->m1, l),
                    sizeof(int64_t) * (size_t)f->cfg.n_routed_experts);
-        o.recompute = TREX_MODEL_RECOMPUTE_FULL;
-        for (int p = 0; p < 2; p++) {
-            trex_model *m = p == 0 ? f->m1 : f->m2;
-            memset(g2, 0, sizeof(float) * (size_t)n);
-            CHECK(trex_model_forward(m, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "full: %s", err.msg);
-            trex_model_backward(m);
-            CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "recompute full (%s, %d threads): same losses",
-                  sparse ? "sparse" : "dense", p + 1);
-            CHECK(memcmp(g1, g2, sizeof(float) * (size_t)n) == 0, "recompute full (%s, %d threads): same gradients",
-                  sparse ? "sparse" : "dense", p + 1);
-            bool same_load = true;
-            for (int64_t l = 0; l < nb; l++)
-                same_load &= memcmp(load1 + l * f->cfg.n_routed_experts, trex_model_expert_load(m, l),
-                                    sizeof(int64_t) * (size_t)f->cfg.n_routed_experts) == 0;
-            CHECK(same_load, "recompute full (%s): expert loads counted once", sparse ? "sparse" : "dense");
-            if (p == 0)
-                CHECK(trex_model_arena_used(m) < used_keep, "recompute full holds less: %zu vs %zu bytes",
-                      trex_model_arena_used(m), used_keep);
+        for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
+            o.recompute = pol[k];
+            const char *name = trex_model_recompute_name(pol[k]);
+            for (int p = 0; p < 2; p++) {
+                trex_model *m = p == 0 ? f->m1 : f->m2;
+                memset(g2, 0, sizeof(float) * (size_t)n);
+                CHECK(trex_model_forward(m, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "%s: %s", name,
+                      err.msg);
+                trex_model_backward(m);
+                CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "recompute %s (%s, %s, %d threads): same losses", name,
+                      sparse ? "sparse" : "dense", trex_dtype_name(o.compute), p + 1);
+                int64_t ndiff = 0;
+                for (int64_t i = 0; i < n; i++)
+                    ndiff += memcmp(&g1[i], &g2[i], sizeof(float)) != 0;
+                CHECK(ndiff == 0, "recompute %s (%s, %s, %d threads): same gradients (%lld of %lld differ)",
+                      name, sparse ? "sparse" : "dense", trex_dtype_name(o.compute), p + 1, (long long)ndiff,
+                      (long long)n);
+                bool same_load = true;
+                for (int64_t l = 0; l < nb; l++)
+                    same_load &= memcmp(load1 + l * f->cfg.n_routed_experts, trex_model_expert_load(m, l),
+                                        sizeof(int64_t) * (size_t)f->cfg.n_routed_experts) == 0;
+                CHECK(same_load, "recompute %s (%s): expert loads counted once", name, sparse ? "sparse" : "dense");
+                if (p == 0)
+                    CHECK(trex_model_arena_used(m) < used_keep, "recompute %s holds less: %zu vs %zu bytes", name,
+                          trex_model_arena_used(m), used_keep);
+            }
         }
     }
     trex_model_opts bad = f->opts;

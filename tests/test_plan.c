@@ -518,7 +518,7 @@ static void test_fp32_engine(void)
                                            &err) == TREX_OK);
         l.dedup = 1;
         CHECK(trex_plan_evaluate(m, &local, &run, &l, &bad, &err) == TREX_EINVAL &&
-                  strstr(err.msg, "recompute=none or full"),
+                  strstr(err.msg, "recompute=none, attention, moe"),
               "recompute=selective refused: %s", err.msg);
         run.devices = 2;
         l.recompute = TREX_RECOMPUTE_NONE;

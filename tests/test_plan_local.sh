@@ -4,7 +4,7 @@
 # accounting (trex_mem) and peak RSS; `trex plan` on configs/clusters/local.json (engine fp32-ref,
 # T = its fp32_ref.threads) with --explain prints the same line predicted from the layout and the
 # replay of the engine's allocations (src/plan/engine.c). Parameters, gradients and the activation
-# arena's reserved bytes must agree to the printed 0.1 MiB, the arena's bytes in use within 1%, the
+# arena's reserved bytes must agree to the printed 0.1 MiB (for recompute none, full, attention and moe), the arena's bytes in use within 1%, the
 # peak RSS within 5%; and the same for a 2-step `trex train` run. No timing is checked here (docs/perf.md "Planner vs this machine" records the
 # step-time comparison).
 # Env: TREX = the trex binary, PYTHON (only to write the small batch files). Prints `N passed, N failed`.
@@ -53,7 +53,7 @@ if ! "$TREX" model init --config "$CFG" --seed 5 --out "$tmp/w.st" >/dev/null 2>
   cat "$tmp/init.err"; echo "$pass passed, $((fail + 1)) failed"; exit 1
 fi
 
-for bt in 1x128 2x100 1x192 1x192:full; do  # B x T[:recompute policy]
+for bt in 1x128 2x100 1x192 1x192:full 1x192:attention 1x192:moe; do  # B x T[:recompute policy]
   rec=none
   case $bt in *:*) rec=${bt#*:}; esac
   B=${bt%%x*}
@@ -125,13 +125,23 @@ fi
   --layout "tp=1,pp=1,ep=1,cp=1,zero=0,recompute=none,mbs=1" >"$tmp/j" 2>&1 && grep -q '"fp32_engine"' "$tmp/j" &&
   grep -q '"acts_reserved_mib"' "$tmp/j" && ok || bad "--json --explain lacks fp32_engine: $(head -c 300 "$tmp/j")"
 
-# full recomputation holds less than keeping every block's activations (run and plan alike)
-if [ -f "$tmp/run1x192" ] && [ -f "$tmp/run1x192:full" ]; then
-  u_keep=$(mem_fields "$tmp/run1x192" | cut -d' ' -f5)
-  u_full=$(mem_fields "$tmp/run1x192:full" | cut -d' ' -f5)
-  awk -v a="$u_full" -v b="$u_keep" 'BEGIN { exit !(a < b) }' && ok ||
-    bad "recompute full does not hold less: $u_full MiB vs $u_keep MiB"
-fi
+# every recompute policy holds less after the backward than keeping every block's activations (the
+# plan was checked against each run above)
+for rec in full attention moe; do
+  if [ -f "$tmp/run1x192" ] && [ -f "$tmp/run1x192:$rec" ]; then
+    u_keep=$(mem_fields "$tmp/run1x192" | cut -d' ' -f5)
+    u_rec=$(mem_fields "$tmp/run1x192:$rec" | cut -d' ' -f5)
+    awk -v a="$u_rec" -v b="$u_keep" 'BEGIN { exit !(a < b) }' && ok ||
+      bad "recompute $rec does not hold less: $u_rec MiB vs $u_keep MiB"
+  else
+    bad "recompute $rec: no run of 1x192 to compare"
+  fi
+done
+# the cluster model has no attention / moe policy: a GPU cluster refuses them with a clear message
+"$TREX" plan --model "$CFG" --cluster configs/clusters/h800.json --devices 8 --seq 128 --gbs 8 \
+  --layout "tp=1,pp=1,ep=8,cp=1,zero=1,recompute=moe,mbs=1" >/dev/null 2>"$tmp/errm"; rc=$?
+[ $rc -eq 1 ] && grep -q 'recompute=moe is a policy of' "$tmp/errm" && ok ||
+  bad "recompute=moe on a GPU cluster: exit $rc, $(cat "$tmp/errm")"
 
 # a mismatched pair (the prediction for 1x128 against the run of 1x192) must not pass: the comparison
 # discriminates batches

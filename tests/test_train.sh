@@ -12,7 +12,7 @@
 #     message naming the intact checkpoint, which then resumes;
 #   - bad input: seq mismatch, shards of another tokenizer, a corrupt or truncated checkpoint, resume
 #     with another config or gbs, an existing run directory, bad flags — each a clear error, nothing lost;
-#   - --recompute full gives the bf16 run's losses and weights bit for bit;
+#   - --recompute full, attention and moe give the bf16 run's losses, expert loads and weights bit for bit;
 #   - --precision bf16: the loss falls, the run records bf16 (settings.json, trainer.json), a killed bf16 run
 #     resumes bit for bit (with another thread count); a bad value and a precision change on resume fail;
 #   - --run-file with a flag overriding it; generate: greedy is reproducible, sampling follows the seed.
@@ -233,6 +233,17 @@ expect_line "$tmp/outRF" "recompute=full" "recompute in the effective settings"
 [ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/RF/metrics.jsonl")" ] && ok || bad "recompute full: same losses"
 [ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/RF/step-6/model.safetensors")" ] && ok ||
   bad "recompute full: same final weights"
+# --- --recompute attention / moe: the same bf16 run bit for bit, that sub-layer's forward run again -------
+for rec in attention moe; do
+  "$TREX" train "${common[@]}" --precision bf16 --recompute $rec --out "$tmp/R$rec" >"$tmp/outR$rec" 2>"$tmp/errR$rec" &&
+    ok || { bad "recompute $rec run"; cat "$tmp/errR$rec"; }
+  expect_line "$tmp/outR$rec" "recompute=$rec" "recompute $rec in the effective settings"
+  [ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/R$rec/metrics.jsonl")" ] && ok || bad "recompute $rec: same losses"
+  cmp -s "$tmp/P/expert_load.jsonl" "$tmp/R$rec/expert_load.jsonl" && ok || bad "recompute $rec: same expert loads"
+  [ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/R$rec/step-6/model.safetensors")" ] && ok ||
+    bad "recompute $rec: same final weights"
+  grep -Eq "\"recompute\":[[:space:]]*\"$rec\"" "$tmp/R$rec/settings.json" && ok || bad "recompute $rec: settings.json records it"
+done
 err_case() {  # err_case NAME REGEX CMD...: exit 1 and the message
   local name=$1 re=$2; shift 2
   "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
@@ -241,7 +252,7 @@ err_case() {  # err_case NAME REGEX CMD...: exit 1 and the message
 }
 err_case "bad precision" "--precision: 'fp16' is not a precision \(use fp32" "$TREX" train "${common[@]}" --precision fp16 --out "$tmp/E0"
 err_case "bad muon_ns" "--muon-ns: 'fp16' is not a Newton-Schulz precision \\(use bf16" "$TREX" train "${common[@]}" --muon-ns fp16 --out "$tmp/E0m"
-err_case "bad recompute" "--recompute: 'some' is not a recompute policy \(use none, or full" "$TREX" train "${common[@]}" --recompute some --out "$tmp/E0r"
+err_case "bad recompute" "--recompute: 'some' is not a recompute policy \(use none; attention or moe" "$TREX" train "${common[@]}" --recompute some --out "$tmp/E0r"
 err_case "resume with another precision" "--resume .*: precision = \"fp32\", but the run was started with precision = \"bf16\"" \
   "$TREX" train --resume "$tmp/P" --precision fp32 --steps 8
 

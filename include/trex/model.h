@@ -36,18 +36,26 @@ typedef struct trex_batch {
 
 /* Precision of the two LM heads (main and MTP; docs/precision.md "The LM head"). */
 typedef enum trex_head_precision {
-    TREX_HEAD_AUTO = 0, /* fp32 under fp32 compute, bf16x3 under bf16 compute */
-    TREX_HEAD_FP32,     /* the fp32 GEMM (the reference) */
-    TREX_HEAD_BF16X3,   /* 3-term bf16 split on the bf16 GEMM: hi*hi + hi*lo + lo*hi, fp32 sums */
+    TREX_HEAD_AUTO = 0,  /* fp32 under fp32 compute, bf16x3g1 under bf16 compute */
+    TREX_HEAD_FP32,      /* the fp32 GEMM (the reference) */
+    TREX_HEAD_BF16X3,    /* 3-term bf16 split on the bf16 GEMM: hi*hi + hi*lo + lo*hi, fp32 sums; the
+                            logits and both gradient products (d head.weight, d hn) */
+    TREX_HEAD_BF16X3_G1, /* the logits as BF16X3; the two gradient products 1-term (hi*hi, fp32 sums),
+                            as every other gradient product of bf16 compute */
 } trex_head_precision;
 
-/* What the forward keeps for the backward (docs/perf.md "Recompute policies"). */
+/* What the forward keeps for the backward (docs/perf.md "Recompute policies"). Every policy gives the
+ * same bits as NONE; they trade memory for the time of running parts of the forward again. */
 typedef enum trex_model_recompute {
     TREX_MODEL_RECOMPUTE_NONE = 0, /* every block keeps its activations: fastest, most memory */
     TREX_MODEL_RECOMPUTE_FULL,     /* the main blocks keep only their input streams and run their forward
-                                again, block by block, in the backward (same bits as NONE) */
+                                      again, block by block, in the backward */
+    TREX_MODEL_RECOMPUTE_ATTENTION, /* every block (MTP included) drops its attention sub-layer's saved
+                                       internals (trex_attn_cache) and runs that sub-layer's forward
+                                       again right before its backward; mHC state and output stay */
+    TREX_MODEL_RECOMPUTE_MOE,       /* the same for the MoE sub-layer (trex_moe_cache) */
 } trex_model_recompute;
-/* "none" / "full" -> *out; false for any other name. */
+/* "none" / "attention" / "moe" / "full" -> *out; false for any other name. */
 bool trex_model_recompute_parse(const char *name, trex_model_recompute *out);
 const char *trex_model_recompute_name(trex_model_recompute r);
 
@@ -61,11 +69,18 @@ typedef struct trex_model_opts {
      * inputs, fp32 accumulation; router, compressor and mHC stay fp32, the LM head follows
      * head_precision). docs/precision.md */
     trex_dtype compute;
-    /* The LM heads' products: fp32, or bf16x3 (fp32-level accuracy on the bf16 GEMM); AUTO follows
-     * compute. With bf16x3, head_chunk_rows counts rows of logits (0: 512, see docs/perf.md). */
+    /* The LM heads' products: fp32, bf16x3 (fp32-level accuracy on the bf16 GEMM) or bf16x3g1 (bf16x3
+     * logits, bf16 gradient products); AUTO follows compute. With bf16x3 / bf16x3g1, head_chunk_rows
+     * counts rows of logits (0: 512, see docs/perf.md). */
     trex_head_precision head_precision;
     trex_model_recompute recompute;
 } trex_model_opts;
+
+/* The head that options o run: its logits in bf16x3 (BF16X3, BF16X3_G1, or AUTO under bf16 compute);
+ * its gradient products in three terms too (BF16X3 only); its name ("fp32", "bf16x3", "bf16x3g1"). */
+bool trex_model_head_bf16x3(const trex_model_opts *o);
+bool trex_model_head_grad3(const trex_model_opts *o);
+const char *trex_model_head_name(const trex_model_opts *o);
 
 /* dense, mtp_weight 0.3, balance_weight 1e-4, indexer_weight 1.0 (docs/model-conventions.md),
  * automatic head chunks, fp32 compute, head precision following compute, no recomputation. */

@@ -179,6 +179,9 @@ typedef enum trex_plan_recompute {
     TREX_RECOMPUTE_NONE,
     TREX_RECOMPUTE_SELECTIVE, /* norms and activation functions (Megatron "norm, act") */
     TREX_RECOMPUTE_FULL,      /* keep block inputs only; recompute the whole block */
+    TREX_RECOMPUTE_ATTENTION, /* fp32_ref engine only: drop the attention sub-layers' internals and run
+                               * their forward again in the backward (trex train --recompute attention) */
+    TREX_RECOMPUTE_MOE,       /* fp32_ref engine only: the same for the MoE sub-layers */
 } trex_plan_recompute;
 
 typedef enum trex_plan_schedule {
@@ -240,6 +243,10 @@ typedef struct trex_plan_fp32_run {
     bool backward;            /* gradients wanted (else a forward only) */
     bool recompute_full;      /* the main blocks keep only their inputs and run their forward again in
                                * the backward (trex_model_opts.recompute full) */
+    bool recompute_attn;      /* every block drops its attention cache after the forward and runs the
+                               * attention forward again in the backward (recompute attention) */
+    bool recompute_moe;       /* the same for the MoE sub-layer (recompute moe); at most one of the
+                               * three recompute flags is set */
     bool logits;              /* the caller takes the whole logits (model run without --no-logits) */
     int threads;              /* pool threads (per-thread scratch, GEMM panel split) */
     int64_t head_chunk_rows;  /* 0: about 64 MiB of logits, as the engine chooses */

@@ -73,8 +73,9 @@ typedef struct trex_train_settings {
     bool deterministic;      /* fixed reduction orders; resume refuses another kernel level */
     trex_dtype compute;      /* large matrix products: TREX_F32 (default) or TREX_BF16 (docs/precision.md);
                               * JSON/flag "precision": "fp32" | "bf16"; a resumed run keeps it */
-    trex_model_recompute recompute; /* what the forward keeps: "none" (default) or "full" (the blocks' forward
-                               * runs again in the backward; same results, less memory) */
+    trex_model_recompute recompute; /* what the forward keeps: "none" (default), "attention" / "moe" (that
+                               * sub-layer's forward runs again in the backward) or "full" (the blocks'
+                               * forward runs again in the backward); same results, less memory */
     int64_t threads;         /* 0: TREX_THREADS, else every core */
     double peak_tflops;      /* MFU denominator; 0: fp32: peak_bf16_tflops of `cluster`; bf16: the AMX bf16
                               * peak measured at start (docs/mfu.md) */
@@ -150,7 +151,7 @@ typedef struct trex_train_bench_opts {
     int64_t warmup, steps;    /* untimed steps, then timed ones (steps in [1, TREX_TRAIN_BENCH_MAX_STEPS]) */
     trex_optim_kind optimizer;
     trex_dtype compute;       /* TREX_F32 or TREX_BF16 */
-    trex_model_recompute recompute; /* TREX_MODEL_RECOMPUTE_NONE or TREX_MODEL_RECOMPUTE_FULL */
+    trex_model_recompute recompute; /* TREX_MODEL_RECOMPUTE_NONE, _ATTENTION, _MOE or _FULL */
     int64_t threads;          /* 0: TREX_THREADS, else every core */
     uint64_t seed;            /* weights and tokens */
     trex_prof *prof;          /* when not NULL: reset, then attached to this thread for the timed steps */

@@ -13,7 +13,10 @@
  * outputs y; the normed sub-layer inputs are recomputed in the backward. With recompute full the main
  * blocks keep only their input streams: the forward rewinds the arena after each block, and the
  * backward runs each block's forward again (into scratch losses and expert counts) right before its
- * backward, with the same bits. The head never holds the
+ * backward, with the same bits. With recompute attention (moe) every block, the MTP block included,
+ * gives its attention (MoE) sub-layer's cache back to the arena as soon as the sub-layer's output is
+ * made, and the backward runs that sub-layer's forward again on the recomputed normed input right
+ * before its backward. The head never holds the
  * [N, V] logits unless the caller asks for them: it runs in row chunks, and when gradients are wanted
  * the forward takes the cross-entropy gradient of each chunk while its logits are at hand (the head's
  * weight gradient and d loss/d hn are ready before the backward starts). Every reduction over tokens (embedding gradient,
@@ -249,6 +252,9 @@ struct trex_model {
     bool head3;   /* the heads run in bf16x3 */
     uint16_t *w3; /* bf16x3: [V, 3d] split head weight of this forward (NULL until the first head) */
     uint16_t *hnB; /* bf16x3: [3 pw, d] planes of one chunk's hn */
+    bool head_g3;  /* bf16x3: the gradient products in three terms too (else hi x hi) */
+    float *ce_max; /* bf16x3: [vocabulary blocks + 1, pw] partial and final column maxima */
+    double *ce_sum; /* bf16x3: [vocabulary blocks + 2, pw] partial sums, 1 / sum, target logits */
     /* MTP inputs */
     float *Xm, *hh, *hh_rstd, *ein, *ee, *ee_rstd, *Z0, *ZL;
 };
@@ -263,6 +269,10 @@ bool trex_model_recompute_parse(const char *name, trex_model_recompute *out)
 {
     if (strcmp(name, "none") == 0)
         *out = TREX_MODEL_RECOMPUTE_NONE;
+    else if (strcmp(name, "attention") == 0)
+        *out = TREX_MODEL_RECOMPUTE_ATTENTION;
+    else if (strcmp(name, "moe") == 0)
+        *out = TREX_MODEL_RECOMPUTE_MOE;
     else if (strcmp(name, "full") == 0)
         *out = TREX_MODEL_RECOMPUTE_FULL;
     else
@@ -272,7 +282,22 @@ bool trex_model_recompute_parse(const char *name, trex_model_recompute *out)
 
 const char *trex_model_recompute_name(trex_model_recompute r)
 {
-    return r == TREX_MODEL_RECOMPUTE_FULL ? "full" : "none";
+    switch (r) {
+    case TREX_MODEL_RECOMPUTE_FULL:
+        return "full";
+    case TREX_MODEL_RECOMPUTE_ATTENTION:
+        return "attention";
+    case TREX_MODEL_RECOMPUTE_MOE:
+        return "moe";
+    default:
+        return "none";
+    }
+}
+
+/* Whether sub-layer s (0 attention, 1 MoE) of every block drops its saved internals under policy r. */
+static bool sub_dropped(trex_model_recompute r, int s)
+{
+    return (s == 0 && r == TREX_MODEL_RECOMPUTE_ATTENTION) || (s == 1 && r == TREX_MODEL_RECOMPUTE_MOE);
 }
 
 trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *pool, trex_mem *mem,
@@ -414,6 +439,22 @@ static void seq_build(seq_buf *s, int64_t B, int64_t Tr, int64_t T, const int32_
 
 /* ---- head and cross-entropy in row chunks ------------------------------------------------------ */
 
+bool trex_model_head_bf16x3(const trex_model_opts *o)
+{
+    return o->head_precision == TREX_HEAD_BF16X3 || o->head_precision == TREX_HEAD_BF16X3_G1 ||
+           (o->head_precision == TREX_HEAD_AUTO && o->compute == TREX_BF16);
+}
+
+bool trex_model_head_grad3(const trex_model_opts *o)
+{
+    return o->head_precision == TREX_HEAD_BF16X3;
+}
+
+const char *trex_model_head_name(const trex_model_opts *o)
+{
+    return !trex_model_head_bf16x3(o) ? "fp32" : trex_model_head_grad3(o) ? "bf16x3" : "bf16x3g1";
+}
+
 static int64_t head_chunk_rows(const trex_model *m, int64_t R)
 {
     int64_t rc = m->opts.head_chunk_rows > 0 ? m->opts.head_chunk_rows : HEAD_CHUNK_FLOATS / m->cfg->vocab_size;
@@ -516,7 +557,11 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  *   hnB [3pw, d]  planes [hn_hi ; hn_hi ; hn_lo]:   dW [V, d] += dl hnB                    (K = 3pw)
  *   dhn [rows, d] = dl^T W: dl read as [3V, pw] rows (dl_hi, dl_lo, dl_hi) of each v against W3 read
  *                 as [3V, d] rows (W_hi, W_hi, W_lo), summed over blocks of the vocabulary  (K = 3V)
- * The chunk is held transposed ([V, rows]) so that both d W and d hn read it in place. */
+ * The chunk is held transposed ([V, rows]) so that both d W and d hn read it in place.
+ * With 1-term gradients (TREX_HEAD_BF16X3_G1: the logits as above, the two gradient products as
+ * bf16 hi x hi like every other gradient of bf16 mode) the chunk is [V, pw] floats, dl is its hi part
+ * in place (rows of 2pw bf16), dW += dl hn_hi (K = pw) and dhn = dl^T W_hi, W_hi read from W3 with
+ * ldb 3d (K = V, in blocks). */
 
 /* Rows of logits per chunk in bf16x3 by default: large enough that the weight streamed per chunk is
  * paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). */
@@ -527,8 +572,12 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  * one call over K = 3V would stream both operands' panels from memory for every block of C; blocks of
  * 256 (K = 768) measured 15-30x faster than K = 3V (docs/perf.md "LM head in bf16 mode"). */
 #define HEAD3_DHN_VOCAB 256
-/* Columns (rows of hn) one cross-entropy task walks down the transposed chunk at once. */
-#define HEAD3_CE_COLS 16
+/* Vocabulary rows per d hn GEMM with 1-term gradients (the same K as HEAD3_DHN_VOCAB in three terms). */
+#define HEAD3_DHN_VOCAB1 (3 * HEAD3_DHN_VOCAB)
+/* Vocabulary rows per task of the cross-entropy passes: a task walks its block of the transposed chunk
+ * row by row (contiguous reads) and leaves per-column partial maxima and sums, which are combined in
+ * block order: the sums do not depend on the thread count. */
+#define HEAD3_CE_VOCAB 1024
 
 static int64_t head3_chunk_rows(const trex_model *m, int64_t R)
 {
@@ -572,48 +621,65 @@ static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
 }
 
 typedef struct ce3_job {
-    float *L;            /* logits^T [V, ldc], then d logits^T split in place ([V, 3pw] bf16) */
+    float *L;            /* logits^T [V, ldc]; exp(l - max) in place (keep); d logits^T in place */
     int64_t V, rows, pw, ldc, r0;
     const int32_t *tgt;  /* of the head pass (index r0 + i) */
-    double *lse, *nll;   /* of the head pass */
     float scale;
+    bool keep;           /* write exp(l - max) over the logits (the gradient follows) */
+    bool g3;             /* d logits split into [hi | lo | hi]; else bf16 hi only */
+    float *bmax;         /* [blocks, pw] per vocabulary block and column: the max */
+    double *bsum;        /* [blocks, pw] per vocabulary block and column: the sum of exp(l - max) */
+    const float *mx;     /* [pw] the column max */
+    const double *inv;   /* [pw] 1 / the column's sum of exp(l - max) */
 } ce3_job;
 
-/* Log-sum-exp and loss of columns [HEAD3_CE_COLS * c0, ...) of the transposed chunk. */
-static void ce3_fwd_cols(void *arg, int64_t c0, int64_t c1, int tid)
+/* Column maxima of vocabulary blocks [b0, b1) of the transposed chunk. */
+static void ce3_max_blocks(void *arg, int64_t b0, int64_t b1, int tid)
 {
     (void)tid;
     const ce3_job *j = arg;
-    for (int64_t cb = c0; cb < c1; cb++) {
-        const int64_t i0 = cb * HEAD3_CE_COLS;
-        const int64_t nc = j->rows - i0 < HEAD3_CE_COLS ? j->rows - i0 : HEAD3_CE_COLS;
-        float mx[HEAD3_CE_COLS];
-        double s[HEAD3_CE_COLS];
-        for (int64_t c = 0; c < nc; c++) {
-            mx[c] = j->L[i0 + c];
-            s[c] = 0.0;
-        }
-        for (int64_t v = 1; v < j->V; v++) {
-            const float *l = j->L + v * j->ldc + i0;
-            for (int64_t c = 0; c < nc; c++)
-                mx[c] = l[c] > mx[c] ? l[c] : mx[c];
-        }
-        for (int64_t v = 0; v < j->V; v++) {
-            const float *l = j->L + v * j->ldc + i0;
-            for (int64_t c = 0; c < nc; c++)
-                s[c] += exp((double)l[c] - (double)mx[c]);
-        }
-        for (int64_t c = 0; c < nc; c++) {
-            const int64_t r = j->r0 + i0 + c;
-            const double lse = (double)mx[c] + log(s[c]);
-            j->lse[r] = lse;
-            j->nll[r] = j->tgt[r] >= 0 ? lse - (double)j->L[(int64_t)j->tgt[r] * j->ldc + i0 + c] : 0.0;
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t v0 = b * HEAD3_CE_VOCAB, v1 = j->V - v0 < HEAD3_CE_VOCAB ? j->V : v0 + HEAD3_CE_VOCAB;
+        float *mb = j->bmax + b * j->pw;
+        memcpy(mb, j->L + v0 * j->ldc, (size_t)j->rows * sizeof *mb);
+        for (int64_t v = v0 + 1; v < v1; v++) {
+            const float *l = j->L + v * j->ldc;
+            for (int64_t i = 0; i < j->rows; i++)
+                mb[i] = l[i] > mb[i] ? l[i] : mb[i];
         }
     }
 }
 
-/* d logits^T of vocabulary rows [v0, v1): scale * (softmax - onehot), 0 for rows without a target
- * and for the padding column, split in place into [hi | lo | hi]. */
+/* Column sums of exp(l - max) (fp64) of vocabulary blocks [b0, b1); with keep, the fp32 values of
+ * exp(l - max) replace the logits (the gradient is then exp(l - max) / sum, without another exp). */
+static void ce3_exp_blocks(void *arg, int64_t b0, int64_t b1, int tid)
+{
+    (void)tid;
+    const ce3_job *j = arg;
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t v0 = b * HEAD3_CE_VOCAB, v1 = j->V - v0 < HEAD3_CE_VOCAB ? j->V : v0 + HEAD3_CE_VOCAB;
+        double *sb = j->bsum + b * j->pw;
+        for (int64_t i = 0; i < j->rows; i++)
+            sb[i] = 0.0;
+        for (int64_t v = v0; v < v1; v++) {
+            float *l = j->L + v * j->ldc;
+            if (j->keep) {
+                for (int64_t i = 0; i < j->rows; i++) {
+                    const double e = exp((double)l[i] - (double)j->mx[i]);
+                    sb[i] += e;
+                    l[i] = (float)e;
+                }
+            } else {
+                for (int64_t i = 0; i < j->rows; i++)
+                    sb[i] += exp((double)l[i] - (double)j->mx[i]);
+            }
+        }
+    }
+}
+
+/* d logits^T of vocabulary rows [v0, v1) from exp(l - max) in place: scale * (softmax - onehot), 0 for
+ * rows without a target and for the padding column, split in place into [hi | lo | hi] (g3) or
+ * rounded to its bf16 hi part. */
 static void ce3_bwd_rows(void *arg, int64_t v0, int64_t v1, int tid)
 {
     (void)tid;
@@ -621,22 +687,26 @@ static void ce3_bwd_rows(void *arg, int64_t v0, int64_t v1, int tid)
     float dl[HEAD3_MAX_ROWS];
     TREX_ASSERT(j->pw <= HEAD3_MAX_ROWS);
     for (int64_t v = v0; v < v1; v++) {
-        const float *l = j->L + v * j->ldc;
+        const float *e = j->L + v * j->ldc;
         for (int64_t i = 0; i < j->rows; i++) {
             const int32_t t = j->tgt[j->r0 + i];
             if (t < 0) {
                 dl[i] = 0.0f;
                 continue;
             }
-            dl[i] = j->scale * (float)exp((double)l[i] - j->lse[j->r0 + i]);
+            dl[i] = j->scale * (float)((double)e[i] * j->inv[i]);
             if (t == v)
                 dl[i] -= j->scale;
         }
         for (int64_t i = j->rows; i < j->pw; i++)
             dl[i] = 0.0f;
         uint16_t *row = (uint16_t *)(void *)(j->L + v * j->ldc);
-        split_bf16(row, row + j->pw, dl, j->pw);
-        memcpy(row + 2 * j->pw, row, (size_t)j->pw * sizeof *row);
+        if (j->g3) {
+            split_bf16(row, row + j->pw, dl, j->pw);
+            memcpy(row + 2 * j->pw, row, (size_t)j->pw * sizeof *row);
+        } else {
+            trex_cvt_f32_bf16(row, dl, j->pw);
+        }
     }
 }
 
@@ -657,47 +727,87 @@ static void transpose_rows(void *arg, int64_t i0, int64_t i1, int tid)
 }
 
 /* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, 3d] made by head_run.
- * chunk holds V * 3 * pw / 2 floats for pw = head3_chunk_rows rounded up to even; hnB 3 * pw * d. */
+ * chunk holds V * ldc floats for pw = head3_chunk_rows rounded up to even, ldc = 3 pw / 2 (3-term
+ * gradients) or pw; hnB 3 * pw * d; m->ce_max and m->ce_sum as sized by trex_model_forward. */
 static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
                             uint16_t *hnB, float *out, float *chunk, double *nll, float *dW, float scale)
 {
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, R = hp->R;
-    const int64_t rc = head3_chunk_rows(m, R);
+    const int64_t rc = head3_chunk_rows(m, R), nb = (V + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
+    const bool g3 = m->head_g3;
     trex_pool *pool = m->ctx.pool;
     for (int64_t r0 = 0; r0 < R; r0 += rc) {
-        const int64_t rows = R - r0 < rc ? R - r0 : rc, pw = rows + (rows & 1), ldc = 3 * pw / 2;
+        const int64_t rows = R - r0 < rc ? R - r0 : rc, pw = rows + (rows & 1), ldc = g3 ? 3 * pw / 2 : pw;
         trex_gemm_bf16(pool, m->ctx.ws, false, true, V, rows, 3 * d, 1.0f, W3, 3 * d, hnF + r0 * 3 * d,
                        3 * d, 0.0f, chunk, ldc);
-        ce3_job j = {chunk, V, rows, pw, ldc, r0, hp->tgt, hp->lse, nll, scale};
-        trex_pool_for(pool, (rows + HEAD3_CE_COLS - 1) / HEAD3_CE_COLS, 1, ce3_fwd_cols, &j);
         if (out) {
             tr_job t = {chunk, out + r0 * V, V, ldc, rows};
             trex_pool_for(pool, rows, 1, transpose_rows, &t);
         }
-        if (!dW)
-            continue;
         bool any = false;
         for (int64_t r = r0; r < r0 + rows && !any; r++)
             any = hp->tgt[r] >= 0;
-        if (!any || scale == 0.0f) {
+        const bool grad = dW && any && scale != 0.0f;
+        float *mx = m->ce_max + nb * pw;
+        double *inv = m->ce_sum + nb * pw, *lt = inv + pw;
+        ce3_job j = {chunk, V, rows, pw, ldc, r0, hp->tgt, scale, grad, g3, m->ce_max, m->ce_sum, mx, inv};
+        /* log-sum-exp per column: block maxima, the max, block sums of exp(l - max), the sum (in block
+         * order); the target's logit is read before the logits are overwritten */
+        trex_pool_for(pool, nb, 1, ce3_max_blocks, &j);
+        for (int64_t i = 0; i < rows; i++) {
+            float x = m->ce_max[i];
+            for (int64_t b = 1; b < nb; b++)
+                x = m->ce_max[b * pw + i] > x ? m->ce_max[b * pw + i] : x;
+            mx[i] = x;
+            const int32_t t = hp->tgt[r0 + i];
+            lt[i] = t >= 0 ? (double)chunk[(int64_t)t * ldc + i] : 0.0;
+        }
+        trex_pool_for(pool, nb, 1, ce3_exp_blocks, &j);
+        for (int64_t i = 0; i < rows; i++) {
+            double s = 0.0;
+            for (int64_t b = 0; b < nb; b++)
+                s += m->ce_sum[b * pw + i];
+            const int64_t r = r0 + i;
+            const double lse = (double)mx[i] + log(s);
+            hp->lse[r] = lse;
+            nll[r] = hp->tgt[r] >= 0 ? lse - lt[i] : 0.0;
+            inv[i] = 1.0 / s;
+        }
+        if (!dW)
+            continue;
+        if (!grad) {
             memset(hp->dhn + r0 * d, 0, (size_t)(rows * d) * sizeof(float));
             continue;
         }
         trex_pool_for(pool, V, 64, ce3_bwd_rows, &j);
-        /* hnB: planes hn_hi, hn_hi, hn_lo of the chunk's rows (hnF rows are [hi | lo | hi]) */
-        memset(hnB, 0, (size_t)(3 * pw * d) * sizeof *hnB);
-        for (int64_t i = 0; i < rows; i++) {
-            const uint16_t *f = hnF + (r0 + i) * 3 * d;
-            memcpy(hnB + i * d, f, (size_t)d * sizeof *hnB);
-            memcpy(hnB + (pw + i) * d, f, (size_t)d * sizeof *hnB);
-            memcpy(hnB + (2 * pw + i) * d, f + d, (size_t)d * sizeof *hnB);
-        }
         const uint16_t *dl = (const uint16_t *)(const void *)chunk;
-        trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, 3 * pw, 1.0f, dl, 3 * pw, hnB, d, 1.0f, dW, d);
-        for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB) { /* K in short blocks (see above) */
-            const int64_t vn = V - v0 < HEAD3_DHN_VOCAB ? V - v0 : HEAD3_DHN_VOCAB;
-            trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, 3 * vn, 1.0f, dl + v0 * 3 * pw, pw,
-                           W3 + v0 * 3 * d, d, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
+        if (g3) {
+            /* hnB: planes hn_hi, hn_hi, hn_lo of the chunk's rows (hnF rows are [hi | lo | hi]) */
+            memset(hnB, 0, (size_t)(3 * pw * d) * sizeof *hnB);
+            for (int64_t i = 0; i < rows; i++) {
+                const uint16_t *f = hnF + (r0 + i) * 3 * d;
+                memcpy(hnB + i * d, f, (size_t)d * sizeof *hnB);
+                memcpy(hnB + (pw + i) * d, f, (size_t)d * sizeof *hnB);
+                memcpy(hnB + (2 * pw + i) * d, f + d, (size_t)d * sizeof *hnB);
+            }
+            trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, 3 * pw, 1.0f, dl, 3 * pw, hnB, d, 1.0f, dW,
+                           d);
+            for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB) { /* K in short blocks (see above) */
+                const int64_t vn = V - v0 < HEAD3_DHN_VOCAB ? V - v0 : HEAD3_DHN_VOCAB;
+                trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, 3 * vn, 1.0f, dl + v0 * 3 * pw, pw,
+                               W3 + v0 * 3 * d, d, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
+            }
+        } else {
+            /* hnB: hn_hi of the chunk's rows, the padding row zero */
+            for (int64_t i = 0; i < rows; i++)
+                memcpy(hnB + i * d, hnF + (r0 + i) * 3 * d, (size_t)d * sizeof *hnB);
+            memset(hnB + rows * d, 0, (size_t)((pw - rows) * d) * sizeof *hnB);
+            trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, pw, 1.0f, dl, 2 * ldc, hnB, d, 1.0f, dW, d);
+            for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1) {
+                const int64_t vn = V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1;
+                trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * 2 * ldc, 2 * ldc,
+                               W3 + v0 * 3 * d, 3 * d, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
+            }
         }
     }
     double s = 0.0;
@@ -741,6 +851,10 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
         trex_prof_begin(TREX_PROF_MHC);
         trex_mhc_pre_forward(&m->ctx, cfg, N, tmp->x_in, state, Xs, &w->hc[s]);
         trex_prof_end(TREX_PROF_MHC);
+        /* a dropped sub-layer (recompute attention / moe) gives its cache back to the arena once its
+         * output y is made; block_backward runs its forward again */
+        const bool drop = bs && sub_dropped(m->opts.recompute, s);
+        const trex_arena_mark mk = trex_arena_mark_get(m->arena);
         trex_prof_begin(s == 0 ? TREX_PROF_ATTENTION : TREX_PROF_MOE);
         trex_rmsnorm_forward(m->ctx.pool, tmp->xn, NULL, tmp->x_in, w->norm[s], N, d,
                              (float)cfg->rms_norm_eps);
@@ -758,6 +872,11 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
         trex_prof_begin(TREX_PROF_MHC);
         trex_mhc_post_forward(&m->ctx, cfg, N, Xo, y, Xs, state);
         trex_prof_end(TREX_PROF_MHC);
+        if (drop) {
+            trex_arena_rewind(m->arena, mk);
+            bs->s[s].ac = NULL;
+            bs->s[s].mc = NULL;
+        }
     }
     return TREX_OK;
 }
@@ -769,6 +888,38 @@ typedef struct bwd_tmp {
     float *dstate;                     /* [N, mhc dstate] */
     float *Xmid;                       /* [N, n, d] the block's middle streams, recomputed */
 } bwd_tmp;
+
+/* Sub-layer s (0 attention, 1 MoE) of block l run forward again on t->xn (recompute attention / moe),
+ * as block_forward ran it, for its cache (*ac or *mc, carved from the arena: the caller rewinds). Its
+ * output goes to t->dxn (free until the sub-layer's backward writes it); the indexer loss, balance loss
+ * and expert counts it makes go to scratch: the first forward counted them. */
+static void sub_again(trex_model *m, int64_t l, int s, const trex_seqinfo *seq, const bwd_tmp *t,
+                      const trex_attn_cache **ac, const trex_moe_cache **mc)
+{
+    const trex_config *cfg = m->cfg;
+    const block_w *w = &m->w.blk[l];
+    trex_err err = {0};
+    trex_code rc;
+    if (s == 0) {
+        trex_attn_cache *c = NULL;
+        trex_indexer_loss il; /* not NULL: the cache then holds the KL terms, as in the first forward */
+        rc = trex_attn_forward(&m->ctx, cfg, (int)l, seq, t->dxn, t->xn, &w->attn, m->opts.sparse, &c, &il,
+                               &err);
+        *ac = c;
+    } else {
+        trex_moe_cache *c = NULL;
+        int64_t *load = trex_arena_xalloc(m->arena, (size_t)cfg->n_routed_experts * sizeof *load);
+        trex_moe_stats st = {0.0, load};
+        rc = trex_moe_forward(&m->ctx, cfg, (int)l, seq, t->dxn, t->xn, &w->moe, m->opts.balance_weight, &c,
+                              &st, &err);
+        *mc = c;
+    }
+    if (rc != TREX_OK) {
+        fprintf(stderr, "trex: recomputing the %s of block %" PRId64 " in the backward: %s\n",
+                s == 0 ? "attention" : "MoE", l, err.msg);
+        abort(); /* the same forward fitted a moment ago: only a broken invariant gets here */
+    }
+}
 
 /* Backward of block l: t->dA holds dL/dXout on entry and dL/dXin on return. */
 static void block_backward(trex_model *m, int64_t l, const trex_seqinfo *seq, int64_t N,
@@ -797,12 +948,18 @@ static void block_backward(trex_model *m, int64_t l, const trex_seqinfo *seq, in
         trex_prof_begin(s == 1 ? TREX_PROF_MOE : TREX_PROF_ATTENTION);
         trex_rmsnorm_forward(m->ctx.pool, t->xn, t->rstd, t->x_in, w->norm[s], N, d,
                              (float)cfg->rms_norm_eps);
+        const trex_arena_mark mk = trex_arena_mark_get(m->arena);
+        const trex_attn_cache *ac = ss->ac;
+        const trex_moe_cache *mc = ss->mc;
+        if (sub_dropped(m->opts.recompute, s))
+            sub_again(m, l, s, seq, t, &ac, &mc);
         if (s == 1)
-            trex_moe_backward(&m->ctx, cfg, (int)l, seq, t->dxn, t->dy, t->xn, &w->moe, &g->moe, ss->mc,
+            trex_moe_backward(&m->ctx, cfg, (int)l, seq, t->dxn, t->dy, t->xn, &w->moe, &g->moe, mc,
                               m->opts.balance_weight, 1.0);
         else
-            trex_attn_backward(&m->ctx, cfg, (int)l, seq, t->dxn, t->dy, t->xn, &w->attn, &g->attn, ss->ac,
+            trex_attn_backward(&m->ctx, cfg, (int)l, seq, t->dxn, t->dy, t->xn, &w->attn, &g->attn, ac,
                                il_scale);
+        trex_arena_rewind(m->arena, mk); /* the recomputed cache, if any, and the backward's scratch */
         trex_rmsnorm_backward(m->ctx.pool, t->dx_in, g->norm[s], t->dxn, t->x_in, w->norm[s], t->rstd, N,
                               d, false);
         trex_prof_end(s == 1 ? TREX_PROF_MOE : TREX_PROF_ATTENTION);
@@ -910,12 +1067,14 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     if (opts && opts->compute != TREX_F32 && opts->compute != TREX_BF16)
         return trex_err_set(err, TREX_EINVAL, "model options: compute: %s — use F32 or BF16",
                             trex_dtype_name(opts->compute));
-    if (opts && opts->recompute != TREX_MODEL_RECOMPUTE_NONE && opts->recompute != TREX_MODEL_RECOMPUTE_FULL)
-        return trex_err_set(err, TREX_EINVAL, "model options: recompute: %d — use NONE or FULL",
+    if (opts && opts->recompute != TREX_MODEL_RECOMPUTE_NONE && opts->recompute != TREX_MODEL_RECOMPUTE_FULL &&
+        opts->recompute != TREX_MODEL_RECOMPUTE_ATTENTION && opts->recompute != TREX_MODEL_RECOMPUTE_MOE)
+        return trex_err_set(err, TREX_EINVAL, "model options: recompute: %d — use NONE, ATTENTION, MOE or FULL",
                             (int)opts->recompute);
     if (opts && opts->head_precision != TREX_HEAD_AUTO && opts->head_precision != TREX_HEAD_FP32 &&
-        opts->head_precision != TREX_HEAD_BF16X3)
-        return trex_err_set(err, TREX_EINVAL, "model options: head_precision: %d — use AUTO, FP32 or BF16X3",
+        opts->head_precision != TREX_HEAD_BF16X3 && opts->head_precision != TREX_HEAD_BF16X3_G1)
+        return trex_err_set(err, TREX_EINVAL,
+                            "model options: head_precision: %d — use AUTO, FP32, BF16X3 or BF16X3_G1",
                             (int)opts->head_precision);
     m->have_pass = false;
     m->grads = grads;
@@ -952,13 +1111,16 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     build_targets(m, b);
     m->chunk = NULL;
     m->w3 = m->hnB = NULL;
-    m->head3 = m->opts.head_precision == TREX_HEAD_BF16X3 ||
-               (m->opts.head_precision == TREX_HEAD_AUTO && m->opts.compute == TREX_BF16);
-    if (m->head3) { /* the transposed chunk, its d logits split in place, and hn's planes */
+    m->head3 = trex_model_head_bf16x3(&m->opts);
+    m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
+    if (m->head3) { /* the transposed chunk, its d logits in place, hn's planes, the CE's partials */
         const int64_t pw = head3_chunk_rows(m, N) + (head3_chunk_rows(m, N) & 1);
-        ALLOC(m->chunk, cfg->vocab_size * 3 * pw / 2);
+        const int64_t nb = (cfg->vocab_size + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
+        ALLOC(m->chunk, cfg->vocab_size * (m->head_g3 ? 3 * pw / 2 : pw));
         if (backward)
-            ALLOC(m->hnB, 3 * pw * d);
+            ALLOC(m->hnB, (m->head_g3 ? 3 : 1) * pw * d);
+        ALLOC(m->ce_max, (nb + 1) * pw);
+        ALLOC(m->ce_sum, (nb + 2) * pw);
     } else if (backward || !logits || (m->mtp && !mtp_logits)) { /* (with gradients it holds dlogits) */
         ALLOC(m->chunk, head_chunk_rows(m, N) * cfg->vocab_size);
     }

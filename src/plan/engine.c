@@ -4,8 +4,9 @@
  *
  * The replay walks the same sequence as src/model/model.c, attention.c, moe.c and mhc.c for a batch of
  * B rows of T tokens (one document per row, no doc_ids): every activation-arena request (its size,
- * rounded to 64 bytes as trex_arena_alloc does), the arena marks and rewinds (attention backward gives
- * its scratch back; the MoE backward does not), and the arena's chunking (64 MiB chunks, a request that
+ * rounded to 64 bytes as trex_arena_alloc does), the arena marks and rewinds (each sub-layer's backward
+ * gives its scratch back; the recompute policies give back whole blocks (full) or sub-layer caches
+ * (attention, moe)), and the arena's chunking (64 MiB chunks, a request that
  * does not fit the current chunk opens a new one and leaves the tail untouched). So it predicts what
  * `trex model run` prints: the arena's bytes in use after the backward, the bytes it reserved (the
  * "acts" region's peak), and also the highest bytes in use and the pages touched (what peak RSS sees).
@@ -699,6 +700,13 @@ static void moe_bwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
 
 /* ---- blocks, head, model (src/model/model.c) ---- */
 
+/* Whether sub-layer sub (0 attention, 1 MoE) of every block drops its cache after its forward and runs
+ * that forward again in the backward (recompute attention / moe). */
+static bool sub_dropped(const sim *s, int sub)
+{
+    return s->run->backward && (sub == 0 ? s->run->recompute_attn : s->run->recompute_moe);
+}
+
 static void block_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
 {
     int64_t N = Bs * Ts;
@@ -709,11 +717,14 @@ static void block_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
         }
         mhc_pre_fwd(s, N);
         rms(s, N, s->d, false);
+        sim_mark mk = ar_mark(&s->ar);
         if (sub == 0)
             attn_fwd(s, l, Bs, Ts);
         else
             moe_fwd(s, l, Bs, Ts);
         mhc_post_fwd(s, N);
+        if (sub_dropped(s, sub)) /* only the mHC state and the output y stay */
+            ar_rewind(&s->ar, mk);
     }
 }
 
@@ -723,10 +734,20 @@ static void block_bwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
     mhc_post_fwd(s, N); /* Xmid again */
     for (int sub = 1; sub >= 0; sub--) {
         rms(s, N, s->d, false);
+        sim_mark mk = ar_mark(&s->ar);
+        if (sub_dropped(s, sub)) { /* the sub-layer's forward again, for its cache */
+            if (sub == 1) {
+                A(s, (double)s->cfg->n_routed_experts * 8.0); /* its expert counts (thrown away) */
+                moe_fwd(s, l, Bs, Ts);
+            } else {
+                attn_fwd(s, l, Bs, Ts);
+            }
+        }
         if (sub == 1)
             moe_bwd(s, l, Bs, Ts);
         else
             attn_bwd(s, l, Bs, Ts);
+        ar_rewind(&s->ar, mk); /* the backward's scratch and a recomputed cache */
         rms(s, N, s->d, true);
         mhc_bwd(s, N);
     }

@@ -12,7 +12,11 @@
 
 static const char *rec_name(int64_t r)
 {
-    return r == TREX_RECOMPUTE_NONE ? "none" : r == TREX_RECOMPUTE_SELECTIVE ? "selective" : "full";
+    return r == TREX_RECOMPUTE_NONE        ? "none"
+           : r == TREX_RECOMPUTE_SELECTIVE ? "selective"
+           : r == TREX_RECOMPUTE_ATTENTION ? "attention"
+           : r == TREX_RECOMPUTE_MOE       ? "moe"
+                                           : "full";
 }
 
 static const char *sched_name(int64_t s)
@@ -164,14 +168,17 @@ static void print_fp32(FILE *out, const trex_plan_model *m, const trex_cluster *
     mr.grads_all_touched = false;
     mr.load_file = true;
     mr.recompute_full = r->lay.recompute == TREX_RECOMPUTE_FULL;
+    mr.recompute_attn = r->lay.recompute == TREX_RECOMPUTE_ATTENTION;
+    mr.recompute_moe = r->lay.recompute == TREX_RECOMPUTE_MOE;
     trex_plan_fp32_result g;
     trex_err err = {0};
     if (trex_plan_fp32_evaluate(&m->cfg, &cl->fp32, &mr, &g, &err) != TREX_OK) {
         fprintf(out, "  (model run view: %s)\n", err.msg);
         return;
     }
-    fprintf(out, "\nas `trex model run --backward --no-logits%s` (one pass, dense CSA, %g threads), predicted:\n",
-            mr.recompute_full ? " --recompute full" : "", cl->fp32.threads);
+    const bool rec = mr.recompute_full || mr.recompute_attn || mr.recompute_moe;
+    fprintf(out, "\nas `trex model run --backward --no-logits%s%s` (one pass, dense CSA, %g threads), predicted:\n",
+            rec ? " --recompute " : "", rec ? rec_name(r->lay.recompute) : "", cl->fp32.threads);
     fprintf(out, "  time: forward %.3f s, backward %.3f s (%lld tokens); CPU time forward %.3f s, backward "
                  "%.3f s\n", g.fwd_s, g.bwd_s, (long long)(mr.B * mr.T), g.cpu_s[0], g.cpu_s[1]);
     fprintf(out, "  memory: peak RSS %.1f MiB; peak by region: params %.1f MiB grads %.1f MiB acts %.1f MiB; "

@@ -64,8 +64,9 @@ int trex_cmd_bench_step(int argc, char **argv)
         {"precision", TREX_OPT_STR, &precision, "P", "fp32 or bf16 (docs/precision.md)", false},
         {"optimizer", TREX_OPT_STR, &optimizer, "O", "adamw or muon", false},
         {"recompute", TREX_OPT_STR, &recompute, "R",
-         "none (keep every block's activations) or full (keep block inputs, run each block's forward again "
-         "in the backward)", false},
+         "none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its "
+         "forward again before its backward) or full (keep block inputs, run each block's forward again in "
+         "the backward)", false},
         {"threads", TREX_OPT_I64, &threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"peak-tflops", TREX_OPT_F64, &peak_tflops, "X",
          "MFU denominator in TFLOP/s (0: measure the precision's peak loop on the threads used)", false},
@@ -74,7 +75,7 @@ int trex_cmd_bench_step(int argc, char **argv)
         {0}};
     trex_cmd_info info = {
         .usage = "trex bench step --config C --seq T [--mbs B] [--steps N] [--warmup W] [--precision fp32|bf16] "
-                 "[--optimizer adamw|muon] [--recompute none|full] [--threads N] [--peak-tflops X] [--seed S] [--json]",
+                 "[--optimizer adamw|muon] [--recompute none|attention|moe|full] [--threads N] [--peak-tflops X] [--seed S] [--json]",
         .summary = summary};
     int prc = trex_opts_parse(opts, argc, argv, &info);
     if (prc != TREX_OPTS_OK)
@@ -94,7 +95,7 @@ int trex_cmd_bench_step(int argc, char **argv)
     else
         return trex_cli_error("--optimizer '%s': use adamw or muon", optimizer) + 1;
     if (!trex_model_recompute_parse(recompute, &bo.recompute))
-        return trex_cli_error("--recompute '%s': use none or full", recompute) + 1;
+        return trex_cli_error("--recompute '%s': use none, attention, moe or full", recompute) + 1;
     if (seq < 2 || seq > (1 << 24))
         return trex_cli_error("--seq %lld: must be in [2, 16777216]", (long long)seq) + 1;
     if (mbs < 1 || mbs > 65536)

@@ -167,8 +167,8 @@ int trex_cmd_model_run(int argc, char **argv)
         {"indexer-weight", TREX_OPT_F64, &indexer_weight, "W", "weight of loss_indexer in loss", false},
         {"threads", TREX_OPT_I64, &threads, "N", "worker threads (0: TREX_THREADS, else all cores)", false},
         {"precision", TREX_OPT_STR, &precision, "P", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; docs/precision.md)", false},
-        {"head", TREX_OPT_STR, &head, "H", "LM head products: auto (bf16x3 under --precision bf16, else fp32), fp32, or bf16x3 (3-term bf16 split on the bf16 GEMM, fp32-level accuracy; docs/precision.md)", false},
-        {"recompute", TREX_OPT_STR, &recompute, "R", "with --backward: none (keep every block's activations) or full (keep each block's input, run its forward again in the backward; same results, less memory)", false},
+        {"head", TREX_OPT_STR, &head, "H", "LM head products: auto (bf16x3g1 under --precision bf16, else fp32), fp32, bf16x3 (3-term bf16 split on the bf16 GEMM, fp32-level accuracy, logits and gradients), or bf16x3g1 (bf16x3 logits, 1-term bf16 gradient products; docs/precision.md)", false},
+        {"recompute", TREX_OPT_STR, &recompute, "R", "with --backward: none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its forward again before its backward) or full (keep each block's input, run its forward again in the backward); same results, less memory", false},
         {"head-chunk-rows", TREX_OPT_I64, &head_chunk_rows, "N", "rows of logits the head holds at once (0: automatic; docs/perf.md)", false},
         {"no-logits", TREX_OPT_FLAG, &no_logits, NULL, "do not compute or write logits / mtp_logits (big models)", false},
         {0}};
@@ -200,10 +200,12 @@ int trex_cmd_model_run(int argc, char **argv)
         mo.head_precision = TREX_HEAD_FP32;
     else if (!strcmp(head, "bf16x3"))
         mo.head_precision = TREX_HEAD_BF16X3;
+    else if (!strcmp(head, "bf16x3g1"))
+        mo.head_precision = TREX_HEAD_BF16X3_G1;
     else
-        return trex_cli_error("--head: '%s' — use auto, fp32 or bf16x3", head);
+        return trex_cli_error("--head: '%s' — use auto, fp32, bf16x3 or bf16x3g1", head);
     if (!trex_model_recompute_parse(recompute, &mo.recompute))
-        return trex_cli_error("--recompute: '%s' — use none or full", recompute);
+        return trex_cli_error("--recompute: '%s' — use none, attention, moe or full", recompute);
     if (head_chunk_rows < 0 || head_chunk_rows > ((int64_t)1 << 30))
         return trex_cli_error("--head-chunk-rows: %" PRId64 " — use 0 (automatic) or a positive count", head_chunk_rows);
     mo.head_chunk_rows = head_chunk_rows;
@@ -245,12 +247,12 @@ int trex_cmd_model_run(int argc, char **argv)
     const int64_t B = bb.b.B, T = bb.b.T, V = cfg.vocab_size;
     const bool mtp = cfg.num_nextn_predict_layers > 0;
     printf("model run: config %s (%s), weights %s, batch %s [B=%" PRId64 ", T=%" PRId64 "], %s attention, "
-           "threads %d, precision %s, head %s, mtp_weight %g, balance_weight %g, indexer_weight %g%s%s\n",
+           "threads %d, precision %s, head %s, mtp_weight %g, balance_weight %g, indexer_weight %g%s%s%s%s\n",
            config, cfg.name, weights, batch, B, T, mo.sparse ? "sparse" : "dense", trex_pool_size(pool), precision,
-           mo.head_precision == TREX_HEAD_BF16X3 || (mo.head_precision == TREX_HEAD_AUTO && mo.compute == TREX_BF16)
-               ? "bf16x3" : "fp32",
+           trex_model_head_name(&mo),
            mo.mtp_weight, mo.balance_weight, mo.indexer_weight,
-           backward ? (mo.recompute == TREX_MODEL_RECOMPUTE_FULL ? ", backward (recompute full)" : ", backward") : "",
+           backward ? ", backward (recompute " : "", backward ? trex_model_recompute_name(mo.recompute) : "",
+           backward ? ")" : "",
            no_logits ? ", no logits" : "");
     fflush(stdout);
     if (trex_weights_load(&w, &cfg, weights, &mem, &err) != TREX_OK)

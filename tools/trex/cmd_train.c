@@ -102,9 +102,10 @@ int trex_cmd_train(int argc, char **argv)
          "docs/precision.md); a resumed run keeps it [fp32]", NULL},
         {"muon_ns", "bf16|fp32", "precision of Muon's Newton-Schulz products: bf16 (bf16 operands, fp32 sums, "
          "on AMX) or fp32 (the reference); docs/optim.md [bf16]", NULL},
-        {"recompute", "none|full", "activations kept for the backward: none keeps every block's; full keeps "
-         "only each block's input and runs the block's forward again in the backward (same results, less "
-         "memory, ~1/3 more block compute; docs/perf.md) [none]", NULL},
+        {"recompute", "none|attention|moe|full", "activations kept for the backward (same results, less "
+         "memory, more compute; docs/perf.md): none keeps every block's; attention (moe) drops the attention "
+         "(MoE) sub-layers' internals and runs that sub-layer's forward again before its backward; full keeps "
+         "only each block's input and runs the block's forward again in the backward [none]", NULL},
         {"threads", "N", "threads, 0 = TREX_THREADS or every core [0]", NULL},
         {"peak_tflops", "X", "MFU denominator, 0 = the --cluster file's peak (fp32) or the AMX bf16 peak measured "
          "at start (bf16) [0]", NULL},
