@@ -16,46 +16,21 @@
  * rounding (tests/test_attn_bf16.c), and are the same bits on every call (no state, a fixed order),
  * whatever the thread count of the caller or the other entries of the call.
  *
- * Each entry loads its own tile configuration (8 tiles of 16 rows x 64 bytes) and releases the tiles on
- * return, so it can run between the GEMM micro-kernel's brackets on any thread. GCC 12's tile
- * intrinsics are asm statements that see only an address: a compiler barrier separates C stores into a
- * buffer from tile loads of it, and tile stores from C loads. Compiled with AMX flags; reached only
- * through the fused-kernel table (kernels/ref/fused.c), after the dispatch has checked the CPU, the OS
- * and Linux's tile permission. */
+ * Each entry loads the GEMM micro-kernel's tile configuration (trex_gemm_begin_amx: 8 tiles of 16 rows
+ * x 64 bytes) and releases the tiles on return, so it can run between the GEMM's brackets on any
+ * thread. GCC 12's tile intrinsics are asm statements that see only an address: a compiler barrier
+ * separates C stores into a buffer from tile loads of it, and tile stores from C loads. Compiled with
+ * AMX flags; reached only through the fused-kernel table (kernels/ref/fused.c), after the dispatch has
+ * checked the CPU, the OS and Linux's tile permission. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/fused.h"
+#include "kernels/gemm_panels.h"
 
 #define BARRIER() __asm__ volatile("" : : : "memory")
-
-typedef struct attn_tilecfg {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} attn_tilecfg;
-
-static void tiles_begin(void)
-{
-    attn_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    /* the whole struct is the operand (GCC 12's _tile_loadconfig declares only 8 bytes) */
-    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
-}
-
-static void tiles_end(void)
-{
-    _tile_release();
-}
 
 /* ---- scratch ---------------------------------------------------------------------------------- */
 
@@ -377,7 +352,7 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
     pack_xt_vnni(w.qv, w.qb, Hp, w.cp);
     pack_entries(&w, V, n, c);
     BARRIER();
-    tiles_begin();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, n);
     /* softmax, 16 heads at a time (a row of S^T), exp and the divide vectorised */
     const __m512 vs = _mm512_set1_ps(scale);
@@ -421,7 +396,7 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
             w.pb[h * np + e] = 0;
     memset(w.pb + H * np, 0, (size_t)((Hp - H) * np) * 2);
     pv_out(&w, o, H, c, 1.0f);
-    tiles_end();
+    trex_gemm_end_amx();
 }
 
 void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
@@ -444,7 +419,7 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
     pack_xt_vnni(w.gv, w.gb, Hp, w.cp);
     pack_entries(&w, V, n, c);
     BARRIER();
-    tiles_begin();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, n);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
@@ -473,7 +448,7 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
             w.pb[h * np + e] = 0;
     memset(w.pb + H * np, 0, (size_t)((Hp - H) * np) * 2);
     pv_out(&w, dq, H, c, scale);
-    tiles_end();
+    trex_gemm_end_amx();
 }
 
 /* src [c] rounded to bf16 and widened back to fp32 into dst [cp], zero padded. */
@@ -580,7 +555,7 @@ void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float 
     }
     pack_entries(&w, V, n, c);
     BARRIER();
-    tiles_begin();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, n);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t e = 0; e < n; e++) {
@@ -659,5 +634,5 @@ void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float 
         }
         BARRIER();
     }
-    tiles_end();
+    trex_gemm_end_amx();
 }
