@@ -150,6 +150,17 @@ static void interleave_pair(uint16_t *dst, int64_t jstride, const uint16_t *r0, 
     }
 }
 
+/* q (and g, when not NULL) rounded to bf16 rows [Hp x cp] and packed as VNNI B tiles of Q^T (G^T). */
+static void pack_query(const attn_ws *w, const float *q, const float *g, int64_t H, int64_t c)
+{
+    cvt_rows(w->qb, q, H, w->Hp, c, w->cp);
+    pack_xt_vnni(w->qv, w->qb, w->Hp, w->cp);
+    if (g) {
+        cvt_rows(w->gb, g, H, w->Hp, c, w->cp);
+        pack_xt_vnni(w->gv, w->gb, w->Hp, w->cp);
+    }
+}
+
 /* The entries rounded into vb [np][cp] (zero rows past n) and, when vv is not NULL, also as VNNI B
  * tiles for the output product: tile (b, j) = rows 32b .. 32b+31, dims 16j .. 16j+15. */
 static void pack_entries(const attn_ws *w, const float *const *V, int64_t n, int64_t c)
@@ -340,7 +351,7 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
 {
     if (n == 0) {
         for (int64_t h = 0; h < H; h++) {
-            lse[h] = sink[h] + logf(expf(sink[h] - sink[h]));
+            lse[h] = sink[h]; /* log(exp(sink - sink)) is exactly 0 */
             for (int64_t i = 0; i < c; i++)
                 o[h * c + i] = 0.0f;
         }
@@ -348,8 +359,7 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
     }
     const attn_ws w = ws_layout(ws, n, H, c, false, false);
     const int64_t Hp = w.Hp, np = w.np;
-    cvt_rows(w.qb, q, H, Hp, c, w.cp);
-    pack_xt_vnni(w.qv, w.qb, Hp, w.cp);
+    pack_query(&w, q, NULL, H, c);
     pack_entries(&w, V, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
@@ -413,10 +423,7 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
     }
     const attn_ws w = ws_layout(ws, n, H, c, true, false);
     const int64_t Hp = w.Hp, np = w.np;
-    cvt_rows(w.qb, q, H, Hp, c, w.cp);
-    cvt_rows(w.gb, g, H, Hp, c, w.cp);
-    pack_xt_vnni(w.qv, w.qb, Hp, w.cp);
-    pack_xt_vnni(w.gv, w.gb, Hp, w.cp);
+    pack_query(&w, q, g, H, c);
     pack_entries(&w, V, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
@@ -543,10 +550,7 @@ void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float 
     }
     const attn_ws w = ws_layout(ws, n, H, c, true, true);
     const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hp, nj = cp / 16;
-    cvt_rows(w.qb, q, H, Hp, c, cp);
-    cvt_rows(w.gb, g, H, Hp, c, cp);
-    pack_xt_vnni(w.qv, w.qb, Hp, cp);
-    pack_xt_vnni(w.gv, w.gb, Hp, cp);
+    pack_query(&w, q, g, H, c);
     /* [G ; Q] as VNNI B: K index 32 s + 2 kp (+1) is row r of the stack (G rows, then Q rows) */
     for (int64_t r = 0; r < K; r += 2) {
         const uint16_t *x0 = r < Hp ? w.gb + r * cp : w.qb + (r - Hp) * cp;
