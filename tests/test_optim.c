@@ -1,10 +1,14 @@
 /* tests/test_optim.c — optimizers: settings, LR schedules, parameter groups on dsv4-tiny, Newton–Schulz
  * singular values, the Muon update RMS, AdamW's first step, gradient norm / clipping / NaN detection,
- * the bias update, bitwise determinism across thread counts and scheduling, and state save/load.
+ * the optimizer kernels of every ISA level against their definitions bit for bit, clipping folded into
+ * the update, the bias update, bitwise determinism across thread counts and scheduling, and state
+ * save/load.
  *
  *   test_optim                   the self-contained tests
  *   test_optim --torch-ref FILE  compares steps with a PyTorch reference written by
- *                                tests/test_optim_torch.sh (the same small layout as `toy` below) */
+ *                                tests/test_optim_torch.sh (the same small layout as `toy` below)
+ *   test_optim --bench ...       times the step or the update on a config's tensors (usage: no args)
+ *   test_optim --ns-bench ...    Newton-Schulz in bf16 vs fp32 on the dsv4-bench shapes */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -610,6 +614,184 @@ static bool same_state(const trex_optimizer *a, const trex_optimizer *b, const t
     return trex_optimizer_step_count(a) == trex_optimizer_step_count(b);
 }
 
+/* ---- the optimizer kernels of every level against their definitions ---------------------------- */
+
+/* The sum of squares as kernels/kernels.h defines it: 16 lanes over k mod 16, then a fixed tree. */
+static double sumsq_def(const float *x, int64_t n, int64_t *bad)
+{
+    double lane[16] = {0};
+    *bad = 0;
+    for (int64_t k = 0; k < n; k++) {
+        lane[k % 16] += (double)x[k] * (double)x[k];
+        *bad += !isfinite(x[k]);
+    }
+    double t[4];
+    for (int j = 0; j < 4; j++)
+        t[j] = (lane[j] + lane[j + 8]) + (lane[j + 4] + lane[j + 12]);
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* AdamW per element as kernels/kernels.h (and docs/optim.md) define it, with the gradient clipped in
+ * place first (a float multiply), as trex_optimizer_clip does. */
+static void adamw_def(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c)
+{
+    for (int64_t k = 0; k < n; k++) {
+        const float gc = g[k] * c->gscale;
+        const double gk = gc;
+        const float mk = (float)(c->b1 * (double)m[k] + (1.0 - c->b1) * gk);
+        const float vk = (float)(c->b2 * (double)v[k] + (1.0 - c->b2) * gk * gk);
+        m[k] = mk;
+        v[k] = vk;
+        const double denom = sqrt((double)vk) / c->bc2_sqrt + c->eps;
+        w[k] = (float)((double)w[k] * c->decay - c->step_size * (double)mk / denom);
+    }
+}
+
+/* Every level's sumsq and adamw against the definitions, bit for bit, on awkward lengths (0, 1, odd,
+ * around the 8- and 16-element vectors, a chunk and a bit), at aligned and unaligned addresses, with
+ * zeros, subnormals and (for sumsq) Inf and NaN among the values. */
+static void test_optim_kernels(void)
+{
+    static const int64_t lens[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 100, 1001, 65536 + 13};
+    const int64_t cap = 65536 + 13 + 2; /* the longest, one element of offset, one past the end */
+    float *x = falloc(cap), *w0 = falloc(cap), *m0 = falloc(cap), *v0 = falloc(cap), *g = falloc(cap);
+    float *w[2] = {falloc(cap), falloc(cap)}, *m[2] = {falloc(cap), falloc(cap)}, *v[2] = {falloc(cap), falloc(cap)};
+    const trex_adamw_consts consts[] = {
+        {.b1 = 0.9, .b2 = 0.95, .eps = 1e-20, .step_size = 1e-3 / (1 - 0.9), .bc2_sqrt = sqrt(1 - 0.95),
+         .decay = 1 - 1e-3 * 0.1, .gscale = 1.0f},
+        {.b1 = 0.9, .b2 = 0.95, .eps = 1e-8, .step_size = 2.7e-4, .bc2_sqrt = 1.0, .decay = 1.0, .gscale = 0.37f},
+        {.b1 = 0.5, .b2 = 0.999, .eps = 1e-20, .step_size = 0.05, .bc2_sqrt = 0.25, .decay = 0.99, .gscale = 0.9999f},
+    };
+    int checked = 0, sum_bad = 0, adam_bad = 0;
+    const char *bad_name = "";
+    for (int cap_isa = TREX_ISA_REF; cap_isa < TREX_ISA_COUNT; cap_isa++) {
+        const trex_optim_kernels *kt = trex_optim_kernels_for((trex_isa)cap_isa);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (int off = 0; off < 2; off++) {
+                const int64_t n = lens[li];
+                float *xs = x + off;
+                /* sumsq: finite values, then with Inf and NaN planted */
+                for (int special = 0; special < 3; special++) {
+                    fill_normal(xs, n, 3.0, 40 + (uint64_t)li, (uint64_t)off);
+                    if (n > 4) {
+                        xs[1] = 0.0f;
+                        xs[2] = -1e-41f; /* subnormal */
+                        xs[n - 1] = -0.0f;
+                    }
+                    if (special >= 1 && n > 0)
+                        xs[n / 2] = special == 1 ? -INFINITY : NAN;
+                    if (special == 1 && n > 3)
+                        xs[3] = INFINITY;
+                    int64_t b0 = -1, b1 = -1;
+                    const double r0 = sumsq_def(xs, n, &b0), r1 = kt->sumsq(xs, n, &b1);
+                    const bool same = special == 2 && n > 0 ? isnan(r0) && isnan(r1) : !memcmp(&r0, &r1, sizeof r0);
+                    if (!same || b0 != b1) {
+                        sum_bad++;
+                        bad_name = kt->name;
+                    }
+                    checked++;
+                }
+                /* adamw under each set of constants */
+                for (size_t ci = 0; ci < sizeof consts / sizeof consts[0]; ci++) {
+                    fill_normal(w0 + off, n, 0.5, 50 + (uint64_t)li, ci);
+                    fill_normal(m0 + off, n, 0.01, 60 + (uint64_t)li, ci);
+                    fill_normal(v0 + off, n, 1e-3, 70 + (uint64_t)li, ci);
+                    fill_normal(g + off, n, 0.02, 80 + (uint64_t)li, ci);
+                    for (int64_t k = 0; k < n; k++)
+                        v0[off + k] = fabsf(v0[off + k]) * v0[off + k] * 1e3f;
+                    if (n > 4) {
+                        g[off] = 0.0f;
+                        v0[off] = 0.0f;
+                        m0[off] = 0.0f;
+                        g[off + 1] = 1e-40f;
+                        v0[off + 2] = 0.0f;
+                    }
+                    for (int q = 0; q < 2; q++) {
+                        memcpy(w[q] + off, w0 + off, (size_t)n * sizeof(float));
+                        memcpy(m[q] + off, m0 + off, (size_t)n * sizeof(float));
+                        memcpy(v[q] + off, v0 + off, (size_t)n * sizeof(float));
+                    }
+                    /* the element past the end must stay as it was */
+                    w[1][off + n] = m[1][off + n] = v[1][off + n] = 42.0f;
+                    adamw_def(w[0] + off, m[0] + off, v[0] + off, g + off, n, &consts[ci]);
+                    kt->adamw(w[1] + off, m[1] + off, v[1] + off, g + off, n, &consts[ci]);
+                    const size_t bytes = (size_t)n * sizeof(float);
+                    if (memcmp(w[0] + off, w[1] + off, bytes) || memcmp(m[0] + off, m[1] + off, bytes) ||
+                        memcmp(v[0] + off, v[1] + off, bytes) || w[1][off + n] != 42.0f || m[1][off + n] != 42.0f ||
+                        v[1][off + n] != 42.0f) {
+                        adam_bad++;
+                        bad_name = kt->name;
+                    }
+                    checked++;
+                }
+            }
+    }
+    CHECK(sum_bad == 0, "sumsq: %d cases differ from the definition (level %s)", sum_bad, bad_name);
+    CHECK(adam_bad == 0, "adamw: %d cases differ from the definition (level %s)", adam_bad, bad_name);
+    CHECK(checked > 0, "kernel cases ran");
+    if (getenv("TREX_VERBOSE"))
+        printf("optimizer kernels: %d cases, levels up to %s\n", checked, trex_optim_kernels_for(TREX_ISA_AMX)->name);
+    free(x);
+    free(w0);
+    free(m0);
+    free(v0);
+    free(g);
+    for (int q = 0; q < 2; q++) {
+        free(w[q]);
+        free(m[q]);
+        free(v[q]);
+    }
+}
+
+/* trex_optimizer_update folds the clip factor into the step: the same bits as grad_check, clip and step
+ * one after the other, for AdamW and Muon tensors, and the gradients are left unclipped. */
+static void test_update_folds_clip(void)
+{
+    trex_layout lay;
+    layout_make(&lay, toy, NTOY);
+    trex_config cfg = toy_config();
+    for (int kind = 0; kind < 2; kind++) {
+        trex_optimizer_settings s;
+        trex_optimizer_defaults(&s);
+        s.kind = kind ? TREX_OPTIM_ADAMW : TREX_OPTIM_MUON;
+        s.muon_ns = TREX_NS_FP32;
+        s.clip_norm = 0.5;
+        trex_optimizer *a = NULL, *b = NULL;
+        trex_err err = {0};
+        CHECK(trex_optimizer_create(&a, &lay, &cfg, &s, 1, NULL, &err) == TREX_OK &&
+                  trex_optimizer_create(&b, &lay, &cfg, &s, 1, NULL, &err) == TREX_OK,
+              "create: %s", err.msg);
+        float *wa = falloc(lay.n_float), *wb = falloc(lay.n_float), *g = falloc(lay.n_float),
+              *g0 = falloc(lay.n_float);
+        fill_normal(wa, lay.n_float, 0.5, 7, 0);
+        memcpy(wb, wa, (size_t)lay.n_float * sizeof *wa);
+        bool same = true, kept = true, clipped = true;
+        for (int t = 0; t < 3; t++) {
+            fill_normal(g0, lay.n_float, 1.0, 7, 1 + (uint64_t)t);
+            memcpy(g, g0, (size_t)lay.n_float * sizeof *g);
+            trex_step_report rep;
+            trex_optimizer_update(a, NULL, wa, g, &rep);
+            kept &= !memcmp(g, g0, (size_t)lay.n_float * sizeof *g);
+            trex_grad_report r;
+            trex_optimizer_grad_check(b, NULL, g, &r);
+            const double sc = trex_optimizer_clip(b, NULL, g, r.norm);
+            trex_optimizer_step(b, NULL, wb, g, trex_lr_at(&s, trex_optimizer_step_count(b)));
+            clipped &= sc < 1.0 && rep.clip_scale == sc && rep.grad_norm == r.norm;
+            same &= !memcmp(wa, wb, (size_t)lay.n_float * sizeof *wa) && same_state(a, b, &lay);
+        }
+        CHECK(clipped, "%s: the steps were clipped, and update reports the factor", trex_optim_kind_name(s.kind));
+        CHECK(same, "%s: update = grad_check + clip + step, bit for bit", trex_optim_kind_name(s.kind));
+        CHECK(kept, "%s: update leaves the gradients as they were", trex_optim_kind_name(s.kind));
+        trex_optimizer_destroy(a);
+        trex_optimizer_destroy(b);
+        free(wa);
+        free(wb);
+        free(g);
+        free(g0);
+    }
+    free(lay.params);
+}
+
 static void test_determinism_ns(trex_muon_ns ns)
 {
     trex_layout lay;
@@ -874,13 +1056,16 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Times trex_optimizer_step on the tensors of a config's layout: all of them, or those of one layer
- * (SELECT = a layer index; -1: the global tensors). Prints the median wall and process CPU seconds. */
+/* Times trex_optimizer_step (or, with the last argument `update`, trex_optimizer_update: gradient check,
+ * clip factor and step) on the tensors of a config's layout: all of them, or those of one layer (SELECT =
+ * a layer index; -1: the global tensors). Prints the median wall and process CPU seconds. */
 static int bench(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: test_optim --bench CONFIG adamw|muon THREADS STEPS [all|LAYER [ns]]\n"
-                        "  ns: the Muon Newton-Schulz precision (settings field muon_ns), when the build has it\n");
+        fprintf(stderr, "usage: test_optim --bench CONFIG adamw|muon THREADS STEPS [all|LAYER [ns [step|update]]]\n"
+                        "  ns: the Muon Newton-Schulz precision (settings field muon_ns), when the build has it\n"
+                        "  step: time trex_optimizer_step (the default); update: trex_optimizer_update (gradient\n"
+                        "  norm, clipping folded into the step, step)\n");
         return 2;
     }
     trex_config cfg;
@@ -907,6 +1092,11 @@ static int bench(int argc, char **argv)
             return 2;
         }
         s.muon_ns = ns;
+    }
+    const bool update = argc >= 9 && !strcmp(argv[8], "update");
+    if (argc >= 9 && !update && strcmp(argv[8], "step")) {
+        fprintf(stderr, "test_optim --bench: the last argument is 'step' or 'update' (got '%s')\n", argv[8]);
+        return 2;
     }
     /* the selected tensors, packed into a new layout */
     trex_layout lay = {0};
@@ -938,7 +1128,14 @@ static int bench(int argc, char **argv)
     TREX_ASSERT(wall && cpu);
     for (int t = 0; t < steps; t++) {
         const double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
-        trex_optimizer_step(o, pool, w, g, 1e-4);
+        if (update) {
+            trex_step_report rep;
+            trex_optimizer_update(o, pool, w, g, &rep);
+            if (t == 0)
+                printf("gradient norm %.17g, clip factor %.17g, lr %g\n", rep.grad_norm, rep.clip_scale, rep.lr);
+        } else {
+            trex_optimizer_step(o, pool, w, g, 1e-4);
+        }
         wall[t] = now_s(CLOCK_MONOTONIC) - w0;
         cpu[t] = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         printf("step %d: wall %.3f s, cpu %.3f s\n", t, wall[t], cpu[t]);
@@ -958,9 +1155,10 @@ static int bench(int argc, char **argv)
     qsort(wall, (size_t)steps, sizeof *wall, cmp_double);
     qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
     printf("bench %s kind=%s threads=%d tensors=%s trainable=%" PRId64 " muon_matrices=%" PRId64
-           " ns=%s: median wall %.3f s, cpu %.3f s over %d steps\n",
+           " ns=%s %s: median wall %.3f s, cpu %.3f s over %d steps (%.3f ns per trainable element)\n",
            argv[2], argv[3], threads, all ? "all" : argv[6], lay.n_trainable, trex_optimizer_muon_count(o),
-           trex_muon_ns_name(s.muon_ns), wall[steps / 2], cpu[steps / 2], steps);
+           trex_muon_ns_name(s.muon_ns), update ? "update" : "step", wall[steps / 2], cpu[steps / 2], steps,
+           1e9 * wall[steps / 2] / (double)(lay.n_trainable > 0 ? lay.n_trainable : 1));
     trex_optimizer_destroy(o);
     trex_pool_destroy(pool);
     free(w);
@@ -1131,7 +1329,8 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "--torch-ref"))
         return torch_compare(argv[2]);
     if (argc != 1) {
-        fprintf(stderr, "usage: test_optim [--torch-ref FILE | --bench CONFIG adamw|muon THREADS STEPS [all|LAYER [ns]]]\n");
+        fprintf(stderr, "usage: test_optim [--torch-ref FILE | --bench CONFIG adamw|muon THREADS STEPS [all|LAYER [ns "
+                        "[step|update]]] | --ns-bench THREADS [nosv]]\n");
         return 2;
     }
     const char *t = getenv("TMPDIR");
@@ -1149,6 +1348,8 @@ int main(int argc, char **argv)
     test_muon_update_rms();
     test_adamw_first_step();
     test_grad_guards();
+    test_optim_kernels();
+    test_update_folds_clip();
     test_determinism();
     test_state_roundtrip();
     rmdir(tmpdir);

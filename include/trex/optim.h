@@ -138,9 +138,9 @@ const trex_muon_matrix *trex_optimizer_muon_at(const trex_optimizer *o, int64_t 
 /* The state of one tensor (NULL when it has none): AdamW's m and v, Muon's momentum (which = 0). */
 const float *trex_optimizer_state(const trex_optimizer *o, int64_t param_index, int which);
 
-/* Gradient health over the trainable tensors: the global L2 norm (fp64 sums over fixed chunks, added
- * in layout order: the same bits whatever the thread count), the number of NaN/Inf elements and the
- * first tensor (layout index, -1 when none) holding one. */
+/* Gradient health over the trainable tensors: the global L2 norm (fp64 sums over fixed chunks, each in
+ * 16 fixed lanes, the chunks added in layout order: the same bits whatever the thread count and ISA),
+ * the number of NaN/Inf elements and the first tensor (layout index, -1 when none) holding one. */
 typedef struct trex_grad_report {
     double norm;
     int64_t nonfinite;
@@ -160,7 +160,9 @@ double trex_optimizer_clip(trex_optimizer *o, trex_pool *pool, float *grads, dou
 void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, const float *grads, double lr);
 
 /* What a trainer calls once per step: check the gradients; when any is NaN/Inf, skip (nothing
- * changes, not even the step count); else clip, take lr from the schedule at the step count, step. */
+ * changes, not even the step count); else clip, take lr from the schedule at the step count, step.
+ * Clipping is folded into the step: each gradient is read as (float)(g * clip_scale), the bits of
+ * trex_optimizer_clip followed by trex_optimizer_step, and grads is left unchanged (unclipped). */
 typedef struct trex_step_report {
     double grad_norm;   /* before clipping */
     double clip_scale;  /* 1 when not clipped */

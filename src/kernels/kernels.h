@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/dispatch.h"
 #include "trex/pool.h"
 #include "trex/tensor.h"
 
@@ -150,5 +151,45 @@ void trex_linear_forward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype comput
 void trex_linear_backward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compute, float *dx,
                              float *dW, const float *dy, const float *x, const float *W, int64_t n,
                              int64_t in, int64_t out, bool acc);
+
+/* ---- optimizer kernels (kernels/ref/optim.c; AVX-512 leaves in kernels/x86/avx512/optim.c) -------------
+ * The element-wise passes of the optimizer step (docs/optim.md), one table per level like the fused
+ * kernels. Every level gives the same bits (tests/test_optim.c checks them on awkward lengths).
+ *
+ * sumsq: the sum of x[k]^2 over k < n in double, in TREX_SUMSQ_LANES fixed lanes: lane j sums
+ *   (double)x[k] * (double)x[k] (exact) for k = j mod 16, k ascending, from +0; then
+ *   s_j = lane_j + lane_{j+8}, t_j = s_j + s_{j+4}, u_j = t_j + t_{j+2}, result u_0 + u_1.
+ *   *nonfinite gets the count of NaN/Inf elements. n may be 0 (result +0).
+ * adamw: one fused AdamW pass over n elements, per element in double on fp32 values, g' = (float)(g *
+ *   gscale) (a float multiply: exactly a gradient clipped in place beforehand):
+ *     m = (float)(b1 m + (1-b1) g');  v = (float)(b2 v + ((1-b2) g') g')
+ *     w = (float)(w decay - (step_size m) / (sqrt(v) / bc2_sqrt + eps))
+ *   each operation one IEEE-rounded double operation, no fused multiply-add. */
+#define TREX_SUMSQ_LANES 16
+typedef struct trex_adamw_consts {
+    double b1, b2, eps;
+    double step_size; /* lr / (1 - beta1^t) */
+    double bc2_sqrt;  /* sqrt(1 - beta2^t) */
+    double decay;     /* 1 - lr wd, or 1 */
+    float gscale;     /* clip factor of the gradients, 1 when not clipped */
+} trex_adamw_consts;
+typedef double (*trex_sumsq_fn)(const float *x, int64_t n, int64_t *nonfinite);
+typedef void (*trex_adamw_fn)(float *w, float *m, float *v, const float *g, int64_t n,
+                              const trex_adamw_consts *c);
+typedef struct trex_optim_kernels {
+    trex_isa isa;
+    const char *name;
+    trex_sumsq_fn sumsq;
+    trex_adamw_fn adamw;
+} trex_optim_kernels;
+/* The table of the level in use (trex_kernels_isa(); TREX_VERBOSE=1 logs it once), and the table a
+ * cap would choose on this machine (never NULL). */
+const trex_optim_kernels *trex_optim_kernels_get(void);
+const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap);
+/* entries (the leaves are reached only through the table) */
+double trex_sumsq_ref(const float *x, int64_t n, int64_t *nonfinite);
+void trex_adamw_ref(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
+double trex_sumsq_avx512(const float *x, int64_t n, int64_t *nonfinite);
+void trex_adamw_avx512(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
 
 #endif

@@ -4,9 +4,11 @@
  * The plan (trex_optimizer_create) walks the layout once: each trainable tensor gets a group, a weight
  * decay flag and an offset in the one state block; Muon tensors are cut into logical matrices (wo_a
  * into its o_groups row blocks); trainable elements are cut into fixed chunks of CHUNK elements for the
- * element-wise work. Muon matrices below muon_large_numel are assigned to nthreads workers once
- * (longest first, each to the least loaded worker); each worker owns a workspace. A matrix is always
- * orthogonalised by one call with a fixed GEMM order, so the bits never depend on the thread count. */
+ * element-wise work (gradient norm and AdamW: the optimizer kernels of kernels/kernels.h, the same bits
+ * at every ISA level; gradient clipping is folded into the step's reads of the gradients). Muon
+ * matrices below muon_large_numel are assigned to nthreads workers once (longest first, each to the
+ * least loaded worker); each worker owns a workspace. A matrix is always orthogonalised by one call
+ * with a fixed GEMM order, so the bits never depend on the thread count. */
 #include "trex/optim.h"
 
 #include <errno.h>
@@ -19,10 +21,6 @@
 #include "kernels/kernels.h"
 #include "trex/safetensors.h"
 #include "trex/tensor.h"
-
-#if defined(__SSE2__)
-#include <emmintrin.h> /* part of every x86-64: no ISA flag needed */
-#endif
 
 #define CHUNK (INT64_C(1) << 16)            /* elements per chunk of element-wise work */
 #define LARGE_DEFAULT (INT64_C(1) << 20)    /* default muon_large_numel */
@@ -755,22 +753,15 @@ typedef struct grad_task {
     float scale;
 } grad_task;
 
+/* Each chunk's sum of squares in the fixed lanes of the sumsq kernel (the same bits at every level). */
 static void grad_sq_chunks(void *arg, int64_t c0, int64_t c1, int tid)
 {
     (void)tid;
     grad_task *t = arg;
+    const trex_sumsq_fn sumsq = trex_optim_kernels_get()->sumsq;
     for (int64_t c = c0; c < c1; c++) {
         const chunk *ch = &t->o->chunks[c];
-        const float *g = t->g + ch->begin;
-        double ss = 0.0;
-        int64_t bad = 0;
-        for (int64_t k = 0; k < ch->len; k++) {
-            const double v = g[k];
-            bad += !isfinite(v);
-            ss += v * v;
-        }
-        t->o->chunk_sq[c] = ss;
-        t->o->chunk_bad[c] = bad;
+        t->o->chunk_sq[c] = sumsq(t->g + ch->begin, ch->len, &t->o->chunk_bad[c]);
     }
 }
 
@@ -803,13 +794,21 @@ static void grad_scale_chunks(void *arg, int64_t c0, int64_t c1, int tid)
     }
 }
 
-double trex_optimizer_clip(trex_optimizer *o, trex_pool *pool, float *grads, double norm)
+/* The clip factor for a gradient norm: clip_norm / norm when norm > clip_norm > 0, else 1. */
+static double clip_factor(const trex_optimizer *o, double norm)
 {
-    TREX_ASSERT(o && grads);
     const double max = o->s.clip_norm;
     if (!(max > 0) || !(norm > max) || !isfinite(norm))
         return 1.0;
-    const double scale = max / norm;
+    return max / norm;
+}
+
+double trex_optimizer_clip(trex_optimizer *o, trex_pool *pool, float *grads, double norm)
+{
+    TREX_ASSERT(o && grads);
+    const double scale = clip_factor(o, norm);
+    if (scale == 1.0)
+        return 1.0;
     grad_task t = {.o = o, .gw = grads, .scale = (float)scale};
     trex_pool_for(pool, o->n_chunks, 1, grad_scale_chunks, &t);
     return scale;
@@ -821,88 +820,29 @@ typedef struct step_task {
     trex_optimizer *o;
     float *params;
     const float *grads;
+    float gscale; /* clip factor applied to every gradient as it is read (1: none) */
     double lr;
     double bc1, bc2; /* AdamW bias corrections 1 - beta^t */
     trex_pool *pool; /* for the GEMMs of large Muon matrices */
 } step_task;
 
-/* The constants of one AdamW pass. */
-typedef struct adamw_k {
-    double b1, b2, eps;
-    double step_size; /* lr / (1 - beta1^t) */
-    double bc2_sqrt;  /* sqrt(1 - beta2^t) */
-    double decay;     /* 1 - lr wd, or 1 */
-} adamw_k;
-
-/* One fused AdamW pass over n elements: m, v and w read and written once, g read once. Per element, in
- * double on fp32 values, with every operation in the order of the original loop (and of docs/optim.md):
- *   m = (float)(b1 m + (1-b1) g);  v = (float)(b2 v + ((1-b2) g) g)
- *   w = (float)(w decay - step_size m / (sqrt(v) / bc2_sqrt + eps))
- * Each operation is one IEEE-rounded double operation in the SSE2 lanes and in the scalar tail alike
- * (no FMA contraction in C11 mode), so the bits are those of the scalar code wherever the lanes fall.
- * The cost is the double divider (two divisions and a square root per element), not memory: 2 lanes
- * of SSE2 run it about 2x faster than scalar code; wider vectors gain little more (docs/perf.md). */
-#if defined(__SSE2__)
-/* Two floats widened to two doubles, and two doubles' worth of float lanes stored (any alignment). */
-static inline __m128d load2(const float *p)
-{
-    double d;
-    memcpy(&d, p, sizeof d);
-    return _mm_cvtps_pd(_mm_castpd_ps(_mm_set_sd(d)));
-}
-
-static inline void store2(float *p, __m128 x)
-{
-    const double d = _mm_cvtsd_f64(_mm_castps_pd(x));
-    memcpy(p, &d, sizeof d);
-}
-#endif
-
-static void adamw_span(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, int64_t n,
-                       const adamw_k *c)
-{
-    const double b1 = c->b1, b2 = c->b2, eps = c->eps, step_size = c->step_size, bc2_sqrt = c->bc2_sqrt,
-                 decay = c->decay;
-    int64_t k = 0;
-#if defined(__SSE2__)
-    const __m128d B1 = _mm_set1_pd(b1), C1 = _mm_set1_pd(1.0 - b1), B2 = _mm_set1_pd(b2), C2 = _mm_set1_pd(1.0 - b2),
-                  EPS = _mm_set1_pd(eps), SS = _mm_set1_pd(step_size), Q = _mm_set1_pd(bc2_sqrt),
-                  D = _mm_set1_pd(decay);
-    for (; k + 2 <= n; k += 2) {
-        const __m128d gk = load2(g + k), mk = load2(m + k), vk = load2(v + k), wk = load2(w + k);
-        const __m128 mf = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(B1, mk), _mm_mul_pd(C1, gk)));
-        const __m128 vf = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(B2, vk), _mm_mul_pd(_mm_mul_pd(C2, gk), gk)));
-        store2(m + k, mf);
-        store2(v + k, vf);
-        const __m128d den = _mm_add_pd(_mm_div_pd(_mm_sqrt_pd(_mm_cvtps_pd(vf)), Q), EPS);
-        const __m128d up = _mm_div_pd(_mm_mul_pd(SS, _mm_cvtps_pd(mf)), den);
-        store2(w + k, _mm_cvtpd_ps(_mm_sub_pd(_mm_mul_pd(wk, D), up)));
-    }
-#endif
-    for (; k < n; k++) {
-        const double gk = g[k];
-        const float mk = (float)(b1 * (double)m[k] + (1.0 - b1) * gk);
-        const float vk = (float)(b2 * (double)v[k] + (1.0 - b2) * gk * gk);
-        m[k] = mk;
-        v[k] = vk;
-        const double denom = sqrt((double)vk) / bc2_sqrt + eps;
-        w[k] = (float)((double)w[k] * decay - step_size * (double)mk / denom);
-    }
-}
-
-/* AdamW over chunks [c0, c1): the pool gives each thread one contiguous run of chunks (64 Ki elements,
- * each starting on a 64-byte boundary of the weights, gradients and state: no cache line is shared
- * between threads), and an element's arithmetic does not depend on the split. */
+/* AdamW over chunks [c0, c1) with the adamw kernel (kernels/kernels.h: one fused pass reading w, m, v
+ * and g once and writing w, m, v once, per element in double on fp32 values, the clip factor applied
+ * to g as it is read; the same bits at every level). The pool gives each thread one contiguous run of
+ * chunks (64 Ki elements, each starting on a 64-byte boundary of the weights, gradients and state: no
+ * cache line is shared between threads), and an element's arithmetic does not depend on the split. */
 static void adamw_chunks(void *arg, int64_t c0, int64_t c1, int tid)
 {
     (void)tid;
     const step_task *t = arg;
     const trex_optimizer *o = t->o;
-    adamw_k k = {.b1 = o->s.beta1,
-                 .b2 = o->s.beta2,
-                 .eps = o->s.eps,
-                 .step_size = t->lr / t->bc1,
-                 .bc2_sqrt = sqrt(t->bc2)};
+    const trex_adamw_fn adamw = trex_optim_kernels_get()->adamw;
+    trex_adamw_consts k = {.b1 = o->s.beta1,
+                           .b2 = o->s.beta2,
+                           .eps = o->s.eps,
+                           .step_size = t->lr / t->bc1,
+                           .bc2_sqrt = sqrt(t->bc2),
+                           .gscale = t->gscale};
     for (int64_t c = c0; c < c1; c++) {
         const chunk *ch = &o->adam[c];
         const trex_param *p = &o->lay->params[ch->param];
@@ -910,7 +850,7 @@ static void adamw_chunks(void *arg, int64_t c0, int64_t c1, int tid)
         float *m = o->state + o->state_off[ch->param] + rel;
         float *v = m + align16((size_t)p->numel);
         k.decay = o->decay[ch->param] ? 1.0 - t->lr * o->s.weight_decay : 1.0;
-        adamw_span(t->params + ch->begin, m, v, t->grads + ch->begin, ch->len, &k);
+        adamw(t->params + ch->begin, m, v, t->grads + ch->begin, ch->len, &k);
     }
 }
 
@@ -925,10 +865,11 @@ static void muon_matrix(const step_task *t, trex_pool *pool, int64_t i, float *w
     const float *g = t->grads + u->offset;
     float *w = t->params + u->offset;
     float *x = ws;
-    const float mu = (float)o->s.muon_momentum;
+    const float mu = (float)o->s.muon_momentum, gs = t->gscale;
     for (int64_t k = 0; k < numel; k++) {
-        mom[k] = mu * mom[k] + g[k];
-        x[k] = o->s.nesterov ? mu * mom[k] + g[k] : mom[k];
+        const float gk = g[k] * gs; /* the clipped gradient, as trex_optimizer_clip would leave it */
+        mom[k] = mu * mom[k] + gk;
+        x[k] = o->s.nesterov ? mu * mom[k] + gk : mom[k];
     }
     trex_muon_orthogonalize_ex(pool, x, n, m, ws + align16((size_t)numel), o->s.muon_ns, gws);
     const double scale = t->lr * sqrt((double)(n > m ? n : m)) * o->s.update_rms;
@@ -946,7 +887,10 @@ static void muon_workers(void *arg, int64_t w0, int64_t w1, int tid)
             muon_matrix(t, NULL, t->o->worker_units[j], t->o->ws[w], t->o->gws[w]);
 }
 
-void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, const float *grads, double lr)
+/* The step with every gradient read as (float)(g * gscale): the bits of trex_optimizer_clip's in-place
+ * scaling followed by the step, without the extra pass over the gradients. */
+static void step_scaled(trex_optimizer *o, trex_pool *pool, float *params, const float *grads, float gscale,
+                        double lr)
 {
     TREX_ASSERT(o && params && grads);
     TREX_ASSERT(lr >= 0 && isfinite(lr));
@@ -955,6 +899,7 @@ void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, cons
         .o = o,
         .params = params,
         .grads = grads,
+        .gscale = gscale,
         .lr = lr,
         .bc1 = 1.0 - pow(o->s.beta1, (double)o->step),
         .bc2 = 1.0 - pow(o->s.beta2, (double)o->step),
@@ -964,6 +909,11 @@ void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, cons
     for (int64_t j = 0; j < o->n_large; j++)
         muon_matrix(&t, pool, o->large[j], o->ws[0], o->gws[0]);
     trex_pool_for(pool, o->nthreads, 1, muon_workers, &t);
+}
+
+void trex_optimizer_step(trex_optimizer *o, trex_pool *pool, float *params, const float *grads, double lr)
+{
+    step_scaled(o, pool, params, grads, 1.0f, lr);
 }
 
 void trex_optimizer_update(trex_optimizer *o, trex_pool *pool, float *params, float *grads, trex_step_report *rep)
@@ -981,8 +931,9 @@ void trex_optimizer_update(trex_optimizer *o, trex_pool *pool, float *params, fl
         return;
     }
     rep->lr = trex_lr_at(&o->s, o->step);
-    rep->clip_scale = trex_optimizer_clip(o, pool, grads, g.norm);
-    trex_optimizer_step(o, pool, params, grads, rep->lr);
+    /* clipping is folded into the step: the gradients are read scaled and left as they are */
+    rep->clip_scale = clip_factor(o, g.norm);
+    step_scaled(o, pool, params, grads, (float)rep->clip_scale, rep->lr);
 }
 
 /* ---- save and load ----------------------------------------------------------------------------- */
