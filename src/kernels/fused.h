@@ -101,6 +101,27 @@ typedef void (*trex_fused_mhc_collapse_fn)(int n, int64_t d, const float *w, con
 typedef void (*trex_fused_mhc_collapse_bwd_fn)(int n, int64_t d, const float *w, const float *X,
                                                const float *dx, float *dw, float *dX);
 
+/* Cross-entropy of the LM head in bf16 mode (model/model.c head_forward3; docs/precision.md "The LM
+ * head"), over a chunk of logits held transposed: L [n, ld] fp32, row v = vocabulary entry v, column
+ * i = token i (cols columns, contiguous in a row). kernels/ref/ce.c defines the bits; every level
+ * gives them.
+ *   ce_fwd   for each column i < cols: mx[i] = the max over the rows (row 0, then l > m ? l : m),
+ *            sum[i] = sum over the rows, in order, in double of e = exp(l - mx[i]), e in fp32 from
+ *            ce_exp below; with keep, e replaces l in L. n >= 1; mx [cols] and sum [cols] written.
+ *   ce_grad  dst[v*ldd + i] = c[i] != 0 ? bf16(E[v*lde + i] * c[i]) : +0 for v < n, i < cols
+ *            (bf16 as trex_f32_to_bf16). dst may overlay E row by row (dst row v starting where E
+ *            row v starts, ldd = 2 lde): each row is read before it is overwritten.
+ *   ce_exp   exp(x) for x <= 0: x clamped to [-104, 0] (NaN passes), a Cody-Waite reduction by ln 2,
+ *            Cephes' degree-6 polynomial and 2^n applied with one rounding (subnormal results
+ *            included); error bounded in tests/test_ce.c (TREX_CE_EXP_ULP ulp for normal results). */
+typedef void (*trex_fused_ce_fwd_fn)(float *L, int64_t ld, int64_t n, int64_t cols, int keep,
+                                     float *mx, double *sum);
+typedef void (*trex_fused_ce_grad_fn)(uint16_t *dst, int64_t ldd, const float *E, int64_t lde,
+                                      int64_t n, int64_t cols, const float *c);
+typedef float (*trex_fused_ce_exp_fn)(float x);
+/* The bound tests/test_ce.c checks: ce_exp's error in ulp of the result, for results >= 2^-126. */
+#define TREX_CE_EXP_ULP 1
+
 typedef struct trex_fused_table {
     trex_isa isa;
     const char *name;
@@ -120,6 +141,9 @@ typedef struct trex_fused_table {
     trex_fused_mhc_post_bwd_fn mhc_post_bwd;
     trex_fused_mhc_collapse_fn mhc_collapse;
     trex_fused_mhc_collapse_bwd_fn mhc_collapse_bwd;
+    trex_fused_ce_fwd_fn ce_fwd;
+    trex_fused_ce_grad_fn ce_grad;
+    trex_fused_ce_exp_fn ce_exp;
 } trex_fused_table;
 
 /* The table of the level in use (trex_kernels_isa()); TREX_VERBOSE=1 logs the choice once. */
@@ -151,6 +175,16 @@ void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const floa
 void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
                                         const float *dx, float *dw, float *dX);
 
+void trex_fused_ce_fwd_ref(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
+                           double *sum);
+void trex_fused_ce_grad_ref(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
+                            int64_t cols, const float *c);
+float trex_fused_ce_exp_ref(float x);
+void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
+                              double *sum);
+void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
+                               int64_t cols, const float *c);
+float trex_fused_ce_exp_avx512(float x);
 
 /* bf16 attention: the reference (kernels/ref/attn_bf16.c) and the AMX leaves (kernels/x86/amx/attn.c). */
 void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,

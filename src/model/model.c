@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fused.h"
 #include "kernels/kernels.h"
 #include "model/layers.h"
 #include "model/mhc.h"
@@ -574,10 +575,11 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
 #define HEAD3_DHN_VOCAB 256
 /* Vocabulary rows per d hn GEMM with 1-term gradients (the same K as HEAD3_DHN_VOCAB in three terms). */
 #define HEAD3_DHN_VOCAB1 (3 * HEAD3_DHN_VOCAB)
-/* Vocabulary rows per task of the cross-entropy passes: a task walks its block of the transposed chunk
- * row by row (contiguous reads) and leaves per-column partial maxima and sums, which are combined in
- * block order: the sums do not depend on the thread count. */
-#define HEAD3_CE_VOCAB 1024
+/* Vocabulary rows per block of the cross-entropy (the fused table's ce_fwd / ce_grad): a task walks its
+ * block of the transposed chunk row by row (contiguous reads) and leaves per-column block maxima and
+ * sums of exp(l - block max), which are combined per column in block order: the results do not depend
+ * on the thread count. 256 rows of 512 columns (512 KiB) stay in L2 between ce_fwd's max and exp. */
+#define HEAD3_CE_VOCAB 256
 
 static int64_t head3_chunk_rows(const trex_model *m, int64_t R)
 {
@@ -621,92 +623,105 @@ static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
 }
 
 typedef struct ce3_job {
-    float *L;            /* logits^T [V, ldc]; exp(l - max) in place (keep); d logits^T in place */
-    int64_t V, rows, pw, ldc, r0;
+    float *L;            /* logits^T [V, ldc]; exp(l - block max) in place (keep); d logits^T in place */
+    int64_t V, rows, pw, ldc, r0, nb;
     const int32_t *tgt;  /* of the head pass (index r0 + i) */
     float scale;
-    bool keep;           /* write exp(l - max) over the logits (the gradient follows) */
-    bool g3;             /* d logits split into [hi | lo | hi]; else bf16 hi only */
-    float *bmax;         /* [blocks, pw] per vocabulary block and column: the max */
-    double *bsum;        /* [blocks, pw] per vocabulary block and column: the sum of exp(l - max) */
-    const float *mx;     /* [pw] the column max */
-    const double *inv;   /* [pw] 1 / the column's sum of exp(l - max) */
+    bool keep;           /* write exp(l - block max) over the logits (the gradient follows) */
+    float *bmax;         /* [nb, pw] block maxima per column; with keep, then the gradient factors */
+    double *bsum;        /* [nb, pw] block sums of exp(l - block max) per column */
+    const double *lt;    /* [pw] the target's logit (0 without a target) */
+    double *lse, *nll;   /* of the head pass (index r0 + i) */
+    const trex_fused_table *fz;
 } ce3_job;
 
-/* Column maxima of vocabulary blocks [b0, b1) of the transposed chunk. */
-static void ce3_max_blocks(void *arg, int64_t b0, int64_t b1, int tid)
+static int64_t ce3_block_rows(const ce3_job *j, int64_t b)
+{
+    const int64_t v0 = b * HEAD3_CE_VOCAB;
+    return j->V - v0 < HEAD3_CE_VOCAB ? j->V - v0 : HEAD3_CE_VOCAB;
+}
+
+/* Vocabulary blocks [b0, b1): per column the block max, the block sum of exp(l - block max), and with
+ * keep those exp values over the logits (kernels/fused.h ce_fwd). */
+static void ce3_fwd_blocks(void *arg, int64_t b0, int64_t b1, int tid)
 {
     (void)tid;
     const ce3_job *j = arg;
-    for (int64_t b = b0; b < b1; b++) {
-        const int64_t v0 = b * HEAD3_CE_VOCAB, v1 = j->V - v0 < HEAD3_CE_VOCAB ? j->V : v0 + HEAD3_CE_VOCAB;
-        float *mb = j->bmax + b * j->pw;
-        memcpy(mb, j->L + v0 * j->ldc, (size_t)j->rows * sizeof *mb);
-        for (int64_t v = v0 + 1; v < v1; v++) {
-            const float *l = j->L + v * j->ldc;
-            for (int64_t i = 0; i < j->rows; i++)
-                mb[i] = l[i] > mb[i] ? l[i] : mb[i];
+    for (int64_t b = b0; b < b1; b++)
+        j->fz->ce_fwd(j->L + b * HEAD3_CE_VOCAB * j->ldc, j->ldc, ce3_block_rows(j, b), j->rows, j->keep,
+                      j->bmax + b * j->pw, j->bsum + b * j->pw);
+}
+
+/* Columns [i0, i1) (of pw): the max M over the blocks, S = sum_b exp(m_b - M) s_b in block order,
+ * lse = M + log S and the loss; with keep, bmax[b] becomes the gradient's factor of block b,
+ * scale exp(m_b - M) / S (0 for columns without a target and the padding column), so that
+ * d logit = factor * exp(l - m_b) - scale [target]. A block whose max is -inf adds nothing. */
+static void ce3_comb_cols(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const ce3_job *j = arg;
+    const int64_t pw = j->pw;
+    for (int64_t i = i0; i < i1; i++) {
+        if (i >= j->rows) {
+            for (int64_t b = 0; b < j->nb && j->keep; b++)
+                j->bmax[b * pw + i] = 0.0f;
+            continue;
+        }
+        float M = j->bmax[i];
+        for (int64_t b = 1; b < j->nb; b++)
+            M = j->bmax[b * pw + i] > M ? j->bmax[b * pw + i] : M;
+        double S = 0.0;
+        for (int64_t b = 0; b < j->nb; b++) {
+            const float mb = j->bmax[b * pw + i];
+            const double w = mb == -INFINITY ? 0.0 : exp((double)mb - (double)M);
+            if (w != 0.0)
+                S += w * j->bsum[b * pw + i];
+            if (j->keep)
+                j->bsum[b * pw + i] = w;
+        }
+        const int64_t r = j->r0 + i;
+        const double lse = (double)M + log(S);
+        j->lse[r] = lse;
+        j->nll[r] = j->tgt[r] >= 0 ? lse - j->lt[i] : 0.0;
+        if (j->keep) {
+            const double k = j->tgt[r] >= 0 ? (double)j->scale / S : 0.0;
+            for (int64_t b = 0; b < j->nb; b++)
+                j->bmax[b * pw + i] = (float)(k * j->bsum[b * pw + i]);
         }
     }
 }
 
-/* Column sums of exp(l - max) (fp64) of vocabulary blocks [b0, b1); with keep, the fp32 values of
- * exp(l - max) replace the logits (the gradient is then exp(l - max) / sum, without another exp). */
-static void ce3_exp_blocks(void *arg, int64_t b0, int64_t b1, int tid)
+/* d logits^T of vocabulary blocks [b0, b1), 1-term: factor * exp(l - m_b) rounded to bf16 in place
+ * (kernels/fused.h ce_grad; the target's -scale is added afterwards by head_forward3). */
+static void ce3_grad_blocks(void *arg, int64_t b0, int64_t b1, int tid)
 {
     (void)tid;
     const ce3_job *j = arg;
     for (int64_t b = b0; b < b1; b++) {
-        const int64_t v0 = b * HEAD3_CE_VOCAB, v1 = j->V - v0 < HEAD3_CE_VOCAB ? j->V : v0 + HEAD3_CE_VOCAB;
-        double *sb = j->bsum + b * j->pw;
-        for (int64_t i = 0; i < j->rows; i++)
-            sb[i] = 0.0;
-        for (int64_t v = v0; v < v1; v++) {
-            float *l = j->L + v * j->ldc;
-            if (j->keep) {
-                for (int64_t i = 0; i < j->rows; i++) {
-                    const double e = exp((double)l[i] - (double)j->mx[i]);
-                    sb[i] += e;
-                    l[i] = (float)e;
-                }
-            } else {
-                for (int64_t i = 0; i < j->rows; i++)
-                    sb[i] += exp((double)l[i] - (double)j->mx[i]);
-            }
-        }
+        float *E = j->L + b * HEAD3_CE_VOCAB * j->ldc;
+        j->fz->ce_grad((uint16_t *)(void *)E, 2 * j->ldc, E, j->ldc, ce3_block_rows(j, b), j->pw,
+                       j->bmax + b * j->pw);
     }
 }
 
-/* d logits^T of vocabulary rows [v0, v1) from exp(l - max) in place: scale * (softmax - onehot), 0 for
- * rows without a target and for the padding column, split in place into [hi | lo | hi] (g3) or
- * rounded to its bf16 hi part. */
-static void ce3_bwd_rows(void *arg, int64_t v0, int64_t v1, int tid)
+/* d logits^T of vocabulary rows [v0, v1), 3-term: factor * exp(l - m_b) - scale [v = target], split in
+ * place into [hi | lo | hi] (factors 0 for rows without a target and the padding column). */
+static void ce3_bwd3_rows(void *arg, int64_t v0, int64_t v1, int tid)
 {
     (void)tid;
     const ce3_job *j = arg;
     float dl[HEAD3_MAX_ROWS];
     TREX_ASSERT(j->pw <= HEAD3_MAX_ROWS);
     for (int64_t v = v0; v < v1; v++) {
-        const float *e = j->L + v * j->ldc;
-        for (int64_t i = 0; i < j->rows; i++) {
-            const int32_t t = j->tgt[j->r0 + i];
-            if (t < 0) {
-                dl[i] = 0.0f;
-                continue;
-            }
-            dl[i] = j->scale * (float)((double)e[i] * j->inv[i]);
-            if (t == v)
+        const float *e = j->L + v * j->ldc, *c = j->bmax + v / HEAD3_CE_VOCAB * j->pw;
+        for (int64_t i = 0; i < j->pw; i++) {
+            dl[i] = c[i] != 0.0f ? e[i] * c[i] : 0.0f;
+            if (i < j->rows && j->tgt[j->r0 + i] == v)
                 dl[i] -= j->scale;
         }
-        for (int64_t i = j->rows; i < j->pw; i++)
-            dl[i] = 0.0f;
         uint16_t *row = (uint16_t *)(void *)(j->L + v * j->ldc);
-        if (j->g3) {
-            split_bf16(row, row + j->pw, dl, j->pw);
-            memcpy(row + 2 * j->pw, row, (size_t)j->pw * sizeof *row);
-        } else {
-            trex_cvt_f32_bf16(row, dl, j->pw);
-        }
+        split_bf16(row, row + j->pw, dl, j->pw);
+        memcpy(row + 2 * j->pw, row, (size_t)j->pw * sizeof *row);
     }
 }
 
@@ -748,38 +763,42 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
         for (int64_t r = r0; r < r0 + rows && !any; r++)
             any = hp->tgt[r] >= 0;
         const bool grad = dW && any && scale != 0.0f;
-        float *mx = m->ce_max + nb * pw;
-        double *inv = m->ce_sum + nb * pw, *lt = inv + pw;
-        ce3_job j = {chunk, V, rows, pw, ldc, r0, hp->tgt, scale, grad, g3, m->ce_max, m->ce_sum, mx, inv};
-        /* log-sum-exp per column: block maxima, the max, block sums of exp(l - max), the sum (in block
-         * order); the target's logit is read before the logits are overwritten */
-        trex_pool_for(pool, nb, 1, ce3_max_blocks, &j);
+        /* per column: block maxima and sums of exp(l - block max) (exp kept over the logits for the
+         * gradient), combined in block order into the log-sum-exp and the gradient's factors; the
+         * target's logit is read before the logits are overwritten, its exp before the gradient is */
+        double *lt = m->ce_sum + nb * pw;
+        float *et = m->ce_max + nb * pw;
         for (int64_t i = 0; i < rows; i++) {
-            float x = m->ce_max[i];
-            for (int64_t b = 1; b < nb; b++)
-                x = m->ce_max[b * pw + i] > x ? m->ce_max[b * pw + i] : x;
-            mx[i] = x;
             const int32_t t = hp->tgt[r0 + i];
             lt[i] = t >= 0 ? (double)chunk[(int64_t)t * ldc + i] : 0.0;
         }
-        trex_pool_for(pool, nb, 1, ce3_exp_blocks, &j);
-        for (int64_t i = 0; i < rows; i++) {
-            double s = 0.0;
-            for (int64_t b = 0; b < nb; b++)
-                s += m->ce_sum[b * pw + i];
-            const int64_t r = r0 + i;
-            const double lse = (double)mx[i] + log(s);
-            hp->lse[r] = lse;
-            nll[r] = hp->tgt[r] >= 0 ? lse - lt[i] : 0.0;
-            inv[i] = 1.0 / s;
-        }
+        ce3_job j = {chunk, V, rows, pw, ldc, r0, nb, hp->tgt, scale, grad, m->ce_max, m->ce_sum, lt, hp->lse, nll,
+                     trex_fused()};
+        trex_pool_for(pool, nb, 1, ce3_fwd_blocks, &j);
+        trex_pool_for(pool, pw, 16, ce3_comb_cols, &j);
         if (!dW)
             continue;
         if (!grad) {
             memset(hp->dhn + r0 * d, 0, (size_t)(rows * d) * sizeof(float));
             continue;
         }
-        trex_pool_for(pool, V, 64, ce3_bwd_rows, &j);
+        if (g3) {
+            trex_pool_for(pool, V, 64, ce3_bwd3_rows, &j);
+        } else {
+            for (int64_t i = 0; i < rows; i++) {
+                const int32_t t = hp->tgt[r0 + i];
+                et[i] = t >= 0 ? chunk[(int64_t)t * ldc + i] : 0.0f;
+            }
+            trex_pool_for(pool, nb, 1, ce3_grad_blocks, &j);
+            for (int64_t i = 0; i < rows; i++) { /* the one-hot: d logit of the target */
+                const int32_t t = hp->tgt[r0 + i];
+                if (t < 0)
+                    continue;
+                const float c = m->ce_max[t / HEAD3_CE_VOCAB * pw + i];
+                const float x = (c != 0.0f ? et[i] * c : 0.0f) - scale;
+                ((uint16_t *)(void *)(chunk + (int64_t)t * ldc))[i] = trex_f32_to_bf16(x);
+            }
+        }
         const uint16_t *dl = (const uint16_t *)(const void *)chunk;
         if (g3) {
             /* hnB: planes hn_hi, hn_hi, hn_lo of the chunk's rows (hnF rows are [hi | lo | hi]) */
@@ -1120,7 +1139,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         if (backward)
             ALLOC(m->hnB, (m->head_g3 ? 3 : 1) * pw * d);
         ALLOC(m->ce_max, (nb + 1) * pw);
-        ALLOC(m->ce_sum, (nb + 2) * pw);
+        ALLOC(m->ce_sum, (nb + 1) * pw);
     } else if (backward || !logits || (m->mtp && !mtp_logits)) { /* (with gradients it holds dlogits) */
         ALLOC(m->chunk, head_chunk_rows(m, N) * cfg->vocab_size);
     }

@@ -97,6 +97,9 @@ static const trex_fused_table table_ref = {
     .mhc_post_bwd = mhc_post_bwd_ref,
     .mhc_collapse = mhc_collapse_ref,
     .mhc_collapse_bwd = mhc_collapse_bwd_ref,
+    .ce_fwd = trex_fused_ce_fwd_ref,
+    .ce_grad = trex_fused_ce_grad_ref,
+    .ce_exp = trex_fused_ce_exp_ref,
 };
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -115,6 +118,9 @@ static const trex_fused_table table_avx512 = {
     .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
     .mhc_collapse = trex_fused_mhc_collapse_avx512,
     .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,
+    .ce_fwd = trex_fused_ce_fwd_avx512,
+    .ce_grad = trex_fused_ce_grad_avx512,
+    .ce_exp = trex_fused_ce_exp_avx512,
 };
 
 /* AMX: the avx512 table with the bf16 attention core on tiles (kernels/x86/amx/attn.c) */
@@ -134,6 +140,9 @@ static const trex_fused_table table_amx = {
     .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
     .mhc_collapse = trex_fused_mhc_collapse_avx512,
     .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,
+    .ce_fwd = trex_fused_ce_fwd_avx512,
+    .ce_grad = trex_fused_ce_grad_avx512,
+    .ce_exp = trex_fused_ce_exp_avx512,
 };
 #endif
 

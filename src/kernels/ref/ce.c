@@ -1,0 +1,88 @@
+/* kernels/ref/ce.c — the reference of the cross-entropy entries of the LM head in bf16 mode
+ * (kernels/fused.h "Cross-entropy"; model/model.c head_forward3; docs/precision.md "The LM head").
+ *
+ * The head holds a chunk of logits transposed ([V, rows]: row v = vocabulary entry v, column i =
+ * token i), so these entries walk rows (contiguous) and keep one running value per column. The exp is
+ * our own (ce_exp_ref below) instead of libm's, so that the AVX-512 leaves (kernels/x86/avx512/ce.c)
+ * give the same bits: every step here is one IEEE-rounded float operation (the build is ISO C: no
+ * contraction into fused multiply-adds) and the leaves do the same operations in the same order, 16
+ * columns at a time. The per-column sums are double and run over the rows in order at every level. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/fused.h"
+#include "trex/tensor.h"
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* exp(x) for x <= 0 (the argument is a logit minus its column's max): x clamped to [-104, 0] (a NaN
+ * passes through), n = nearest-even(x log2 e) by adding and subtracting 1.5 * 2^23, r = (x - n C1) -
+ * n C2 (C1 = 0.693359375 has 9 bits, so n C1 and x - n C1 are exact), Cephes' degree-6 polynomial
+ * for e^r - 1 - r, then p * 2^n rounded once: for n < -126 (a subnormal result) as (p * 2^(n+64)) *
+ * 2^-64, whose first product is exact. Error: tests/test_ce.c measures it against libm's double exp
+ * over the whole range (TREX_CE_EXP_ULP for normal results). */
+static float ce_exp_ref(float x)
+{
+    if (x != x)
+        return x;
+    x = x < -104.0f ? -104.0f : x;
+    x = x > 0.0f ? 0.0f : x;
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r;
+    p = p + 1.0f;
+    const int ni = (int)n;
+    if (ni >= -126)
+        return p * bits_f32((uint32_t)(ni + 127) << 23);
+    return (p * bits_f32((uint32_t)(ni + 64 + 127) << 23)) * 0x1p-64f;
+}
+
+float trex_fused_ce_exp_ref(float x)
+{
+    return ce_exp_ref(x);
+}
+
+void trex_fused_ce_fwd_ref(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
+                           double *sum)
+{
+    memcpy(mx, L, (size_t)cols * sizeof *mx);
+    for (int64_t v = 1; v < n; v++) {
+        const float *l = L + v * ld;
+        for (int64_t i = 0; i < cols; i++)
+            mx[i] = l[i] > mx[i] ? l[i] : mx[i];
+    }
+    for (int64_t i = 0; i < cols; i++)
+        sum[i] = 0.0;
+    for (int64_t v = 0; v < n; v++) {
+        float *l = L + v * ld;
+        for (int64_t i = 0; i < cols; i++) {
+            const float e = ce_exp_ref(l[i] - mx[i]);
+            sum[i] += (double)e;
+            if (keep)
+                l[i] = e;
+        }
+    }
+}
+
+void trex_fused_ce_grad_ref(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
+                            int64_t cols, const float *c)
+{
+    for (int64_t v = 0; v < n; v++) {
+        const float *e = E + v * lde;
+        uint16_t *o = dst + v * ldd;
+        for (int64_t i = 0; i < cols; i++) /* reads e[i] before o[i] (bytes 2i..) may overwrite it */
+            o[i] = c[i] != 0.0f ? trex_f32_to_bf16(e[i] * c[i]) : 0;
+    }
+}

@@ -1,0 +1,118 @@
+/* kernels/x86/avx512/ce.c — AVX-512 leaves of the LM head's cross-entropy entries (kernels/fused.h
+ * "Cross-entropy"), reached only through the fused-kernel table.
+ *
+ * They give the bits of the reference (kernels/ref/ce.c): 16 columns per register, the same float
+ * operations in the same order (separate multiplies and adds: the build is ISO C and the intrinsics
+ * are explicit, so nothing is contracted), the max as MAXPS (which is exactly `l > m ? l : m`, NaN
+ * and signed zeros included), 2^n applied by VSCALEFPS (one rounding, subnormal results included, as
+ * the reference's two-step product), the per-column sums in double lanes over the rows in order, and
+ * the bf16 rounding of trex_f32_to_bf16 in integer lanes (NaN quieted, ties to even). */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/fused.h"
+
+static inline __mmask16 tail_mask(int64_t left)
+{
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+/* ce_exp_ref of 16 lanes (x <= 0 or NaN). */
+static inline __m512 ce_exp16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* the second operand passes when unordered: NaN stays */
+    x = _mm512_min_ps(_mm512_setzero_ps(), x);
+    const __m512 big = _mm512_set1_ps(12582912.0f);
+    const __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), big),
+                                   big);
+    __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+float trex_fused_ce_exp_avx512(float x)
+{
+    return _mm_cvtss_f32(_mm512_castps512_ps128(ce_exp16(_mm512_set1_ps(x))));
+}
+
+/* trex_f32_to_bf16 of 16 lanes. */
+static inline __m256i bf16_16(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
+                              double *sum)
+{
+    /* column maxima: row 0, then l > m ? l : m down the rows */
+    for (int64_t i = 0; i < cols; i += 16) {
+        const __mmask16 m = tail_mask(cols - i);
+        _mm512_mask_storeu_ps(mx + i, m, _mm512_maskz_loadu_ps(m, L + i));
+    }
+    for (int64_t v = 1; v < n; v++) {
+        const float *l = L + v * ld;
+        int64_t i = 0;
+        for (; i + 64 <= cols; i += 64) {
+            _mm512_storeu_ps(mx + i, _mm512_max_ps(_mm512_loadu_ps(l + i), _mm512_loadu_ps(mx + i)));
+            _mm512_storeu_ps(mx + i + 16,
+                             _mm512_max_ps(_mm512_loadu_ps(l + i + 16), _mm512_loadu_ps(mx + i + 16)));
+            _mm512_storeu_ps(mx + i + 32,
+                             _mm512_max_ps(_mm512_loadu_ps(l + i + 32), _mm512_loadu_ps(mx + i + 32)));
+            _mm512_storeu_ps(mx + i + 48,
+                             _mm512_max_ps(_mm512_loadu_ps(l + i + 48), _mm512_loadu_ps(mx + i + 48)));
+        }
+        for (; i < cols; i += 16) {
+            const __mmask16 m = tail_mask(cols - i);
+            _mm512_mask_storeu_ps(mx + i, m,
+                                  _mm512_max_ps(_mm512_maskz_loadu_ps(m, l + i), _mm512_maskz_loadu_ps(m, mx + i)));
+        }
+    }
+    /* exp(l - max), summed per column in double, rows in order (the block is in cache from above) */
+    for (int64_t i = 0; i < cols; i++)
+        sum[i] = 0.0;
+    for (int64_t v = 0; v < n; v++) {
+        float *l = L + v * ld;
+        for (int64_t i = 0; i < cols; i += 16) {
+            const __mmask16 m = tail_mask(cols - i);
+            const __mmask8 mlo = (__mmask8)m, mhi = (__mmask8)(m >> 8);
+            const __m512 e = ce_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, l + i), _mm512_maskz_loadu_ps(m, mx + i)));
+            if (keep)
+                _mm512_mask_storeu_ps(l + i, m, e);
+            const __m512d elo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+            const __m512d ehi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+            _mm512_mask_storeu_pd(sum + i, mlo, _mm512_add_pd(_mm512_maskz_loadu_pd(mlo, sum + i), elo));
+            if (mhi)
+                _mm512_mask_storeu_pd(sum + i + 8, mhi, _mm512_add_pd(_mm512_maskz_loadu_pd(mhi, sum + i + 8), ehi));
+        }
+    }
+}
+
+void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
+                               int64_t cols, const float *c)
+{
+    for (int64_t v = 0; v < n; v++) {
+        const float *e = E + v * lde;
+        uint16_t *o = dst + v * ldd;
+        for (int64_t i = 0; i < cols; i += 16) { /* loads e[i..] before o[i..] may overwrite it */
+            const __mmask16 m = tail_mask(cols - i);
+            const __m512 cv = _mm512_maskz_loadu_ps(m, c + i);
+            const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, cv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+            const __m512 x = _mm512_maskz_mul_ps(nz, _mm512_maskz_loadu_ps(m, e + i), cv);
+            _mm256_mask_storeu_epi16(o + i, m, bf16_16(x));
+        }
+    }
+}
