@@ -405,6 +405,15 @@ static void test_arena(void)
     CHECK(kept, "blocks carved before the mark survive a rewind");
     CHECK(trex_arena_reserved(ar) == reserved, "mark/rewind takes nothing from the system");
 
+    /* an uninitialised block is carved like any other, and zeroed blocks carved over it later are zero */
+    m = trex_arena_mark_get(ar);
+    unsigned char *u = trex_arena_alloc_uninit(ar, 5000);
+    CHECK(u != NULL && (uintptr_t)u % TREX_ALIGN == 0, "uninit block carved and aligned");
+    memset(u, 0x44, 5000);
+    trex_arena_rewind(ar, m);
+    unsigned char *z = trex_arena_xalloc(ar, 5000);
+    CHECK(z == u && z[0] == 0 && z[4999] == 0, "a zeroed block over an uninit one is zero");
+
     void *big = trex_arena_xalloc(ar, 10u << 20);
     CHECK(big != NULL && trex_arena_reserved(ar) > reserved, "a larger request grows the arena");
     CHECK(trex_arena_alloc(ar, SIZE_MAX) == NULL, "SIZE_MAX refused");

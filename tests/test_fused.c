@@ -1,11 +1,15 @@
 /* tests/test_fused.c — every level of the fused-kernel table (kernels/fused.h) against the reference
  * entries, bit for bit, on awkward shapes (1, primes, lengths that are not multiples of 16, n = 0,
  * entries scattered in memory and given in any order), plus a check that the reference entries are
- * the model's scalar code (model/attention_math.h, model/mhc_real.h) and not something else.
+ * the model's scalar code (model/attention_math.h, model/mhc_real.h) and not something else. The
+ * bf16-mode SwiGLU entries (not the model's libm code: an exp of their own) are checked against the
+ * formulas in double instead.
  *
  * `test_fused --bench [reps]` instead times each entry of each level on dsv4-bench's shapes (16 heads of
  * 512, 256 entries per query in the forward and the query side, 16 per key-side tile; mHC 4 x 1024) in
  * CPU time of the calling thread, and prints the medians (docs/perf.md). */
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +18,7 @@
 
 #include "check.h"
 #include "kernels/fused.h"
+#include "kernels/kernels.h"
 
 #define AM_REAL float
 #define AM_SFX f
@@ -144,6 +149,175 @@ static void check_mhc(const trex_fused_table *t, const trex_fused_table *r, int 
     free(X), free(y), free(post), free(comb), free(o1), free(o2), free(dXo), free(dy1), free(dy2);
 }
 
+/* bf16 values bit for bit, except that two NaNs count as equal: which NaN operand of a product
+ * propagates follows the operand order, which the compiler may swap in scalar code (as in
+ * tests/test_kernels.c). */
+static bool same_bf16(const uint16_t *a, const uint16_t *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i] && !((a[i] & 0x7fff) > 0x7f80 && (b[i] & 0x7fff) > 0x7f80))
+            return false;
+    return true;
+}
+
+/* The bf16 SwiGLU entries of table t against the reference on n elements with clamp L: every output
+ * bit for bit (the dot product's bits too; NaNs as above), nothing written past n. Inputs of
+ * amplitude amp, with special values (NaN, infinities, zeros, values on the clamp, past exp's range)
+ * mixed in. */
+static void check_swiglu(const trex_fused_table *t, const trex_fused_table *r, int64_t n, float L,
+                         float amp)
+{
+    const int64_t m = n + 16;
+    float *a = xmalloc_f(m), *u = xmalloc_f(m), *dh = xmalloc_f(m);
+    uint16_t *o[6];
+    for (int k = 0; k < 6; k++) {
+        o[k] = malloc((size_t)m * sizeof(uint16_t));
+        if (!o[k])
+            exit(2);
+        for (int64_t j = 0; j < m; j++)
+            o[k][j] = 0xabcd;
+    }
+    fill(a, m, amp), fill(u, m, amp), fill(dh, m, 1.0f);
+    const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, L, -L, 95.0f, -95.0f, 88.5f, -87.5f,
+                        1e-40f, -1e-40f, 3.4e38f};
+    for (int64_t j = 0; j < n; j += 7) {
+        a[j] = sp[(j / 7) % 14];
+        if (j + 3 < n)
+            u[j + 3] = sp[(j / 7 + 5) % 14];
+    }
+    const float g = 0.37f + 0.5f * frand();
+    r->swiglu_fwd_bf16(o[0], a, u, n, g, L);
+    t->swiglu_fwd_bf16(o[1], a, u, n, g, L);
+    const float d1 = r->swiglu_bwd_bf16(o[2], o[3], a, u, dh, n, g, L);
+    const float d2 = t->swiglu_bwd_bf16(o[4], o[5], a, u, dh, n, g, L);
+    bool tail = true;
+    for (int k = 0; k < 6; k++)
+        for (int64_t j = n; j < m; j++)
+            tail = tail && o[k][j] == 0xabcd;
+    CHECK(same_bf16(o[0], o[1], n) && same_bf16(o[2], o[4], n) && same_bf16(o[3], o[5], n) &&
+              (memcmp(&d1, &d2, sizeof d1) == 0 || (isnan(d1) && isnan(d2))) && tail,
+          "%s swiglu_fwd/bwd_bf16 n=%lld L=%g: same bits as the reference, nothing past n", t->name,
+          (long long)n, (double)L);
+    free(a), free(u), free(dh);
+    for (int k = 0; k < 6; k++)
+        free(o[k]);
+}
+
+/* The reference SwiGLU entries against the formulas in double on finite inputs: h, da and du within
+ * bf16 rounding (2^-8 relative, plus 2^-18 for the fp32 work before it and a tiny absolute term where
+ * exp's clamp meets underflow); the dot product within fp32 rounding of its terms; and, through the
+ * dot product of one element with dh = 1 (which is SiLU(ac) uc in fp32, not rounded to bf16), the exp
+ * at fp32 accuracy: within 2^-20 (8 ulp). A wrong exp, clamp or rounding fails this. */
+static void check_swiglu_accuracy(const trex_fused_table *r)
+{
+    const int64_t n = 4099;
+    const float L = 10.0f;
+    float *a = xmalloc_f(n), *u = xmalloc_f(n), *dh = xmalloc_f(n);
+    uint16_t *h = malloc((size_t)n * 2), *da = malloc((size_t)n * 2), *du = malloc((size_t)n * 2);
+    if (!h || !da || !du)
+        exit(2);
+    fill(a, n, 1.0f), fill(u, n, 12.0f), fill(dh, n, 1.0f);
+    for (int64_t j = 0; j < n; j++) /* a from -100 to 15: exp's clamps, the SwiGLU clamp, and 0 */
+        a[j] = -100.0f + 115.0f * (float)j / (float)(n - 1);
+    const float g = 0.8125f;
+    r->swiglu_fwd_bf16(h, a, u, n, g, L);
+    const float dot = r->swiglu_bwd_bf16(da, du, a, u, dh, n, g, L);
+    double worst = 0, dot64 = 0, dabs = 0, w32 = 0;
+    for (int64_t j = 0; j < n; j++) {
+        const double ac = a[j] > L ? L : a[j], uc = u[j] > L ? L : (u[j] < -L ? -L : u[j]);
+        const double sig = 1.0 / (1.0 + exp(-ac)), sl = ac * sig;
+        const double dsl = sig * (1.0 + ac * (1.0 - sig));
+        const double w[3] = {g * sl * uc, (a[j] > L ? 0.0 : 1.0) * dh[j] * g * uc * dsl,
+                             (u[j] > L || u[j] < -L ? 0.0 : 1.0) * dh[j] * g * sl};
+        const uint16_t got[3] = {h[j], da[j], du[j]};
+        for (int k = 0; k < 3; k++) {
+            const uint32_t bits = (uint32_t)got[k] << 16;
+            float f;
+            memcpy(&f, &bits, sizeof f);
+            const double e = fabs((double)f - w[k]) / (fabs(w[k]) * (0x1p-8 + 0x1p-18) + 1e-35);
+            worst = e > worst ? e : worst;
+        }
+        uint16_t t1, t2;
+        const float one = 1.0f, h0 = r->swiglu_bwd_bf16(&t1, &t2, a + j, u + j, &one, 1, g, L);
+        const double e32 = fabs((double)h0 - sl * uc) / (fabs(sl * uc) * 0x1p-20 + 1e-35);
+        w32 = e32 > w32 ? e32 : w32;
+        dot64 += dh[j] * sl * uc;
+        dabs += fabs(dh[j] * sl * uc);
+    }
+    const double edot = fabs(dot - dot64) / (dabs * 1e-6);
+    CHECK(worst <= 1.0 && edot <= 1.0 && w32 <= 1.0,
+          "ref swiglu_*_bf16 against double: worst error / bound %.3f (h, da, du), dot %.3f, "
+          "fp32 SiLU(a) u %.3f", worst, edot, w32);
+    free(a), free(u), free(dh), free(h), free(da), free(du);
+}
+
+/* The router-logits entry of table t against the reference and the fp32 GEMM (trex_linear_forward
+ * with W = gt^T), bit for bit, on n rows of d against E experts. */
+static void check_gate(const trex_fused_table *t, const trex_fused_table *r, int64_t n, int64_t d,
+                       int64_t E)
+{
+    float *x = xmalloc_f(n * d), *gt = xmalloc_f(d * E), *W = xmalloc_f(E * d);
+    float *z1 = xmalloc_f(n * E + 16), *z2 = xmalloc_f(n * E + 16), *z3 = xmalloc_f(n * E);
+    fill(x, n * d, 2.0f), fill(gt, d * E, 0.1f);
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < d; k++)
+            W[e * d + k] = gt[k * E + e];
+    for (int64_t q = 0; q < n * E + 16; q++)
+        z1[q] = z2[q] = -7.0f;
+    r->gate_fwd(z1, x, gt, n, d, E);
+    t->gate_fwd(z2, x, gt, n, d, E);
+    if (n > 0)
+        trex_linear_forward(NULL, z3, x, W, n, d, E);
+    bool tail = true;
+    for (int64_t q = n * E; q < n * E + 16; q++)
+        tail = tail && z2[q] == -7.0f;
+    CHECK(same_bits(z1, z2, n * E) && same_bits(z1, z3, n * E) && tail,
+          "%s gate_fwd n=%lld d=%lld E=%lld: the reference's and the fp32 GEMM's bits", t->name,
+          (long long)n, (long long)d, (long long)E);
+    free(x), free(gt), free(W), free(z1), free(z2), free(z3);
+}
+
+/* The router's backward entries of table t against the reference and trex_linear_backward (acc), bit
+ * for bit: dx += dz gate, dg += dz^T x, the latter also in two column ranges split at an odd column. */
+static void check_gate_bwd(const trex_fused_table *t, const trex_fused_table *r, int64_t n,
+                           int64_t d, int64_t E)
+{
+    float *dz = xmalloc_f(n * E), *x = xmalloc_f(n * d), *gate = xmalloc_f(E * d);
+    float *dx[3], *dg[3];
+    fill(dz, n * E, 0.3f), fill(x, n * d, 2.0f), fill(gate, E * d, 0.1f);
+    for (int k = 0; k < 3; k++) {
+        dx[k] = xmalloc_f(n * d), dg[k] = xmalloc_f(E * d);
+        rng_state = 77; /* the same old values in each copy */
+        fill(dx[k], n * d, 1.0f), fill(dg[k], E * d, 1.0f);
+    }
+    r->gate_bwd_dx(dx[0], dz, gate, n, d, E);
+    float *ws = xmalloc_f(E * d);
+    r->gate_bwd_dw(dg[0], ws, dz, x, n, d, E, 0, d);
+    t->gate_bwd_dx(dx[1], dz, gate, n, d, E);
+    const int64_t js = d / 2 | 1;
+    t->gate_bwd_dw(dg[1], ws, dz, x, n, d, E, 0, js < d ? js : d);
+    t->gate_bwd_dw(dg[1], ws, dz, x, n, d, E, js < d ? js : d, d);
+    free(ws);
+    if (n > 0)
+        trex_linear_backward(NULL, dx[2], dg[2], dz, x, gate, n, d, E, true);
+    CHECK(same_bits(dx[0], dx[1], n * d) && same_bits(dg[0], dg[1], E * d) &&
+              (n == 0 || (same_bits(dx[0], dx[2], n * d) && same_bits(dg[0], dg[2], E * d))),
+          "%s gate_bwd_dx/dw n=%lld d=%lld E=%lld: the reference's and the fp32 GEMM's bits", t->name,
+          (long long)n, (long long)d, (long long)E);
+    free(dz), free(x), free(gate);
+    for (int k = 0; k < 3; k++)
+        free(dx[k]), free(dg[k]);
+}
+
+/* The bf16-mode SwiGLU as fp32 mode runs it (model/moe.c: libm expf, fp32 out), for the benchmark. */
+static void swiglu_libm(float *h, const float *a, const float *u, int64_t n, float g, float L)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const float ac = a[j] > L ? L : a[j], uc = u[j] > L ? L : (u[j] < -L ? -L : u[j]);
+        h[j] = ac / (1.0f + expf(-ac)) * uc * g;
+    }
+}
+
 static double cpu_now(void)
 {
     struct timespec ts;
@@ -213,6 +387,20 @@ static int bench(int reps)
               t->mhc_post_bwd(mh, d, post, comb, y, X, Xo, dq, dX, dpost, dcomb));
         BENCH("mhc_collapse 4x1024", 2000, t->mhc_collapse(mh, d, post, X, y));
         BENCH("mhc_collapse_bwd 4x1024", 2000, t->mhc_collapse_bwd(mh, d, post, X, y, dpost, dX));
+        uint16_t hb[512], hb2[512];
+        float sink_ = 0;
+        BENCH("swiglu_fwd_bf16 512", 20000, t->swiglu_fwd_bf16(hb, X, X + 512, 512, 0.7f, 10.0f));
+        BENCH("swiglu_bwd_bf16 512", 20000,
+              sink_ += t->swiglu_bwd_bf16(hb, hb2, X, X + 512, y, 512, 0.7f, 10.0f));
+        if (k == 0)
+            BENCH("swiglu libm fp32 512", 20000, swiglu_libm(Xo, X, X + 512, 512, 0.7f, 10.0f));
+        if (sink_ == 1.2345f)
+            printf("(unlikely)\n");
+        /* router logits of 64 rows: x and the gate are the two halves of the entries' pool */
+        BENCH("gate_fwd 64x1024x24", 200, t->gate_fwd(ws, pool, pool + 65536, 64, 1024, 24));
+        if (k == 0)
+            BENCH("linear_forward 64x1024x24", 200,
+                  trex_linear_forward(NULL, ws, pool, pool + 65536, 64, 1024, 24));
     }
     free(pool), free(q), free(g), free(sink), free(ws), free(o), free(lse), free(z), free(D);
     free(dq), free(ds), free(P), free(ps), free(dpool), free(X), free(y), free(Xo), free(dX);
@@ -297,6 +485,21 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
             for (size_t j = 0; j < sizeof md / sizeof md[0]; j++)
                 check_mhc(t, ref, mn[i], md[j]);
+        const int64_t sl[] = {0, 1, 7, 15, 16, 17, 31, 33, 100, 512, 513};
+        for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++) {
+            check_swiglu(t, ref, sl[i], 10.0f, 14.0f);
+            check_swiglu(t, ref, sl[i], 0.0f, 100.0f);
+        }
+        const int64_t gn[] = {0, 1, 3, 4, 5, 9}, gd[] = {1, 17, 64}, gE[] = {1, 7, 16, 17, 24, 33};
+        for (size_t i = 0; i < sizeof gn / sizeof gn[0]; i++)
+            for (size_t j = 0; j < sizeof gd / sizeof gd[0]; j++)
+                for (size_t l = 0; l < sizeof gE / sizeof gE[0]; l++)
+                    check_gate(t, ref, gn[i], gd[j], gE[l]), check_gate_bwd(t, ref, gn[i], gd[j], gE[l]);
+        check_gate(t, ref, 37, 1024, 24); /* dsv4-bench's router */
+        check_gate_bwd(t, ref, 37, 1024, 24);
+        check_gate_bwd(t, ref, 200, 40, 24); /* rows in several chunks of the AVX-512 leaf */
+        check_gate_bwd(t, ref, 5, 70, 50); /* more than 24 experts: two groups of rows */
     }
+    check_swiglu_accuracy(ref);
     return check_summary();
 }

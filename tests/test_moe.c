@@ -13,12 +13,17 @@
  * 5. bf16 mode (grouped expert GEMMs): bitwise identical for no pool and 2 threads, on a batch whose
  *    permuted rows span two grouped passes with an expert cut between them; outputs and every gradient
  *    within bf16 bounds of the fp32 path; the same routing and balance loss; dx written, weight
- *    gradients accumulated; a hash layer and an empty batch. */
+ *    gradients accumulated; a hash layer and an empty batch.
+ *
+ * `test_moe --bench T [REPS [THREADS]]` instead times one bf16 layer at dsv4-bench's shapes (forward
+ * with a cache, then backward) and prints wall and CPU seconds and a hash of the outputs (docs/perf.md,
+ * "MoE class, round 4"). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "kernels/kernels.h"
@@ -1020,8 +1025,98 @@ static void test_bf16(trex_arena *arena)
     trex_pool_destroy(pool);
 }
 
-int main(void)
+/* ---- benchmark (not part of the test) ----------------------------------------------------------- */
+
+static double now_s(clockid_t id)
 {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* `test_moe --bench T [REPS [THREADS]]`: one non-hash layer at dsv4-bench's shapes (d 1024, 24 experts,
+ * 6 per token, inter 512, swiglu_limit 10, random weights, bias 0) in bf16 mode, forward with a cache
+ * then backward, REPS times (default 5) on a pool of THREADS (default 2). Prints each repetition and the
+ * medians over all but the first: wall seconds and process CPU seconds (all threads). */
+static int bench(int argc, char **argv)
+{
+    const long T = argc > 2 ? strtol(argv[2], NULL, 10) : 1024;
+    const int reps = argc > 3 ? (int)strtol(argv[3], NULL, 10) : 5;
+    const int threads = argc > 4 ? (int)strtol(argv[4], NULL, 10) : 2;
+    if (T < 1 || reps < 2 || reps > 100 || threads < 1 || threads > 64) {
+        fprintf(stderr, "usage: test_moe --bench T [REPS (2-100) [THREADS (1-64)]]\n");
+        return 2;
+    }
+    model m;
+    model_init(&m, 1, T, 1024, 24, 6, 512, 1, 1e-4, 0.02, 10.0, 99);
+    trex_arena *arena = trex_arena_create(NULL, TREX_REGION_ACTS, (size_t)1 << 20);
+    trex_pool *pool = trex_pool_create(threads);
+    trex_gemm_ws *ws = trex_gemm_ws_create();
+    float *y = xcalloc((size_t)(m.N * m.d), sizeof(float)), *g = xcalloc((size_t)m.P, sizeof(float));
+    float *dy = xcalloc((size_t)(m.N * m.d), sizeof(float));
+    if (!arena || !pool || !ws) {
+        fprintf(stderr, "bench: out of memory\n");
+        return 1;
+    }
+    for (int64_t q = 0; q < m.N * m.d; q++)
+        dy[q] = (float)m.R[q];
+    trex_ctx ctx = {.pool = pool, .arena = arena, .compute = TREX_BF16, .ws = ws};
+    wviews v, gv;
+    views(&v, &m, m.thf, false);
+    views(&gv, &m, g, true);
+    trex_seqinfo seq = seqinfo(&m);
+    double fw[100], fc[100], bw[100], bc[100];
+    for (int r = 0; r < reps; r++) {
+        trex_moe_cache *cache = NULL;
+        trex_err err = {0};
+        trex_arena_reset(arena);
+        const double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        if (trex_moe_forward(&ctx, &m.cfg, m.layer, &seq, y, m.thf + m.o_x, &v.w, m.alpha, &cache,
+                             NULL, &err) != TREX_OK) {
+            fprintf(stderr, "bench: %s\n", err.msg);
+            return 1;
+        }
+        const double w1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        trex_moe_backward(&ctx, &m.cfg, m.layer, &seq, g + m.o_x, dy, m.thf + m.o_x, &v.w, &gv.w,
+                          cache, m.alpha, 1.0);
+        const double w2 = now_s(CLOCK_MONOTONIC), c2 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        fw[r] = w1 - w0, fc[r] = c1 - c0, bw[r] = w2 - w1, bc[r] = c2 - c1;
+        printf("rep %d: forward %.4f s wall %.4f s cpu, backward %.4f s wall %.4f s cpu\n", r, fw[r],
+               fc[r], bw[r], bc[r]);
+    }
+    uint64_t hy = 14695981039346656037ull, hg = hy; /* FNV-1a of the bytes, to compare builds */
+    for (size_t q = 0; q < (size_t)(m.N * m.d) * sizeof(float); q++)
+        hy = (hy ^ ((const unsigned char *)y)[q]) * 1099511628211ull;
+    for (size_t q = 0; q < (size_t)m.P * sizeof(float); q++)
+        hg = (hg ^ ((const unsigned char *)g)[q]) * 1099511628211ull;
+    printf("T %ld, %d threads: forward %.4f s wall %.4f s cpu, backward %.4f s wall %.4f s cpu "
+           "(medians of %d); hash y %016llx, hash grads %016llx\n",
+           T, threads, median(fw + 1, reps - 1), median(fc + 1, reps - 1), median(bw + 1, reps - 1),
+           median(bc + 1, reps - 1), reps - 1, (unsigned long long)hy, (unsigned long long)hg);
+    free(y), free(g), free(dy);
+    trex_gemm_ws_destroy(ws);
+    trex_pool_destroy(pool);
+    trex_arena_destroy(arena);
+    model_free(&m);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0)
+        return bench(argc, argv);
     trex_arena *arena = trex_arena_create(NULL, TREX_REGION_ACTS, (size_t)1 << 20);
     CHECK(arena != NULL, "arena");
     if (!arena)

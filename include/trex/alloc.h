@@ -44,6 +44,9 @@ void trex_arena_destroy(trex_arena *a);
 void *trex_arena_alloc(trex_arena *a, size_t bytes);
 /* Like trex_arena_alloc but aborts with a message when out of memory (for use inside a step). */
 void *trex_arena_xalloc(trex_arena *a, size_t bytes);
+/* Like trex_arena_alloc but not zeroed (contents unspecified): for large scratch that is written before
+ * it is read, where zeroing would cost a pass over memory. NULL when out of memory. */
+void *trex_arena_alloc_uninit(trex_arena *a, size_t bytes);
 void trex_arena_reset(trex_arena *a);
 
 /* A position in an arena. Rewinding to it releases, for reuse, every block carved after it (scratch

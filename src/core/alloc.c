@@ -11,6 +11,7 @@
 #include "trex/alloc.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,14 +172,14 @@ void trex_arena_destroy(trex_arena *a)
     free(a);
 }
 
-/* Carves `need` bytes (a multiple of TREX_ALIGN) from c if they fit. */
-static void *chunk_carve(arena_chunk *c, size_t need)
+/* Carves `need` bytes (a multiple of TREX_ALIGN) from c if they fit, zeroed when zero is set. */
+static void *chunk_carve(arena_chunk *c, size_t need, bool zero)
 {
     if (need > c->size - c->used)
         return NULL;
     unsigned char *p = c->base + c->used;
     size_t end = c->used + need;
-    if (c->dirty > c->used)
+    if (zero && c->dirty > c->used)
         memset(p, 0, (c->dirty < end ? c->dirty : end) - c->used);
     c->used = end;
     if (end > c->dirty)
@@ -186,7 +187,7 @@ static void *chunk_carve(arena_chunk *c, size_t need)
     return p;
 }
 
-void *trex_arena_alloc(trex_arena *a, size_t bytes)
+static void *arena_alloc(trex_arena *a, size_t bytes, bool zero)
 {
     TREX_ASSERT(a);
     if (bytes > SIZE_MAX - 2 * TREX_ALIGN)
@@ -195,7 +196,7 @@ void *trex_arena_alloc(trex_arena *a, size_t bytes)
     if (need == 0)
         need = TREX_ALIGN; /* distinct pointers for zero-byte requests */
     while (a->cur) {
-        void *p = chunk_carve(a->cur, need);
+        void *p = chunk_carve(a->cur, need, zero);
         if (p) {
             a->used += need;
             return p;
@@ -212,10 +213,20 @@ void *trex_arena_alloc(trex_arena *a, size_t bytes)
     else
         a->first = c;
     a->cur = c;
-    void *p = chunk_carve(c, need);
+    void *p = chunk_carve(c, need, zero);
     TREX_ASSERT(p);
     a->used += need;
     return p;
+}
+
+void *trex_arena_alloc(trex_arena *a, size_t bytes)
+{
+    return arena_alloc(a, bytes, true);
+}
+
+void *trex_arena_alloc_uninit(trex_arena *a, size_t bytes)
+{
+    return arena_alloc(a, bytes, false);
 }
 
 void *trex_arena_xalloc(trex_arena *a, size_t bytes)

@@ -101,6 +101,23 @@ typedef void (*trex_fused_mhc_collapse_fn)(int n, int64_t d, const float *w, con
 typedef void (*trex_fused_mhc_collapse_bwd_fn)(int n, int64_t d, const float *w, const float *X,
                                                const float *dx, float *dw, float *dX);
 
+/* Clamped SwiGLU of bf16 mode (model/moe.c's experts; fp32 mode keeps its scalar libm code), one row
+ * of n elements, in the order of kernels/ref/swiglu.c (every level gives its bits):
+ *   ac = min(a, L), uc = clamp(u, -L, L) (L <= 0: no clamp; a NaN passes), e = exp(-ac) with the
+ *   reference's own exp (clamped to [-87, 88], a polynomial: a few ulp, not libm's bits),
+ *   swiglu_fwd  h = bf16((ac / (1 + e) * uc) * g);
+ *   swiglu_bwd  with d = dh: du = bf16(ku (d g) sl), da = bf16(ka (d g) uc dsl), sig = 1 / (1 + e),
+ *               sl = ac sig, dsl = sig (1 + ac (1 - sig)), ka = [a <= L], ku = [|u| <= L] (0 where the
+ *               clamp is active); returns sum_j d_j h0_j (h0 = ac / (1 + e) uc) in 16 partial sums
+ *               (element j in sum j mod 16, j ascending) combined as ((b0+b1)+(b2+b3)), b_k =
+ *               (s_k+s_{k+8})+(s_{k+4}+s_{k+12}).
+ * bf16(x) is trex_f32_to_bf16: what the bf16 GEMMs' packers do to an fp32 operand. n may be 0. */
+typedef void (*trex_fused_swiglu_fwd_fn)(uint16_t *h, const float *a, const float *u, int64_t n,
+                                         float g, float L);
+typedef float (*trex_fused_swiglu_bwd_fn)(uint16_t *da, uint16_t *du, const float *a,
+                                          const float *u, const float *dh, int64_t n, float g,
+                                          float L);
+
 /* Cross-entropy of the LM head in bf16 mode (model/model.c head_forward3; docs/precision.md "The LM
  * head"), over a chunk of logits held transposed: L [n, ld] fp32, row v = vocabulary entry v, column
  * i = token i (cols columns, contiguous in a row). kernels/ref/ce.c defines the bits; every level
@@ -122,6 +139,23 @@ typedef float (*trex_fused_ce_exp_fn)(float x);
 /* The bound tests/test_ce.c checks: ce_exp's error in ulp of the result, for results >= 2^-126. */
 #define TREX_CE_EXP_ULP 1
 
+/* Router logits (the MoE router stays fp32 in every mode, MODEL_SPEC §12) of n rows of x [n, d]
+ * against the gate transposed, gt [d, E]: z[t*E + e] = s with s = +0, then s = s + fl(x[t][k] gt[k][e])
+ * for k increasing (no fused multiply-add): the fp32 GEMM's contract, so the bits of
+ * trex_linear_forward(z, x, W_g) with W_g = gt^T. n may be 0. */
+typedef void (*trex_fused_gate_fwd_fn)(float *z, const float *x, const float *gt, int64_t n,
+                                       int64_t d, int64_t E);
+/* The router's backward products in the same contract (sum from +0 in increasing order, then added to
+ * the old value: the bits of trex_linear_backward(dx, dg, dz, x, gate, n, d, E, true)):
+ *   gate_bwd_dx  dx[t][j] = s + dx[t][j], s = sum_e dz[t][e] gate[e][j], rows t < n (gate [E, d]);
+ *   gate_bwd_dw  dg[e][j] = s + dg[e][j], s = sum_t dz[t][e] x[t][j] for t < n, columns j0 <= j < j1
+ *                (callers split the columns between threads); ws: scratch of E*d floats, of which
+ *                the columns [j0, j1) are used (threads with disjoint columns may share it). */
+typedef void (*trex_fused_gate_bwd_dx_fn)(float *dx, const float *dz, const float *gate, int64_t n,
+                                          int64_t d, int64_t E);
+typedef void (*trex_fused_gate_bwd_dw_fn)(float *dg, float *ws, const float *dz, const float *x,
+                                          int64_t n, int64_t d, int64_t E, int64_t j0, int64_t j1);
+
 typedef struct trex_fused_table {
     trex_isa isa;
     const char *name;
@@ -141,6 +175,11 @@ typedef struct trex_fused_table {
     trex_fused_mhc_post_bwd_fn mhc_post_bwd;
     trex_fused_mhc_collapse_fn mhc_collapse;
     trex_fused_mhc_collapse_bwd_fn mhc_collapse_bwd;
+    trex_fused_swiglu_fwd_fn swiglu_fwd_bf16;
+    trex_fused_swiglu_bwd_fn swiglu_bwd_bf16;
+    trex_fused_gate_fwd_fn gate_fwd;
+    trex_fused_gate_bwd_dx_fn gate_bwd_dx;
+    trex_fused_gate_bwd_dw_fn gate_bwd_dw;
     trex_fused_ce_fwd_fn ce_fwd;
     trex_fused_ce_grad_fn ce_grad;
     trex_fused_ce_exp_fn ce_exp;
@@ -175,6 +214,26 @@ void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const floa
 void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
                                         const float *dx, float *dw, float *dX);
 
+void trex_fused_swiglu_fwd_bf16_ref(uint16_t *h, const float *a, const float *u, int64_t n,
+                                    float g, float L);
+float trex_fused_swiglu_bwd_bf16_ref(uint16_t *da, uint16_t *du, const float *a, const float *u,
+                                     const float *dh, int64_t n, float g, float L);
+void trex_fused_swiglu_fwd_bf16_avx512(uint16_t *h, const float *a, const float *u, int64_t n,
+                                       float g, float L);
+float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *da, uint16_t *du, const float *a, const float *u,
+                                        const float *dh, int64_t n, float g, float L);
+void trex_fused_gate_fwd_ref(float *z, const float *x, const float *gt, int64_t n, int64_t d,
+                             int64_t E);
+void trex_fused_gate_fwd_avx512(float *z, const float *x, const float *gt, int64_t n, int64_t d,
+                                int64_t E);
+void trex_fused_gate_bwd_dx_ref(float *dx, const float *dz, const float *gate, int64_t n, int64_t d,
+                                int64_t E);
+void trex_fused_gate_bwd_dw_ref(float *dg, float *ws, const float *dz, const float *x, int64_t n,
+                                int64_t d, int64_t E, int64_t j0, int64_t j1);
+void trex_fused_gate_bwd_dx_avx512(float *dx, const float *dz, const float *gate, int64_t n,
+                                   int64_t d, int64_t E);
+void trex_fused_gate_bwd_dw_avx512(float *dg, float *ws, const float *dz, const float *x, int64_t n,
+                                   int64_t d, int64_t E, int64_t j0, int64_t j1);
 void trex_fused_ce_fwd_ref(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
                            double *sum);
 void trex_fused_ce_grad_ref(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,

@@ -91,6 +91,13 @@ typedef struct trex_gemm_problem {
 void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
                        float alpha, float beta, const trex_gemm_problem *probs, int64_t count);
 
+/* trex_gemm_grouped with A of type a_in and B of type b_in (each TREX_BF16, or TREX_F32 rounded to bf16
+ * while packing): bf16 activations against fp32 weights. Each operand is packed to the same bytes as
+ * in trex_gemm_grouped, so the results are bit-identical to it on the same values. */
+void trex_gemm_grouped_mixed(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, trex_dtype b_in,
+                             bool ta, bool tb, float alpha, float beta,
+                             const trex_gemm_problem *probs, int64_t count);
+
 /* ---- pre-packed B operands (weights packed once, used by many GEMMs) ----------------------------------
  * A trex_gemm_packed holds op(B) of a bf16 GEMM ([K, N]) rounded to bf16 and packed once into the panel
  * format every micro-kernel reads (kernels/gemm_panels.h; the same bytes on every ISA). GEMMs with it

@@ -12,15 +12,18 @@
  * into y. Every output element is produced by one thread in an order fixed by the routing alone
  * (shared expert first, then experts in index order; reductions over tokens in token order), so the
  * results are bitwise the same for any thread count. That is the fp32 path (ctx->compute TREX_F32, the
- * reference). In bf16 mode the experts run instead as grouped GEMMs (trex_gemm_grouped): the permuted
- * rows in passes of at most MOE_RANGE, each product one call over every expert of the pass, so both
- * cores share all experts and each weight is packed once per pass; each token then adds its rows in
- * expert order, which keeps y and dx in the per-expert order. Math and derivations: docs/moe.md. */
+ * reference). In bf16 mode the experts run instead as grouped GEMMs (trex_gemm_grouped_mixed): the
+ * permuted rows in passes of at most MOE_RANGE, each product one call over every expert of the pass, so
+ * both cores share all experts and each weight is packed once per pass; each token then adds its rows
+ * in expert order, which keeps y and dx in the per-expert order. The products' activation operands are
+ * kept in bf16 (rounded as the packers would) and SwiGLU runs through the fused-kernel table
+ * (swiglu_*_bf16: vectorised, its own exp). Math, derivations and layout: docs/moe.md. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/fused.h"
 #include "kernels/kernels.h"
 #include "model/layers.h"
 #include "trex/status.h"
@@ -73,6 +76,45 @@ static inline float swiglu_f(float a, float u, float L)
 static int64_t grain_for(int64_t row_cost)
 {
     return row_cost >= 16384 ? 1 : 16384 / (row_cost > 0 ? row_cost : 1);
+}
+
+typedef struct gate_args {
+    const trex_fused_table *f;
+    const float *x, *gt;
+    float *z;
+    int64_t d, E;
+} gate_args;
+
+/* bf16 mode: router logits of rows [t0, t1) through the fused table (the fp32 GEMM's bits). */
+static void gate_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const gate_args *g = arg;
+    g->f->gate_fwd(g->z + t0 * g->E, g->x + t0 * g->d, g->gt, t1 - t0, g->d, g->E);
+}
+
+typedef struct gate_bwd_args {
+    const trex_fused_table *f;
+    const float *dz, *x, *gate;
+    float *dx, *dg, *ws;
+    int64_t N, d, E;
+} gate_bwd_args;
+
+/* bf16 mode: dx += dz W_g for rows [t0, t1) (the fp32 GEMM's bits). */
+static void gate_bwd_dx_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const gate_bwd_args *g = arg;
+    g->f->gate_bwd_dx(g->dx + t0 * g->d, g->dz + t0 * g->E, g->gate, t1 - t0, g->d, g->E);
+}
+
+/* bf16 mode: dW_g += dz^T x for the columns of 16-wide units [u0, u1) (the fp32 GEMM's bits). */
+static void gate_bwd_dw_cols(void *arg, int64_t u0, int64_t u1, int tid)
+{
+    (void)tid;
+    const gate_bwd_args *g = arg;
+    g->f->gate_bwd_dw(g->dg, g->ws, g->dz, g->x, g->N, g->d, g->E, u0 * 16,
+                      u1 * 16 < g->d ? u1 * 16 : g->d);
 }
 
 typedef struct router_args {
@@ -165,6 +207,9 @@ static void scatter_add_rows(void *arg, int64_t r0, int64_t r1, int tid)
 /* bf16 mode: the routed rows of a pass are the permuted positions [p0, p1) (experts of consecutive
  * indices, each a contiguous group). spos [N,K] lists each token's K positions in increasing order, so
  * adding a token's rows in that order adds its experts in index order, as the fp32 path does. */
+/* 16 floats as one value (GCC vector extension: SSE2 in the default build), element-wise adds. */
+typedef float moe_v16 __attribute__((vector_size(64)));
+
 typedef struct combine_args {
     const int32_t *spos;
     const float *src;      /* [p1 - p0, d] rows of the pass */
@@ -173,20 +218,37 @@ typedef struct combine_args {
 } combine_args;
 
 /* dst[t] += src[r - p0] for each position r of token t inside [p0, p1), r ascending. Tokens are
- * independent, so the pool may split them any way. */
+ * independent, so the pool may split them any way. Each element is ((dst + s_0) + s_1) + ..., the
+ * order of adding the rows one by one, summed in registers 16 columns at a time and stored once. */
 static void combine_rows(void *arg, int64_t t0, int64_t t1, int tid)
 {
     (void)tid;
     const combine_args *c = arg;
+    const int64_t d = c->d;
     for (int64_t t = t0; t < t1; t++) {
-        float *dst = c->dst + t * c->d;
+        float *dst = c->dst + t * d;
+        const float *src[MOE_MAX_K];
+        int64_t n = 0;
         for (int64_t k = 0; k < c->K; k++) {
             const int64_t r = c->spos[t * c->K + k];
-            if (r < c->p0 || r >= c->p1)
-                continue;
-            const float *src = c->src + (r - c->p0) * c->d;
-            for (int64_t j = 0; j < c->d; j++)
-                dst[j] += src[j];
+            if (r >= c->p0 && r < c->p1)
+                src[n++] = c->src + (r - c->p0) * d;
+        }
+        int64_t j = 0;
+        for (; j + 16 <= d; j += 16) {
+            moe_v16 acc, v;
+            memcpy(&acc, dst + j, sizeof acc);
+            for (int64_t i = 0; i < n; i++) {
+                memcpy(&v, src[i] + j, sizeof v);
+                acc += v;
+            }
+            memcpy(dst + j, &acc, sizeof acc);
+        }
+        for (; j < d; j++) {
+            float v = dst[j];
+            for (int64_t i = 0; i < n; i++)
+                v += src[i][j];
+            dst[j] = v;
         }
     }
 }
@@ -198,10 +260,10 @@ typedef struct piece_list {
     int64_t E, p0, p1;
 } piece_list;
 
-/* A product over each piece's rows: probs[i] = {M = rows, N, K = Kd, A = a0 + (lo - p0) lda, B = Bs[e]
- * (ldb), C = c0 + (lo - p0) ldc}. Returns the count. */
+/* A product over each piece's rows: probs[i] = {M = rows, N, K = Kd, A = a0 + (lo - p0) lda (bf16),
+ * B = Bs[e] (ldb), C = c0 + (lo - p0) ldc}. Returns the count. */
 static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, float *const *Bs,
-                          int64_t N, int64_t Kd, const float *a0, int64_t lda, int64_t ldb,
+                          int64_t N, int64_t Kd, const uint16_t *a0, int64_t lda, int64_t ldb,
                           float *c0, int64_t ldc)
 {
     int64_t n = 0;
@@ -217,10 +279,10 @@ static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, float 
 }
 
 /* Weight gradients over each piece's rows (K = rows): probs[i] = {M, Nn, A = a0 + (lo - p0) lda (to
- * be used transposed), B = b0 + (lo - p0) ldb, C = dW[e] (ldc Nn)}. Returns the count. */
+ * be used transposed), B = b0 + (lo - p0) ldb, C = dW[e] (ldc Nn)}, A and B bf16. Returns the count. */
 static int64_t pieces_wgrad(trex_gemm_problem *probs, const piece_list *pl, float *const *dW,
-                            int64_t M, int64_t Nn, const float *a0, int64_t lda, const float *b0,
-                            int64_t ldb)
+                            int64_t M, int64_t Nn, const uint16_t *a0, int64_t lda,
+                            const uint16_t *b0, int64_t ldb)
 {
     int64_t n = 0;
     for (int64_t e = 0; e < pl->E; e++) {
@@ -345,43 +407,130 @@ static void router_bwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
 
 /* ---- bf16 mode: the experts as grouped GEMMs ----------------------------------------------------- */
 
-/* Shared expert in passes of Cs tokens (y written), then the routed experts in passes of C permuted
- * rows: gather x, one grouped call for W1 and W3 of every expert of the pass, SwiGLU, one grouped call
- * for W2, then each token adds its rows of the pass in expert order. The products are those of the
- * per-expert path (trex_gemm_grouped gives the bits of trex_gemm_f32_bf16), and y is summed in the
- * same order (shared, then experts by index), so y has the bits of the per-expert bf16 path. With
- * keep, a and u go to the cache (else to the pass-sized c->a, c->u and sa, su). */
+/* bf16 mode keeps every operand of the experts' products that is not a weight in bf16 (x and dy once per
+ * call, the gathered rows, SwiGLU's output and its gradients), rounded as trex_f32_to_bf16: the bytes
+ * the GEMM's packers would have made of the fp32 values, at half the bytes to gather and to pack. The
+ * pre-activations a, u and the products' outputs stay fp32. */
+
+typedef struct cvt_args {
+    const float *src;
+    uint16_t *dst;
+    int64_t d;
+} cvt_args;
+
+/* dst rows [r0, r1) = bf16(src rows). */
+static void cvt_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const cvt_args *c = arg;
+    trex_cvt_f32_bf16(c->dst + r0 * c->d, c->src + r0 * c->d, (r1 - r0) * c->d);
+}
+
+static void to_bf16_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t n, int64_t d)
+{
+    cvt_args ca = {src, dst, d};
+    trex_pool_for(pool, n, grain_for(d), cvt_rows, &ca);
+}
+
+typedef struct gather16_args {
+    const int32_t *perm; /* slots; token = slot / K */
+    int64_t K, d;
+    const uint16_t *src1, *src2;
+    uint16_t *dst1, *dst2;
+} gather16_args;
+
+/* dst[r] = src[token of perm[r]] for one or two bf16 sources. */
+static void gather16_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const gather16_args *g = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t t = g->perm[r] / g->K;
+        memcpy(g->dst1 + r * g->d, g->src1 + t * g->d, (size_t)g->d * sizeof(uint16_t));
+        if (g->src2)
+            memcpy(g->dst2 + r * g->d, g->src2 + t * g->d, (size_t)g->d * sizeof(uint16_t));
+    }
+}
+
+typedef struct swiglu16_args {
+    const trex_fused_table *f;
+    const float *a, *u;    /* [n, I] pre-activations */
+    uint16_t *h;           /* forward: [n, I] out, g * SwiGLU */
+    const float *dh;       /* backward: [n, I] dL/d(weighted h) */
+    uint16_t *da, *du;     /* backward: [n, I] out */
+    const int32_t *perm;   /* routed: slot of each row; NULL for the shared expert (g = 1) */
+    const float *gw;       /* [N*K] mixing weights by slot */
+    float *dg;             /* [N*K] dL/dg by slot (routed backward) */
+    int64_t I;
+    float L;
+} swiglu16_args;
+
+static void swiglu16_fwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const swiglu16_args *s = arg;
+    const int64_t I = s->I;
+    for (int64_t r = r0; r < r1; r++)
+        s->f->swiglu_fwd_bf16(s->h + r * I, s->a + r * I, s->u + r * I, I,
+                              s->perm ? s->gw[s->perm[r]] : 1.0f, s->L);
+}
+
+static void swiglu16_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const swiglu16_args *s = arg;
+    const int64_t I = s->I;
+    for (int64_t r = r0; r < r1; r++) {
+        const float dot = s->f->swiglu_bwd_bf16(s->da + r * I, s->du + r * I, s->a + r * I,
+                                                s->u + r * I, s->dh + r * I, I,
+                                                s->perm ? s->gw[s->perm[r]] : 1.0f, s->L);
+        if (s->perm)
+            s->dg[s->perm[r]] = dot;
+    }
+}
+
+/* x to bf16 (xb), then the shared expert in passes of Cs tokens (y written), then the routed experts in
+ * passes of C permuted rows: gather xb, one grouped call for W1 and W3 of every expert of the pass,
+ * SwiGLU into bf16, one grouped call for W2, then each token adds its rows of the pass in expert order
+ * (y summed as in the per-expert path: shared, then experts by index). With keep, a and u go to the
+ * cache (else to the pass-sized c->a, c->u and sa, su). og [C, d] holds the experts' outputs; its first
+ * C*d bf16 hold the gathered inputs until W2 overwrites them. */
 static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe_cache *c, float *y,
-                                    const float *x, const trex_moe_w *w, bool keep, float *sa,
-                                    float *su, float *xg, float *hg, trex_gemm_problem *probs,
-                                    int64_t C, int64_t Cs, float L)
+                                    const float *x, uint16_t *xb, const trex_moe_w *w, bool keep,
+                                    float *sa, float *su, float *og, uint16_t *hg,
+                                    trex_gemm_problem *probs, int64_t C, int64_t Cs, float L)
 {
     const int64_t N = c->N, K = c->K, I = c->I, d = c->d, E = c->E;
+    const trex_fused_table *f = trex_fused();
+    uint16_t *xg = (uint16_t *)og;
+    to_bf16_rows(pool, xb, x, N, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
         const int64_t n = N - r0 < Cs ? N - r0 : Cs;
         float *a = keep ? c->sa + r0 * I : sa, *u = keep ? c->su + r0 * I : su;
-        probs[0] = (trex_gemm_problem){n, I, d, x + r0 * d, d, w->sw1, d, a, I};
-        probs[1] = (trex_gemm_problem){n, I, d, x + r0 * d, d, w->sw3, d, u, I};
-        trex_gemm_grouped(pool, gws, TREX_F32, false, true, 1.0f, 0.0f, probs, 2);
-        swiglu_args sg = {.a = a, .u = u, .h = hg, .I = I, .L = L};
-        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-        trex_linear_forward_ex(pool, gws, TREX_BF16, y + r0 * d, hg, w->sw2, n, I, d);
+        probs[0] = (trex_gemm_problem){n, I, d, xb + r0 * d, d, w->sw1, d, a, I};
+        probs[1] = (trex_gemm_problem){n, I, d, xb + r0 * d, d, w->sw3, d, u, I};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, 2);
+        swiglu16_args sg = {.f = f, .a = a, .u = u, .h = hg, .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
+        probs[0] = (trex_gemm_problem){n, d, I, hg, I, w->sw2, I, y + r0 * d, d};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, 1);
     }
     for (int64_t p0 = 0; p0 < N * K; p0 += C) {
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
         float *a = keep ? c->a + p0 * I : c->a, *u = keep ? c->u + p0 * I : c->u;
-        gather_args ga = {perm, K, d, x, NULL, xg, NULL};
-        trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
+        gather16_args ga = {perm, K, d, xb, NULL, xg, NULL};
+        trex_pool_for(pool, n, grain_for(d / 2), gather16_rows, &ga);
         int64_t np = pieces_fwd(probs, &pl, w->w1, I, d, xg, d, d, a, I);
         np += pieces_fwd(probs + np, &pl, w->w3, I, d, xg, d, d, u, I);
-        trex_gemm_grouped(pool, gws, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
-        swiglu_args sg = {.a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I, .L = L};
-        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-        np = pieces_fwd(probs, &pl, w->w2, d, I, hg, I, I, xg, d); /* outputs over the inputs */
-        trex_gemm_grouped(pool, gws, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
-        combine_args cb = {c->spos, xg, y, K, d, p0, p0 + n};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        swiglu16_args sg = {.f = f, .a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I,
+                            .L = L};
+        trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
+        np = pieces_fwd(probs, &pl, w->w2, d, I, hg, I, I, og, d); /* outputs over the inputs */
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        combine_args cb = {c->spos, og, y, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
     }
 }
@@ -393,6 +542,26 @@ static void *arena_get(trex_arena *a, size_t bytes, bool *ok)
     void *p = trex_arena_alloc(a, bytes > 0 ? bytes : 1);
     if (!p)
         *ok = false;
+    return p;
+}
+
+/* The same, not zeroed when raw (bf16 mode's large buffers, each written in full before it is read:
+ * zeroing them was a pass over 60 MiB per forward at T = 1024). */
+static void *arena_get_as(trex_arena *a, size_t bytes, bool raw, bool *ok)
+{
+    const size_t n = bytes > 0 ? bytes : 1;
+    void *p = raw ? trex_arena_alloc_uninit(a, n) : trex_arena_alloc(a, n);
+    if (!p)
+        *ok = false;
+    return p;
+}
+
+/* bf16 mode's backward scratch: not zeroed (written before read), aborts when out of memory. */
+static void *scratch_x(trex_arena *a, size_t bytes)
+{
+    void *p = trex_arena_alloc_uninit(a, bytes > 0 ? bytes : 1);
+    if (!p)
+        TREX_ABORT("moe backward: out of activation memory for %zu bytes of scratch", bytes);
     return p;
 }
 
@@ -476,12 +645,12 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     const int64_t C = (grouped ? N * K : N) < cmax ? (grouped ? N * K : N) : cmax;
     const int64_t Cs = N < cmax ? N : cmax; /* shared expert rows per pass */
     if (grouped)
-        c->spos = arena_get(ar, (size_t)(N * K) * sizeof(int32_t), &ok);
+        c->spos = arena_get_as(ar, (size_t)(N * K) * sizeof(int32_t), true, &ok);
     if (cache) {
-        c->a = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
-        c->u = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
-        c->sa = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
-        c->su = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
+        c->a = arena_get_as(ar, (size_t)(N * K * I) * sizeof(float), grouped, &ok);
+        c->u = arena_get_as(ar, (size_t)(N * K * I) * sizeof(float), grouped, &ok);
+        c->sa = arena_get_as(ar, (size_t)(N * I) * sizeof(float), grouped, &ok);
+        c->su = arena_get_as(ar, (size_t)(N * I) * sizeof(float), grouped, &ok);
     }
     if (!ok)
         goto oom;
@@ -489,24 +658,37 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     const trex_arena_mark mk = trex_arena_mark_get(ar);
     float *sa = NULL, *su = NULL;
     if (!cache) {
-        c->a = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
-        c->u = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
+        c->a = arena_get_as(ar, (size_t)(C * I) * sizeof(float), grouped, &ok);
+        c->u = arena_get_as(ar, (size_t)(C * I) * sizeof(float), grouped, &ok);
         if (grouped) {
-            sa = arena_get(ar, (size_t)(Cs * I) * sizeof(float), &ok);
-            su = arena_get(ar, (size_t)(Cs * I) * sizeof(float), &ok);
+            sa = arena_get_as(ar, (size_t)(Cs * I) * sizeof(float), true, &ok);
+            su = arena_get_as(ar, (size_t)(Cs * I) * sizeof(float), true, &ok);
         }
     }
-    /* xg holds the gathered inputs, then (bf16) the experts' outputs of the same rows. */
-    float *xg = arena_get(ar, (size_t)(C * d) * sizeof(float), &ok);
+    /* xg holds the gathered inputs, then (bf16) the experts' outputs of the same rows. bf16 mode: hg
+     * is bf16, xb the bf16 copy of x. */
+    float *xg = arena_get_as(ar, (size_t)(C * d) * sizeof(float), grouped, &ok);
     float *og = grouped ? xg : arena_get(ar, (size_t)(C * d) * sizeof(float), &ok);
-    float *hg = arena_get(ar, (size_t)((C > Cs ? C : Cs) * I) * sizeof(float), &ok);
+    float *hg = arena_get_as(ar, (size_t)((C > Cs ? C : Cs) * I) *
+                                     (grouped ? sizeof(uint16_t) : sizeof(float)), grouped, &ok);
+    uint16_t *xb = grouped ? arena_get_as(ar, (size_t)(N * d) * sizeof(uint16_t), true, &ok) : NULL;
     trex_gemm_problem *probs =
         grouped ? arena_get(ar, (size_t)(2 * E) * sizeof(trex_gemm_problem), &ok) : NULL;
+    float *gt = grouped ? arena_get_as(ar, (size_t)(d * E) * sizeof(float), true, &ok) : NULL;
     if (!ok)
         goto oom;
 
-    /* Router. */
-    trex_linear_forward(pool, c->z, x, w->gate, N, d, E);
+    /* Router logits, fp32 in both modes. bf16 mode: a skinny kernel with the same bits (the gate
+     * transposed to [d, E] once per call), instead of the blocked GEMM padding E to 32. */
+    if (grouped) {
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t k = 0; k < d; k++)
+                gt[k * E + e] = w->gate[e * d + k];
+        gate_args gg = {trex_fused(), x, gt, c->z, d, E};
+        trex_pool_for(pool, N, 4, gate_rows, &gg);
+    } else {
+        trex_linear_forward(pool, c->z, x, w->gate, N, d, E);
+    }
     router_args ra = {c->z, hash ? NULL : w->gate_bias, c->s, c->gw, c->idx, seq->tokens,
                       hash ? w->tid2eid : NULL, E, K, (float)cfg->routed_scaling_factor};
     trex_pool_for(pool, N, grain_for(E * 8), router_rows, &ra);
@@ -571,8 +753,8 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     }
 
     if (grouped) {
-        experts_forward_grouped(pool, gws, c, y, x, w, cache != NULL, sa, su, xg, hg, probs, C, Cs,
-                                L);
+        experts_forward_grouped(pool, gws, c, y, x, xb, w, cache != NULL, sa, su, og, (uint16_t *)hg,
+                                probs, C, Cs, L);
         goto done;
     }
 
@@ -676,9 +858,10 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
     }
 }
 
-/* bf16 mode: the shared expert in passes of MOE_RANGE tokens, then the routed experts in passes of
- * MOE_RANGE permuted rows, each product one grouped call over the experts of the pass. dx gets the
- * shared expert's part (written), then each token adds its rows of every pass in expert order. */
+/* bf16 mode: x and dy to bf16, the shared expert in passes of MOE_RANGE tokens, then the routed experts
+ * in passes of MOE_RANGE permuted rows, each product one grouped call over the experts of the pass. dx
+ * gets the shared expert's part (written), then each token adds its rows of every pass in expert
+ * order. Operands other than weights are bf16 (see above); dh and dx are fp32 products. */
 static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *c, float *dx,
                                      float *dg, const float *dy, const float *x, const trex_moe_w *w,
                                      trex_moe_w *g, float L)
@@ -687,56 +870,68 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
     trex_pool *pool = ctx->pool;
     trex_gemm_ws *gws = ctx->ws;
     trex_arena *ar = ctx->arena;
+    const trex_fused_table *f = trex_fused();
     const int64_t C = N * K < MOE_RANGE ? N * K : MOE_RANGE, Cs = N < MOE_RANGE ? N : MOE_RANGE;
     const int64_t Ch = C > Cs ? C : Cs;
-    float *xg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float));
-    float *dyg = trex_arena_xalloc(ar, (size_t)(C * d) * sizeof(float)); /* then dx of the rows */
-    float *hg = trex_arena_xalloc(ar, (size_t)(Ch * I) * sizeof(float));
-    float *dhg = trex_arena_xalloc(ar, (size_t)(Ch * I) * sizeof(float));
-    float *dug = hg; /* h is spent (dW2) before SwiGLU's backward writes du */
+    uint16_t *xb = scratch_x(ar, (size_t)(N * d) * sizeof(uint16_t));
+    uint16_t *dyb = scratch_x(ar, (size_t)(N * d) * sizeof(uint16_t));
+    /* [C, d] fp32: the gathered bf16 x and dy rows side by side, then the rows' dx */
+    float *dxg = scratch_x(ar, (size_t)(C * d) * sizeof(float));
+    uint16_t *xg = (uint16_t *)dxg, *dyg = xg + C * d;
+    uint16_t *hg = scratch_x(ar, (size_t)(Ch * I) * sizeof(uint16_t));
+    uint16_t *da = scratch_x(ar, (size_t)(Ch * I) * sizeof(uint16_t));
+    uint16_t *du = hg; /* h is spent (dW2) before SwiGLU's backward writes du */
+    float *dhg = scratch_x(ar, (size_t)(Ch * I) * sizeof(float));
     trex_gemm_problem *probs = trex_arena_xalloc(ar, (size_t)(2 * E) * sizeof(trex_gemm_problem));
+    to_bf16_rows(pool, xb, x, N, d);
+    to_bf16_rows(pool, dyb, dy, N, d);
 
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
         const int64_t n = N - r0 < Cs ? N - r0 : Cs;
-        const float *xr = x + r0 * d, *dyr = dy + r0 * d;
-        swiglu_args sg = {.a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg, .du = dug,
-                          .I = I, .L = L};
-        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-        trex_linear_backward_ex(pool, gws, TREX_BF16, dhg, g->sw2, dyr, hg, w->sw2, n, I, d, false);
-        trex_pool_for(pool, n, grain_for(I * 16), swiglu_bwd_rows, &sg);
-        probs[0] = (trex_gemm_problem){I, d, n, dhg, I, xr, d, g->sw1, d};
-        probs[1] = (trex_gemm_problem){I, d, n, dug, I, xr, d, g->sw3, d};
-        trex_gemm_grouped(pool, gws, TREX_F32, true, false, 1.0f, 1.0f, probs, 2);
-        trex_linear_backward_ex(pool, gws, TREX_BF16, dx + r0 * d, NULL, dhg, xr, w->sw1, n, d, I,
-                                false);
-        trex_linear_backward_ex(pool, gws, TREX_BF16, dx + r0 * d, NULL, dug, xr, w->sw3, n, d, I,
-                                true);
+        const uint16_t *xr = xb + r0 * d, *dyr = dyb + r0 * d;
+        swiglu16_args sg = {.f = f, .a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg,
+                            .da = da, .du = du, .I = I, .L = L};
+        trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
+        /* dh = dy W2 (W2 [d, I]); dW2 += dy^T h */
+        probs[0] = (trex_gemm_problem){n, I, d, dyr, d, w->sw2, I, dhg, I};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, 1);
+        probs[0] = (trex_gemm_problem){d, I, n, dyr, d, hg, I, g->sw2, I};
+        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 1);
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
+        probs[0] = (trex_gemm_problem){I, d, n, da, I, xr, d, g->sw1, d};
+        probs[1] = (trex_gemm_problem){I, d, n, du, I, xr, d, g->sw3, d};
+        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 2);
+        probs[0] = (trex_gemm_problem){n, d, I, da, I, w->sw1, d, dx + r0 * d, d};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, 1);
+        probs[0] = (trex_gemm_problem){n, d, I, du, I, w->sw3, d, dx + r0 * d, d};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 1.0f, probs, 1);
     }
 
     for (int64_t p0 = 0; p0 < N * K; p0 += C) {
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
-        gather_args ga = {perm, K, d, x, dy, xg, dyg};
-        trex_pool_for(pool, n, grain_for(2 * d), gather_rows, &ga);
-        swiglu_args sg = {.a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg, .du = dug,
-                          .perm = perm, .gw = c->gw, .dg = dg, .I = I, .L = L};
-        trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
+        gather16_args ga = {perm, K, d, xb, dyb, xg, dyg};
+        trex_pool_for(pool, n, grain_for(d), gather16_rows, &ga);
+        swiglu16_args sg = {.f = f, .a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
+                            .da = da, .du = du, .perm = perm, .gw = c->gw, .dg = dg, .I = I,
+                            .L = L};
+        trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
         /* dh = dy W2 (W2 [d, I] is op(B) as stored); dW2 += dy^T h. */
         int64_t np = pieces_fwd(probs, &pl, w->w2, I, d, dyg, d, I, dhg, I);
-        trex_gemm_grouped(pool, gws, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
         np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, d, hg, I);
-        trex_gemm_grouped(pool, gws, TREX_F32, true, false, 1.0f, 1.0f, probs, np);
-        trex_pool_for(pool, n, grain_for(I * 24), swiglu_bwd_rows, &sg);
-        /* dW1 += da^T x, dW3 += du^T x in one call; dx = da W1 + du W3 (into dyg, now free). */
-        np = pieces_wgrad(probs, &pl, g->w1, I, d, dhg, I, xg, d);
-        np += pieces_wgrad(probs + np, &pl, g->w3, I, d, dug, I, xg, d);
-        trex_gemm_grouped(pool, gws, TREX_F32, true, false, 1.0f, 1.0f, probs, np);
-        np = pieces_fwd(probs, &pl, w->w1, d, I, dhg, I, d, dyg, d);
-        trex_gemm_grouped(pool, gws, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
-        np = pieces_fwd(probs, &pl, w->w3, d, I, dug, I, d, dyg, d);
-        trex_gemm_grouped(pool, gws, TREX_F32, false, false, 1.0f, 1.0f, probs, np);
-        combine_args cb = {c->spos, dyg, dx, K, d, p0, p0 + n};
+        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
+        /* dW1 += da^T x, dW3 += du^T x in one call; dx = da W1 + du W3 (over xg and dyg, now spent). */
+        np = pieces_wgrad(probs, &pl, g->w1, I, d, da, I, xg, d);
+        np += pieces_wgrad(probs + np, &pl, g->w3, I, d, du, I, xg, d);
+        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        np = pieces_fwd(probs, &pl, w->w1, d, I, da, I, d, dxg, d);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
+        np = pieces_fwd(probs, &pl, w->w3, d, I, du, I, d, dxg, d);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 1.0f, probs, np);
+        combine_args cb = {c->spos, dxg, dx, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
     }
 }
@@ -779,5 +974,12 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     router_bwd_args rb = {c->z, c->s, dg, cbal, c->idx, dz, E, K, T,
                           (float)cfg->routed_scaling_factor};
     trex_pool_for(pool, N, grain_for(E * 8), router_bwd_rows, &rb);
-    trex_linear_backward(pool, dx, g->gate, dz, x, w->gate, N, d, E, true);
+    if (c->spos) { /* bf16 mode: skinny kernels with the fp32 GEMM's bits */
+        float *ws = scratch_x(ar, (size_t)(E * d) * sizeof(float));
+        gate_bwd_args gb = {trex_fused(), dz, x, w->gate, dx, g->gate, ws, N, d, E};
+        trex_pool_for(pool, N, 4, gate_bwd_dx_rows, &gb);
+        trex_pool_for(pool, (d + 15) / 16, 1, gate_bwd_dw_cols, &gb);
+    } else {
+        trex_linear_backward(pool, dx, g->gate, dz, x, w->gate, N, d, E, true);
+    }
 }

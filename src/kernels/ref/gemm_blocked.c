@@ -557,6 +557,13 @@ void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta
     trex_gemm_grouped_with(trex_kernels_table(), pool, ws, in, ta, tb, alpha, beta, probs, count);
 }
 
+void trex_gemm_grouped_mixed(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, trex_dtype b_in,
+                             bool ta, bool tb, float alpha, float beta,
+                             const trex_gemm_problem *probs, int64_t count)
+{
+    gemm_run(trex_kernels_table(), pool, ws, a_in, b_in, false, ta, tb, alpha, beta, probs, count);
+}
+
 void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta,
                                  float alpha, float beta, const trex_gemm_problem *probs,
                                  int64_t count)
