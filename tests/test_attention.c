@@ -9,15 +9,28 @@
  *     the LM path and the indexer KL path separately (each must leave the other's parameters alone);
  *  5. visibility: with a window of 1, query p depends on compressed block i iff i < floor((p+1)/m);
  *  6. a packed row equals each document run alone; sparse with top-k >= visible equals dense;
- *  7. bitwise identical results with no pool and with a 2-thread pool. */
+ *  7. bitwise identical results with no pool and with a 2-thread pool, in fp32 and in bf16 mode (the
+ *     bf16 attention core and indexer scores of the kernel level, AMX where the machine has it);
+ *  8. the fused axpy entry (kernels/fused.h) gives y + a x, element by element, at every level.
+ *
+ * `test_attention --bench N [reps] [fp32|bf16] [threads]` instead times trex_attn_forward and
+ * trex_attn_backward of one layer of each kind (SWA, CSA with the sparse indexer and its KL, HCA) at
+ * dsv4-bench's attention shapes, one document of N tokens: median wall and process CPU time over reps
+ * (after one warm-up call), and a hash of y, dx and the weight gradients (which accumulate over all the
+ * calls: compare hashes at equal reps). A build with -DTREX_ATTN_PROF also prints the time of each
+ * section of the layer (model/attention.c). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
+#include "kernels/dispatch.h"
+#include "kernels/fused.h"
+#include "kernels/kernels.h"
 #include "model/layers.h"
 #include "model/rope.h"
 #include "trex/alloc.h"
@@ -1052,6 +1065,8 @@ typedef struct run_out {
     int64_t count;
 } run_out;
 
+static trex_dtype run_dtype = TREX_F32; /* precision of run_full */
+
 static void run_full(run_out *o, const trex_config *cfg, int layer, bool sparse, const tseq *sq,
                      const float *x, const float *dy, const trex_attn_w *w, trex_pool *pool,
                      trex_arena *ar, double il_scale)
@@ -1061,6 +1076,7 @@ static void run_full(run_out *o, const trex_config *cfg, int layer, bool sparse,
     o->dx = malloc(sizeof(float) * n);
     weights_make(&o->g, cfg, layer, NULL);
     trex_ctx ctx = make_ctx(pool, ar);
+    ctx.compute = run_dtype;
     trex_arena_reset(ar);
     trex_attn_cache *cache = NULL;
     trex_indexer_loss il;
@@ -1200,9 +1216,17 @@ static void test_threads(trex_arena *ar)
     trex_config cfg = small_cfg();
     cfg.sliding_window = 6;
     cfg.index_topk = 3;
-    const int64_t lens[] = {70, 26, 40, 56}, T = 96, N = 192, d = cfg.hidden_size;
+    if (run_dtype == TREX_BF16) {
+        /* wider heads: sums long enough for a grouping-dependent order to show in the bits */
+        cfg.num_attention_heads = 4;
+        cfg.head_dim = 128;
+        cfg.index_head_dim = 64;
+    }
+    /* 13 key-side tiles of 16: the 2-thread split (token 112) falls inside a document */
+    const int64_t lens[] = {70, 30, 40, 60}, T = 100, N = 200, d = cfg.hidden_size;
     tseq sq;
     make_seq(&sq, 2, T, lens, 4);
+    const char *md = run_dtype == TREX_BF16 ? "bf16" : "fp32";
     for (int k = 0; k < NCASES; k++) {
         const int layer = CASES[k].layer;
         rng r = {600 + (uint64_t)k};
@@ -1216,13 +1240,13 @@ static void test_threads(trex_arena *ar)
         run_full(&B, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, pool, ar, 0.1);
         bool bw;
         grads_diff(&B.g, &A.g, &cfg, layer, &bw);
-        CHECK(memcmp(A.y, B.y, sizeof(float) * N * d) == 0, "%s: y differs with 2 threads",
-              CASES[k].name);
-        CHECK(memcmp(A.dx, B.dx, sizeof(float) * N * d) == 0, "%s: dx differs with 2 threads",
-              CASES[k].name);
-        CHECK(bw, "%s: weight gradients differ with 2 threads", CASES[k].name);
-        CHECK(A.kl == B.kl && A.count == B.count, "%s: indexer loss differs with 2 threads",
-              CASES[k].name);
+        CHECK(memcmp(A.y, B.y, sizeof(float) * N * d) == 0, "%s %s: y differs with 2 threads",
+              md, CASES[k].name);
+        CHECK(memcmp(A.dx, B.dx, sizeof(float) * N * d) == 0, "%s %s: dx differs with 2 threads",
+              md, CASES[k].name);
+        CHECK(bw, "%s %s: weight gradients differ with 2 threads", md, CASES[k].name);
+        CHECK(A.kl == B.kl && A.count == B.count, "%s %s: indexer loss differs with 2 threads",
+              md, CASES[k].name);
         run_free(&A, &cfg, layer);
         run_free(&B, &cfg, layer);
         weights_free(&w, &cfg, layer);
@@ -1230,6 +1254,30 @@ static void test_threads(trex_arena *ar)
         free(dy);
     }
     trex_pool_destroy(pool);
+}
+
+/* The fused axpy entry (the indexer KL gradients) gives am_axpy_f's bits at every level. */
+static void test_axpy_levels(void)
+{
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    float x[133], y0[133], y[133], ye[133];
+    rng r = {901};
+    fill_f(x, 133, 1.0, &r);
+    fill_f(y0, 133, 1.0, &r);
+    for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+        const trex_fused_table *t = trex_fused_for(caps[k]);
+        for (int64_t n = 0; n <= 133; n += (n < 40 ? 1 : 31)) {
+            memcpy(y, y0, sizeof y);
+            memcpy(ye, y0, sizeof ye);
+            t->axpy(y, -0.37f, x, n);
+            for (int64_t i = 0; i < n; i++) {
+                const float ax = -0.37f * x[i];
+                ye[i] = ye[i] + ax;
+            }
+            CHECK(memcmp(y, ye, sizeof y) == 0, "fused axpy at level %s, n = %lld: not y + a x "
+                  "element by element (or wrote past n)", t->name, (long long)n);
+        }
+    }
 }
 
 static void test_bad_config(trex_arena *ar)
@@ -1251,8 +1299,162 @@ static void test_bad_config(trex_arena *ar)
     weights_free(&w, &good, 0);
 }
 
-int main(void)
+/* ---- --bench: one layer of each kind at dsv4-bench's shapes ---------------------------------- */
+
+#ifdef TREX_ATTN_PROF
+void trex_attn_prof_reset(void);
+void trex_attn_prof_dump(double div);
+#endif
+
+static double clock_s(clockid_t id)
 {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return v[n / 2];
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t bytes)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int bench(int64_t N, int reps, bool bf16, int threads)
+{
+    trex_config cfg = small_cfg(); /* dsv4-bench's attention (configs/dsv4-bench.json) */
+    cfg.hidden_size = 1024;
+    cfg.num_hidden_layers = 3;
+    cfg.num_attention_heads = 16;
+    cfg.head_dim = 512;
+    cfg.qk_rope_head_dim = 64;
+    cfg.q_lora_rank = 256;
+    cfg.o_groups = 2;
+    cfg.o_lora_rank = 256;
+    cfg.sliding_window = 128;
+    cfg.n_compress_ratios = 3;
+    cfg.compress_ratios[0] = 0;
+    cfg.compress_ratios[1] = 4;
+    cfg.compress_ratios[2] = 128;
+    cfg.index_n_heads = 16;
+    cfg.index_head_dim = 128;
+    cfg.index_topk = 128;
+    trex_err err = {0};
+    if (trex_kernels_init(&err) != TREX_OK) {
+        fprintf(stderr, "test_attention: %s\n", err.msg);
+        return 1;
+    }
+    const int64_t d = cfg.hidden_size;
+    int32_t *tok = calloc((size_t)N, sizeof *tok), *pos = calloc((size_t)N, sizeof *pos);
+    int64_t st = 0, ln = N;
+    for (int64_t t = 0; t < N; t++)
+        pos[t] = (int32_t)t;
+    trex_seqinfo seq = {1, N, tok, pos, 1, &st, &ln};
+    trex_pool *pool = threads > 1 ? trex_pool_create(threads) : NULL;
+    trex_arena *ar = trex_arena_create(NULL, TREX_REGION_ACTS, (size_t)64 << 20);
+    trex_ctx ctx = make_ctx(pool, ar);
+    ctx.compute = bf16 ? TREX_BF16 : TREX_F32;
+    ctx.ws = trex_gemm_ws_create();
+    float *x = malloc(sizeof(float) * N * d), *dy = malloc(sizeof(float) * N * d);
+    float *y = malloc(sizeof(float) * N * d), *dx = malloc(sizeof(float) * N * d);
+    TREX_ASSERT(tok && pos && ar && ctx.ws && x && dy && y && dx);
+    rng r = {77};
+    fill_f(x, N * d, 1.0, &r);
+    fill_f(dy, N * d, 1.0 / sqrt((double)N), &r);
+    printf("attention layer, dsv4-bench shapes, N %lld, %s, %d thread(s), kernels %s; median of %d "
+           "(after 1 warm-up)\n", (long long)N, bf16 ? "bf16" : "fp32", threads,
+           trex_isa_name(trex_kernels_isa()), reps);
+    static const char *const kind[3] = {"SWA (ratio 0)", "CSA (ratio 4, sparse indexer + KL)",
+                                        "HCA (ratio 128)"};
+    double tot[4] = {0};
+    for (int layer = 0; layer < 3; layer++) {
+        trex_attn_w w, g;
+        weights_make(&w, &cfg, layer, &r);
+        weights_make(&g, &cfg, layer, NULL);
+        double fw[64], fc[64], bw[64], bc[64];
+        for (int k = -1; k < reps; k++) {
+#ifdef TREX_ATTN_PROF
+            if (k == 0)
+                trex_attn_prof_reset();
+#endif
+            trex_arena_reset(ar);
+            trex_attn_cache *cache = NULL;
+            trex_indexer_loss il;
+            double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+            trex_code rc = trex_attn_forward(&ctx, &cfg, layer, &seq, y, x, &w, true, &cache, &il,
+                                             &err);
+            double w1 = clock_s(CLOCK_MONOTONIC), c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+            if (rc != TREX_OK) {
+                fprintf(stderr, "test_attention: %s\n", err.msg);
+                return 1;
+            }
+            const double il_scale = il.count > 0 ? 0.01 / (double)il.count : 0.0;
+            trex_attn_backward(&ctx, &cfg, layer, &seq, dx, dy, x, &w, &g, cache, il_scale);
+            double w2 = clock_s(CLOCK_MONOTONIC), c2 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+            if (k >= 0) {
+                fw[k] = w1 - w0, fc[k] = c1 - c0, bw[k] = w2 - w1, bc[k] = c2 - c1;
+            }
+        }
+        /* a hash of y, dx and the weight gradients (all accumulated over the calls): a changed
+         * implementation that must keep the bits keeps this line */
+        uint64_t hs = fnv(0xcbf29ce484222325ull, y, sizeof(float) * (size_t)(N * d));
+        hs = fnv(hs, dx, sizeof(float) * (size_t)(N * d));
+        {
+            wdesc L[32];
+            const int nl = weight_list(L, &cfg, layer);
+            for (int i = 0; i < nl; i++)
+                hs = fnv(hs, *wfield(&g, &L[i]), sizeof(float) * (size_t)L[i].n);
+        }
+        const double mfw = median(fw, reps), mfc = median(fc, reps);
+        const double mbw = median(bw, reps), mbc = median(bc, reps);
+        tot[0] += mfw, tot[1] += mfc, tot[2] += mbw, tot[3] += mbc;
+        printf("  %-36s forward %8.1f ms wall %8.1f ms cpu | backward %8.1f ms wall %8.1f ms cpu "
+               "| arena %.0f MiB | hash %016llx\n", kind[layer], 1e3 * mfw, 1e3 * mfc, 1e3 * mbw,
+               1e3 * mbc, (double)trex_arena_used(ar) / 1048576.0, (unsigned long long)hs);
+#ifdef TREX_ATTN_PROF
+        trex_attn_prof_dump((double)reps);
+#endif
+        weights_free(&w, &cfg, layer);
+        weights_free(&g, &cfg, layer);
+    }
+    printf("  %-36s forward %8.1f ms wall %8.1f ms cpu | backward %8.1f ms wall %8.1f ms cpu\n",
+           "sum of the three", 1e3 * tot[0], 1e3 * tot[1], 1e3 * tot[2], 1e3 * tot[3]);
+    trex_gemm_ws_destroy(ctx.ws);
+    trex_arena_destroy(ar);
+    if (pool)
+        trex_pool_destroy(pool);
+    free(tok), free(pos), free(x), free(dy), free(y), free(dx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "--bench")) {
+        const long long n = argc >= 3 ? atoll(argv[2]) : 1024;
+        const int reps = argc >= 4 ? atoi(argv[3]) : 3;
+        const bool b16 = argc >= 5 && !strcmp(argv[4], "bf16");
+        const int th = argc >= 6 ? atoi(argv[5]) : 2;
+        if (n < 1 || n > (1 << 20) || reps < 1 || reps > 64 || th < 1 || th > 64 ||
+            (argc >= 5 && strcmp(argv[4], "bf16") && strcmp(argv[4], "fp32"))) {
+            fprintf(stderr, "usage: test_attention --bench N [reps 1..64] [fp32|bf16] [threads]\n");
+            return 2;
+        }
+        return bench((int64_t)n, reps, b16, th);
+    }
+
     const char *v = getenv("TEST_VERBOSE");
     verbose = v ? (int)strtol(v, NULL, 10) : 0;
     test_pool_fd();
@@ -1267,6 +1469,10 @@ int main(void)
         test_documents(ar);
         test_sparse_is_dense(ar);
         test_threads(ar);
+        run_dtype = TREX_BF16;
+        test_threads(ar);
+        run_dtype = TREX_F32;
+        test_axpy_levels();
         test_bad_config(ar);
         trex_arena_destroy(ar);
     }

@@ -22,7 +22,14 @@
  *    within a quarter of the bound above (measured: at most 0.06 of that), and the
  *    relative L2 distance of every output below 2e-3 (against fp32 the bf16 rounding alone gives
  *    about 1e-3 .. 1e-2).
- * 3. Two calls give the same bits; the scratch guard is intact.
+ * 3. Two calls give the same bits (the second with the entries passed already rounded, Vb); the
+ *    scratch guard is intact.
+ * 4. The indexer scores dots_bf16 (rows rounded to bf16, bf16 keys, fp32 sums) at every level
+ *    against an fp64 product of the rounded-on-entry keys and the unrounded rows: |err| <= 1.25
+ *    (2^-9 + c 2^-23) sum_k |a_k K_k|, and against the reference within a quarter of that; with and
+ *    without an index list, scratch guard intact. The top-k of scores sum_h w_h ReLU(.) computed in
+ *    bf16 differs from the fp64 one only by entries whose fp64 score lies within twice the largest
+ *    score bound of the k-th largest (docs/precision.md: the indexer's top-k in bf16 mode).
  *
  * `test_attn_bf16 --bench [reps]` instead times the fp32 entries of the best level and the bf16 entries
  * of every level on dsv4-bench's shapes (16 heads of 512, 256 entries per query in the forward and the
@@ -217,6 +224,22 @@ typedef struct outs {
     float *o, *lse, *z, *dq, *ds, *P, *ps, *dpool;
 } outs;
 
+static uint16_t to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t b)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 static const float GUARD = -12345.678f;
 
 static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, int *guard_ok,
@@ -233,21 +256,30 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
     float *o2 = xmalloc_f(H * c), *lse2 = xmalloc_f(H), *z2 = xmalloc_f(H * n);
     float *dq2 = xmalloc_f(H * c), *ds2 = xmalloc_f(H), *ps2 = xmalloc_f(n), *dp2 = xmalloc_f(n * c);
     float **dV = malloc((size_t)(n + 1) * sizeof *dV);
-    if (!dV)
+    uint16_t *vrows = malloc((size_t)(n * c + 1) * sizeof(uint16_t));
+    const uint16_t **Vb = malloc((size_t)(n + 1) * sizeof *Vb);
+    if (!dV || !vrows || !Vb)
         exit(2);
+    for (int64_t e = 0; e < n; e++) {
+        for (int64_t i = 0; i < c; i++)
+            vrows[e * c + i] = to_bf16(s->V[e][i]);
+        Vb[e] = vrows + e * c;
+    }
     *repeat_ok = 1;
     for (int rep = 0; rep < 2; rep++) {
         float *o = rep ? o2 : x->o, *lse = rep ? lse2 : x->lse, *z = rep ? z2 : x->z;
         float *dq = rep ? dq2 : x->dq, *ds = rep ? ds2 : x->ds, *ps = rep ? ps2 : x->ps;
         float *dpool = rep ? dp2 : x->dpool;
-        t->sattn_fwd_bf16(o, lse, z, ws, s->q, s->V, n, H, c, s->sink, s->scale);
+        const uint16_t *const *vb = rep ? Vb : NULL; /* the second time: the entries pre-rounded */
+        t->sattn_fwd_bf16(o, lse, z, ws, s->q, s->V, vb, n, H, c, s->sink, s->scale);
         /* the backward takes the fp32 reference's lse and D, so each entry is checked on its own */
-        t->sattn_bwd_query_bf16(dq, ds, rep ? NULL : x->P, ws, s->g, s->q, s->V, n, H, c, s->sink,
-                                s->scale, s->lse, s->D);
+        t->sattn_bwd_query_bf16(dq, ds, rep ? NULL : x->P, ws, s->g, s->q, s->V, vb, n, H, c,
+                                s->sink, s->scale, s->lse, s->D);
         memcpy(dpool, s->dpool0, (size_t)(n * c) * sizeof(float));
         for (int64_t e = 0; e < n; e++)
             dV[e] = dpool + e * c;
-        t->sattn_bwd_entries_bf16(dV, ps, ws, s->V, n, s->q, s->g, H, c, s->scale, s->lse, s->D);
+        t->sattn_bwd_entries_bf16(dV, ps, ws, s->V, vb, n, s->q, s->g, H, c, s->scale, s->lse,
+                                  s->D);
     }
     *repeat_ok = same_bits(o2, x->o, H * c) && same_bits(lse2, x->lse, H) &&
                  same_bits(z2, x->z, H * n) && same_bits(dq2, x->dq, H * c) &&
@@ -257,6 +289,7 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
     for (int64_t i = 0; i < 64; i++)
         *guard_ok &= ws[wsn + i] == GUARD;
     free(wbuf), free(o2), free(lse2), free(z2), free(dq2), free(ds2), free(ps2), free(dp2), free(dV);
+    free(vrows), free(Vb);
 }
 
 static void outs_free(outs *x)
@@ -358,10 +391,16 @@ static int bench(int reps)
         char name[32];
         snprintf(name, sizeof name, "%s %s", b16 ? t->sattn_bf16_name : best->name,
                  b16 ? "bf16" : "fp32");
-        trex_fused_sattn_fwd_fn f = b16 ? t->sattn_fwd_bf16 : best->sattn_fwd;
-        trex_fused_sattn_bwd_query_fn bq = b16 ? t->sattn_bwd_query_bf16 : best->sattn_bwd_query;
-        trex_fused_sattn_bwd_entries_fn be =
-            b16 ? t->sattn_bwd_entries_bf16 : best->sattn_bwd_entries;
+        /* the fp32 entries, or the bf16 ones with the entries rounded per call (Vb NULL) */
+#define f(o, lse, z, ws, q, V, ...)                                                           \
+    (b16 ? t->sattn_fwd_bf16(o, lse, z, ws, q, V, NULL, __VA_ARGS__)                          \
+         : best->sattn_fwd(o, lse, z, ws, q, V, __VA_ARGS__))
+#define bq(dq, ds, P, ws, g, q, V, ...)                                                       \
+    (b16 ? t->sattn_bwd_query_bf16(dq, ds, P, ws, g, q, V, NULL, __VA_ARGS__)                 \
+         : best->sattn_bwd_query(dq, ds, P, ws, g, q, V, __VA_ARGS__))
+#define be(dV, ps, ws, V, ...)                                                                \
+    (b16 ? t->sattn_bwd_entries_bf16(dV, ps, ws, V, NULL, __VA_ARGS__)                        \
+         : best->sattn_bwd_entries(dV, ps, ws, V, __VA_ARGS__))
         f(o, lse, z, ws, q, V, n, H, c, sink, scale);
         for (int64_t h = 0; h < H; h++)
             D[h] = best->dot(g + h * c, o + h * c, c);
@@ -382,9 +421,146 @@ static int bench(int reps)
         flops = 8.0 * H * nw * c;
         BENCH("sattn_bwd_entries n=128", 20, be(dVw, ps, ws, V, nw, q, g, H, c, scale, lse, D));
     }
+#undef f
+#undef bq
+#undef be
     free(pool), free(q), free(g), free(sink), free(ws), free(o), free(lse), free(z), free(D);
     free(dq), free(ds), free(P), free(ps), free(dpool);
     return 0;
+}
+
+
+/* ---- 4. indexer scores ---------------------------------------------------------------------- */
+
+static int cmp_desc(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* fp64 dot of row a (unrounded) with the bf16 key k, and the bound of section 4 */
+static double dot_bound(double *mag, const float *a, const uint16_t *k, int64_t c)
+{
+    double ex = 0.0, m = 0.0;
+    for (int64_t i = 0; i < c; i++) {
+        ex += (double)a[i] * from_bf16(k[i]);
+        m += fabs((double)a[i] * from_bf16(k[i]));
+    }
+    *mag = 1.25 * (ldexp(1.0, -9) + (double)c * ldexp(1.0, -23)) * m;
+    return ex;
+}
+
+/* One shape of dots_bf16 at every level: the error bound against fp64, a quarter of it against the
+ * reference (level 0), the scratch guard. Keeps the largest ratios in worst[0..1]. */
+static void dots_case(const trex_fused_table *const *lv, int nl, int64_t n, int64_t R, int64_t c,
+                      int use_idx, double *worst)
+{
+    const int64_t lda = c + 3, nrows = (n + 15) / 16 * 16 + 7, wsn = TREX_FUSED_DOTS_BF16_WS(n, R, c);
+    float *A = xmalloc_f(R * lda), *out = xmalloc_f(R * n), *out0 = xmalloc_f(R * n);
+    float *ws = xmalloc_f(wsn + 17), *wsm = ws + 1; /* misaligned, 16 guard floats after it */
+    uint16_t *Kb = malloc((size_t)(nrows * c) * sizeof(uint16_t));
+    int64_t *idx = malloc((size_t)(n + 1) * sizeof(int64_t));
+    if (!Kb || !idx)
+        exit(2);
+    fill(A, R * lda, 1.0f);
+    for (int64_t i = 0; i < nrows * c; i++)
+        Kb[i] = to_bf16(2.0f * frand());
+    for (int64_t e = 0; e < n; e++)
+        idx[e] = (e * 7 + 3) % nrows; /* scattered, repeats allowed */
+    for (int l = 0; l < nl; l++) {
+        const trex_fused_table *t = lv[l];
+        for (int64_t i = 0; i < 16; i++)
+            wsm[wsn + i] = GUARD;
+        t->dots_bf16(out, wsm, A, lda, R, Kb, use_idx ? idx : NULL, n, c);
+        int guard = 1;
+        for (int64_t i = 0; i < 16; i++)
+            guard &= wsm[wsn + i] == GUARD;
+        CHECK(guard, "dots_bf16 %s scratch overrun n=%lld R=%lld c=%lld", t->name, (long long)n,
+              (long long)R, (long long)c);
+        int bad = 0, bad_ref = 0;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t e = 0; e < n; e++) {
+                double b;
+                const double ex = dot_bound(&b, A + r * lda, Kb + (use_idx ? idx[e] : e) * c, c);
+                const double q = fabs(out[r * n + e] - ex) / (b + 1e-30);
+                const double qr = l > 0 ? fabs(out[r * n + e] - out0[r * n + e]) / (b + 1e-30) : 0;
+                worst[0] = q > worst[0] ? q : worst[0];
+                worst[1] = qr > worst[1] ? qr : worst[1];
+                bad += !(q <= 1.0);
+                bad_ref += !(qr <= 0.25);
+            }
+        CHECK(bad == 0 && bad_ref == 0, "dots_bf16 %s n=%lld R=%lld c=%lld idx=%d: %d scores out of "
+              "the bound, %d out of a quarter of it against the reference", t->name, (long long)n,
+              (long long)R, (long long)c, use_idx, bad, bad_ref);
+        if (l == 0)
+            memcpy(out0, out, (size_t)(R * n) * sizeof(float));
+    }
+    free(A), free(out), free(out0), free(Kb), free(idx), free(ws);
+}
+
+static void test_dots_bf16(const trex_fused_table *const *lv, int nl)
+{
+    const int64_t ns[] = {0, 1, 15, 16, 17, 63, 64, 65, 200}, Rs[] = {1, 16, 20}, cs[] = {32, 48, 128};
+    double worst[2] = {0.0, 0.0};
+    for (size_t ic = 0; ic < 3; ic++)
+        for (size_t ir = 0; ir < 3; ir++)
+            for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
+                for (int use_idx = 0; use_idx < 2; use_idx++)
+                    dots_case(lv, nl, ns[in], Rs[ir], cs[ic], use_idx, worst);
+    printf("dots_bf16: largest error / bound %.3f against fp64, %.3f against the reference\n",
+           worst[0], worst[1]);
+
+    /* top-k of the indexer scores: 16 heads of 128, 300 entries, k 64 */
+    const int64_t R = 16, c = 128, n = 300, k = 64;
+    float *A = xmalloc_f(R * c), *out = xmalloc_f(R * n);
+    float *ws = xmalloc_f(TREX_FUSED_DOTS_BF16_WS(n, R, c));
+    uint16_t *Kb = malloc((size_t)((n + 16) * c) * sizeof(uint16_t));
+    double *s64 = xmalloc_d(n), *sb = xmalloc_d(n), *bnd = xmalloc_d(n), *srt = xmalloc_d(n);
+    float hw[16];
+    fill(A, R * c, 1.0f);
+    for (int64_t h = 0; h < R; h++)
+        hw[h] = 0.5f + 0.5f * frand();
+    for (int64_t i = 0; i < (n + 16) * c; i++)
+        Kb[i] = to_bf16(frand());
+    for (int64_t e = 1; e < n; e += 2) { /* near ties: each odd key is its predecessor, one ulp off */
+        memcpy(Kb + e * c, Kb + (e - 1) * c, (size_t)c * sizeof(uint16_t));
+        Kb[e * c + e % c] ^= 1;
+    }
+    const trex_fused_table *t = lv[nl - 1];
+    if (t->dots_bf16) {
+        t->dots_bf16(out, ws, A, c, R, Kb, NULL, n, c);
+        double bmax = 0.0;
+        for (int64_t e = 0; e < n; e++) {
+            s64[e] = sb[e] = bnd[e] = 0.0;
+            for (int64_t h = 0; h < R; h++) {
+                double b;
+                const double ex = dot_bound(&b, A + h * c, Kb + e * c, c);
+                s64[e] += ex > 0 ? hw[h] * ex : 0.0;
+                sb[e] += out[h * n + e] > 0 ? hw[h] * (double)out[h * n + e] : 0.0;
+                bnd[e] += fabs(hw[h]) * b;
+            }
+            bmax = bnd[e] > bmax ? bnd[e] : bmax;
+        }
+        memcpy(srt, s64, (size_t)n * sizeof(double));
+        qsort(srt, (size_t)n, sizeof(double), cmp_desc);
+        const double kth64 = srt[k - 1];
+        memcpy(srt, sb, (size_t)n * sizeof(double));
+        qsort(srt, (size_t)n, sizeof(double), cmp_desc);
+        const double kthb = srt[k - 1];
+        int swaps = 0, bad = 0;
+        for (int64_t e = 0; e < n; e++) {
+            const int in64 = s64[e] >= kth64, inb = sb[e] >= kthb;
+            if (in64 != inb) {
+                swaps++;
+                bad += fabs(s64[e] - kth64) > 2.0 * bmax;
+            }
+        }
+        CHECK(bad == 0, "indexer top-k in bf16: %d of %d changed entries lie farther than twice the "
+              "score bound (%.3g) from the k-th score", bad, swaps, bmax);
+        printf("indexer top-k (%lld of %lld) in bf16 (%s): %d entries changed, each within %.3g of the "
+               "k-th score %.4g\n", (long long)k, (long long)n, t->name, swaps, 2.0 * bmax, kth64);
+    }
+    free(A), free(out), free(ws), free(Kb), free(s64), free(sb), free(bnd), free(srt);
 }
 
 int main(int argc, char **argv)
@@ -445,5 +621,6 @@ int main(int argc, char **argv)
             }
     printf("largest error / bound: %.3f against fp32, %.3f (of the quarter bound) against the bf16 "
            "reference\n", worst_seen[0], worst_seen[1]);
+    test_dots_bf16(lv, nl);
     return check_summary();
 }

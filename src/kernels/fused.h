@@ -45,6 +45,8 @@
 
 /* sum_i a_i b_i over 16 interleaved partial sums combined in a fixed tree (am_dot_f). */
 typedef float (*trex_fused_dot_fn)(const float *a, const float *b, int64_t n);
+/* y[i] += a * x[i] for i < n (a multiply, then an add: am_axpy_f's bits; the indexer KL gradients). */
+typedef void (*trex_fused_axpy_fn)(float *y, float a, const float *x, int64_t n);
 /* out[r*n + e] = dot(A + r*lda, V[e], c) for r < R, e < n, each exactly as the dot above. */
 typedef void (*trex_fused_dots_fn)(float *out, const float *A, int64_t lda, int64_t R,
                                    const float *const *V, int64_t n, int64_t c);
@@ -83,7 +85,39 @@ typedef void (*trex_fused_sattn_bwd_entries_fn)(float *const *dV, float *psum, f
  * the fp32 sums); the AMX leaves (kernels/x86/amx/attn.c) sum in the tile unit's order and use a
  * vector exp (about 1 ulp), so they agree with the reference within fp32 rounding (and rare one-ulp
  * flips of a bf16-rounded p or dz); tests/test_attn_bf16.c states the bounds. Each entry's results
- * depend only on that entry and the query, not on which other entries share the call. */
+ * depend only on that entry and the query, not on which other entries share the call.
+ * One more argument than the fp32 entries, Vb after V: NULL, or the entries already rounded, Vb[e] =
+ * bf(V[e]) (c bf16 values each; model/attention.c rounds kv and the compressed entries once per
+ * layer), which the leaves then copy instead of rounding V[e] again (the same results). */
+typedef void (*trex_fused_sattn_fwd_bf16_fn)(float *o, float *lse, float *z, float *ws,
+                                             const float *q, const float *const *V,
+                                             const uint16_t *const *Vb, int64_t n, int64_t H,
+                                             int64_t c, const float *sink, float scale);
+typedef void (*trex_fused_sattn_bwd_query_bf16_fn)(float *dq, float *dsink, float *P, float *ws,
+                                                   const float *g, const float *q,
+                                                   const float *const *V,
+                                                   const uint16_t *const *Vb, int64_t n,
+                                                   int64_t H, int64_t c, const float *sink,
+                                                   float scale, const float *lse, const float *D);
+typedef void (*trex_fused_sattn_bwd_entries_bf16_fn)(float *const *dV, float *psum, float *ws,
+                                                     const float *const *V,
+                                                     const uint16_t *const *Vb, int64_t n,
+                                                     const float *q, const float *g, int64_t H,
+                                                     int64_t c, float scale, const float *lse,
+                                                     const float *D);
+
+/* Lightning-indexer head scores of bf16 mode (docs/precision.md): out[r*n + e] = bf(A_r) . K_e for
+ * r < R, e < n, A_r = A + r*lda (c floats, rounded to bf16 nearest even), K_e the bf16 row
+ * Kb + i*c with i = idx[e] (idx NULL: i = e); products exact, fp32 sums (kernels/ref/attn_bf16.c:
+ * am_dot_f's order; the AMX leaf: the tiles' order, so the two agree within fp32 rounding of the
+ * sums). With idx NULL, rows up to n rounded up to 16 must be readable (their results are unused).
+ * Each out element depends only on its row and entry. ws: TREX_FUSED_DOTS_BF16_WS(n, R, c) floats. */
+typedef void (*trex_fused_dots_bf16_fn)(float *out, float *ws, const float *A, int64_t lda,
+                                        int64_t R, const uint16_t *Kb, const int64_t *idx,
+                                        int64_t n, int64_t c);
+#define TREX_FUSED_DOTS_BF16_WS(n, R, c)                                                        \
+    (TREX_FUSED_SATTN_HP(R) * TREX_FUSED_SATTN_CP(c) +                                          \
+     TREX_FUSED_SATTN_NP(n) * (TREX_FUSED_SATTN_CP(c) / 2 + TREX_FUSED_SATTN_HP(R)) + 16 * 16)
 
 /* mHC, one token of n <= 8 streams of d floats (model/mhc_real.h):
  *   post_fwd      Xo_k = post_k y + sum_j comb_jk X_j (mhc_post_tok_fwd_f);
@@ -161,16 +195,20 @@ typedef struct trex_fused_table {
     const char *name;
     trex_fused_dot_fn dot;
     trex_fused_dots_fn dots;
+    trex_fused_axpy_fn axpy;
     trex_fused_sattn_fwd_fn sattn_fwd;
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
     /* bf16 variants (ws of TREX_FUSED_SATTN_BF16_WS floats, 64-byte alignment not required): the
      * reference at the ref level, the AMX leaves at the amx level; NULL at avx2 / avx512, where the
      * plain-C variant would be slower than the fp32 leaves and bf16 mode keeps the fp32 entries */
-    trex_fused_sattn_fwd_fn sattn_fwd_bf16;
-    trex_fused_sattn_bwd_query_fn sattn_bwd_query_bf16;
-    trex_fused_sattn_bwd_entries_fn sattn_bwd_entries_bf16;
+    trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;
+    trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
+    trex_fused_sattn_bwd_entries_bf16_fn sattn_bwd_entries_bf16;
     const char *sattn_bf16_name;
+    /* bf16 indexer scores: the reference in the ref table (the ref and avx2 levels), AMX at amx,
+     * NULL at avx512 (bf16 mode keeps the fp32 dots there, as it keeps the fp32 attention core) */
+    trex_fused_dots_bf16_fn dots_bf16;
     trex_fused_mhc_post_fwd_fn mhc_post_fwd;
     trex_fused_mhc_post_bwd_fn mhc_post_bwd;
     trex_fused_mhc_collapse_fn mhc_collapse;
@@ -192,6 +230,7 @@ const trex_fused_table *trex_fused_for(trex_isa cap);
 
 /* ---- leaves (reached only through the tables) ---- */
 float trex_fused_dot_avx512(const float *a, const float *b, int64_t n);
+void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n);
 void trex_fused_dots_avx512(float *out, const float *A, int64_t lda, int64_t R,
                             const float *const *V, int64_t n, int64_t c);
 void trex_fused_sattn_fwd_avx512(float *o, float *lse, float *z, float *ws, const float *q,
@@ -247,26 +286,34 @@ float trex_fused_ce_exp_avx512(float x);
 
 /* bf16 attention: the reference (kernels/ref/attn_bf16.c) and the AMX leaves (kernels/x86/amx/attn.c). */
 void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale);
+                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale);
 void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const float *q, const float *const *V,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D);
+                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale, const float *lse,
+                                         const float *D);
 void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
-                                           const float *const *V, int64_t n, const float *q,
-                                           const float *g, int64_t H, int64_t c, float scale,
-                                           const float *lse, const float *D);
+                                           const float *const *V, const uint16_t *const *Vb,
+                                           int64_t n, const float *q, const float *g, int64_t H,
+                                           int64_t c, float scale, const float *lse,
+                                           const float *D);
+void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda, int64_t R,
+                              const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
+void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda, int64_t R,
+                              const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
 void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale);
+                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale);
 void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const float *q, const float *const *V,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D);
+                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale, const float *lse,
+                                         const float *D);
 void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
-                                           const float *const *V, int64_t n, const float *q,
-                                           const float *g, int64_t H, int64_t c, float scale,
-                                           const float *lse, const float *D);
+                                           const float *const *V, const uint16_t *const *Vb,
+                                           int64_t n, const float *q, const float *g, int64_t H,
+                                           int64_t c, float scale, const float *lse,
+                                           const float *D);
 
 #endif

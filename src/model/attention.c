@@ -32,7 +32,11 @@
 #include "model/attention_math.h"
 
 #define QBLOCK 4  /* queries per work item of the query-side loops */
-#define KTILE 16  /* entries per work item of the key-side loops (fixed: independent of threads) */
+#define KTILE 16  /* window entries per work item of the key-side loop (fixed: independent of threads) */
+/* compressed entries per work item of the key side: small, so that the zigzag order balances the
+ * threads (an early entry is attended by many more queries than a late one); a thread's run of items
+ * still makes one call per query (kcmp_items), so small items cost no extra calls */
+#define KCTILE 4
 
 /* Sizes of one layer. */
 typedef struct attn_dims {
@@ -77,12 +81,103 @@ struct trex_attn_cache {
     float *kva, *kv_rstd, *kv; /* [N, c], [N], [N, c] after RoPE */
     cmp_state cmp, icmp;
     float *iq, *hw;            /* [N, nI*cI] after RoPE, [N, nI] scaled */
+    /* bf16 mode with fk->dots_bf16: the indexer keys icmp.out rounded to bf16 once per layer
+     * [nc + 16, cI] (16 zero rows after the last: the leaf may read up to a multiple of 16) and the
+     * entry that computes every indexer score (forward, and both KL backward passes); else NULL */
+    uint16_t *ikb;
+    trex_fused_dots_bf16_fn dots_bf16;
+    /* bf16 attention core: kv [N, c] and the compressed entries cmp.out [nc, c] rounded to bf16 once
+     * per layer (the core's entries copy them instead of rounding every entry for every query) */
+    uint16_t *kvb, *cmpb;
     float *ilse, *mass;        /* [N] indexer log-sum-exp over the KL set, sum_s sum_h P */
     int32_t *sel, *nsel;       /* [N, topk] ascending local entry indices, [N] counts (sparse) */
     float *lse;                /* [N*H] including the sink */
     float *o;                  /* [N, H*c] attention output after the inverse RoPE */
     float *u;                  /* [N, G*dg] */
 };
+
+/* ---- section timers of a profiling build (make OPT="-O2 -g -DTREX_ATTN_PROF"; off by default) ----
+ * Wall and process CPU time of each top-level section, and the CPU time of each thread inside the
+ * per-query loops; tests/test_attention.c --bench prints them (trex_attn_prof_dump). */
+#ifdef TREX_ATTN_PROF
+#include <stdio.h>
+#include <time.h>
+enum {
+    AP_F_QPROJ, AP_F_KVPROJ, AP_F_CMP_GEMM, AP_F_CMP_POOL, AP_F_IDXPROJ, AP_F_ICMP_GEMM,
+    AP_F_ICMP_POOL, AP_F_CORE, AP_F_OUT, AP_B_OUT, AP_B_QSIDE, AP_B_KWIN, AP_B_KCMP, AP_B_QPATH,
+    AP_B_KVPATH, AP_B_CMP_POOL, AP_B_CMP_GEMM, AP_B_IDX, AP_B_ICMP_POOL, AP_B_ICMP_GEMM,
+    AP_T_GATHER, AP_T_CORE, AP_T_POST,
+    AP_T_BQ_GATHER, AP_T_BQ_CORE, AP_T_BQ_KL, AP_T_KC_CORE, AP_T_KC_KL, AP_N
+};
+static const char *const ap_name[AP_N] = {
+    "fwd q proj+norm+rope", "fwd kv proj+norm+rope", "fwd compressor GEMMs+ape",
+    "fwd compressor pool+norm+rope", "fwd indexer iq/hw proj", "fwd idx compressor GEMMs+ape",
+    "fwd idx compressor pool+norm+rope", "fwd core loop (qfwd)", "fwd wo_a/wo_b",
+    "bwd wo_b/wo_a + D", "bwd query side (qbwd)", "bwd key side window", "bwd key side compressed",
+    "bwd q path (qnorm, wq_b, wq_a)", "bwd kv path", "bwd compressor pool+norm",
+    "bwd compressor GEMMs", "bwd indexer projections", "bwd idx compressor pool+norm",
+    "bwd idx compressor GEMMs",
+    "  thr: fwd gather+indexer scores+topk", "  thr: fwd sattn_fwd", "  thr: fwd inv rope + KL",
+    "  thr: bwd-q gather", "  thr: bwd-q sattn_bwd_query", "  thr: bwd-q KL (dots, diq)",
+    "  thr: bwd-k sattn_bwd_entries (cmp)", "  thr: bwd-k KL (dots, dik)"};
+static double ap_wall[AP_N], ap_cpu[AP_N], ap_thr[AP_N][16];
+static double ap_clock(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+typedef struct ap_mark {
+    double w, c;
+} ap_mark;
+static ap_mark ap_now(void)
+{
+    return (ap_mark){ap_clock(CLOCK_MONOTONIC), ap_clock(CLOCK_PROCESS_CPUTIME_ID)};
+}
+static void ap_add(int k, ap_mark *m)
+{
+    ap_mark t = ap_now();
+    ap_wall[k] += t.w - m->w;
+    ap_cpu[k] += t.c - m->c;
+    *m = t;
+}
+#define AP_START ap_mark ap_m_ = ap_now()
+#define AP(k) ap_add((k), &ap_m_)
+#define AP_SKIP (ap_m_ = ap_now())
+#define AP_TSTART double ap_t_ = ap_clock(CLOCK_THREAD_CPUTIME_ID)
+#define AP_T(k, tid)                                                      \
+    do {                                                                  \
+        double ap_u_ = ap_clock(CLOCK_THREAD_CPUTIME_ID);                 \
+        ap_thr[(k)][(tid) & 15] += ap_u_ - ap_t_;                         \
+        ap_t_ = ap_u_;                                                    \
+    } while (0)
+void trex_attn_prof_reset(void);
+void trex_attn_prof_dump(double div);
+void trex_attn_prof_reset(void)
+{
+    memset(ap_wall, 0, sizeof ap_wall);
+    memset(ap_cpu, 0, sizeof ap_cpu);
+    memset(ap_thr, 0, sizeof ap_thr);
+}
+void trex_attn_prof_dump(double div)
+{
+    for (int k = 0; k < AP_N; k++) {
+        double th = 0.0;
+        for (int i = 0; i < 16; i++)
+            th += ap_thr[k][i];
+        if (ap_wall[k] > 0.0 || th > 0.0)
+            printf("    %-38s wall %8.1f ms  cpu %8.1f ms  (thr0 %7.1f thr1 %7.1f)\n", ap_name[k],
+                   1e3 * ap_wall[k] / div, 1e3 * (ap_cpu[k] + th) / div, 1e3 * ap_thr[k][0] / div,
+                   1e3 * ap_thr[k][1] / div);
+    }
+}
+#else
+#define AP_START (void)0
+#define AP(k) (void)0
+#define AP_SKIP (void)0
+#define AP_TSTART (void)0
+#define AP_T(k, tid) (void)0
+#endif
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
@@ -112,6 +207,31 @@ static float idx_from_heads(float *a, const float *ia, int64_t stride, int64_t i
             s += hw[h] * v;
     }
     return s;
+}
+
+/* score[i] = idx_from_heads(NULL, ia, n, i, hw, nI) for i < n, the same bits (heads in order; a
+ * non-positive head score adds w * 0 = +-0, which leaves the sum unchanged, as the sum is never -0),
+ * written as a max and an unconditional multiply-add so that the compiler runs 8 entries per step in
+ * vector lanes. */
+static void idx_scores(float *restrict score, const float *restrict ia, int64_t n,
+                       const float *restrict hw, int64_t nI)
+{
+    for (int64_t i = 0; i < n; i++)
+        score[i] = 0.0f;
+    for (int64_t h = 0; h < nI; h++) {
+        const float w = hw[h], *row = ia + h * n;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            for (int k = 0; k < 8; k++) {
+                const float v = row[i + k], r = v > 0.0f ? v : 0.0f; /* a NaN gives 0, as there */
+                score[i + k] += w * r;
+            }
+        }
+        for (; i < n; i++) {
+            const float v = row[i], r = v > 0.0f ? v : 0.0f;
+            score[i] += w * r;
+        }
+    }
 }
 
 /* Indices of the k largest of score[0..n) (equal scores: the lower index wins), ascending into out.
@@ -296,6 +416,7 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
     char *scr = trex_arena_alloc(ctx->arena, stride * (size_t)nthreads(ctx));
     if (!s->kt || !s->zt || !s->pooled || !s->rstd || !s->out || !scr)
         return false;
+    AP_START;
     trex_linear_forward(ctx->pool, s->kt, x, wkv, N, dm->d, wc);
     trex_linear_forward(ctx->pool, s->zt, x, wgate, N, dm->d, wc);
     /* positional bias by offset inside the block, on every token of a complete block */
@@ -308,6 +429,7 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
                 z[f] += ap[f];
         }
     }
+    AP(cw == dm->c ? AP_F_CMP_GEMM : AP_F_ICMP_GEMM);
     if (nc == 0)
         return true;
     cmp_task a = {docs, s, m, wm, NULL, NULL, NULL, scr, stride};
@@ -315,6 +437,7 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
     trex_pool_for(ctx->pool, nc, work >= 16384 ? 1 : 16384 / work, cmp_blocks, &a);
     trex_rmsnorm_forward(ctx->pool, s->out, s->rstd, s->pooled, norm, nc, cw, dm->eps);
     rope_apply(ctx->pool, s->out, nc, 1, cw, dm, docs->cpos, ct, st, false);
+    AP(cw == dm->c ? AP_F_CMP_POOL : AP_F_ICMP_POOL);
     return true;
 }
 
@@ -329,6 +452,7 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
     const int64_t N = dm->N, cw = s->cw, wc = wm * cw, nc = docs->nc;
     if (nc == 0)
         return;
+    AP_START;
     rope_apply(ctx->pool, dout, nc, 1, cw, dm, docs->cpos, ct, st, true);
     float *dpooled = trex_arena_xalloc(ctx->arena, (size_t)(nc * cw) * sizeof(float));
     trex_rmsnorm_backward(ctx->pool, dpooled, gnorm, dout, s->pooled, norm, s->rstd, nc, cw, false);
@@ -349,15 +473,17 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
                 ga[f] += dz[f];
         }
     }
+    AP(cw == dm->c ? AP_B_CMP_POOL : AP_B_ICMP_POOL);
     trex_linear_backward(ctx->pool, dx, gwkv, dkt, x, wkv, N, dm->d, wc, true);
     trex_linear_backward(ctx->pool, dx, gwgate, dzt, x, wgate, N, dm->d, wc, true);
+    AP(cw == dm->c ? AP_B_CMP_GEMM : AP_B_ICMP_GEMM);
 }
 
 /* ---- per-query attention (forward and query-side backward) ------------------------------------ */
 
 /* Per-thread scratch of the query loops. */
 typedef struct qscr {
-    size_t V, cidx, heap, z, o, scores, ps, mark, a, ws, kp, ia, total;
+    size_t V, Vb, cidx, heap, z, o, scores, ps, mark, a, ws, kp, ia, dws, total;
 } qscr;
 
 static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse, bool bf16)
@@ -368,6 +494,7 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse,
     const int64_t ne = dm->nwin + maxset + 1;
     size_t t = 0;
     L.V = lay(&t, (size_t)ne * sizeof(float *));
+    L.Vb = lay(&t, (size_t)ne * sizeof(uint16_t *));
     L.cidx = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(int64_t));
     L.heap = lay(&t, (size_t)(dm->topk + 1) * sizeof(int64_t));
     L.z = lay(&t, (size_t)(dm->H * ne) * sizeof(float));
@@ -380,6 +507,8 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse,
                                 : TREX_FUSED_SATTN_WS(ne, dm->H)) * sizeof(float));
     L.kp = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float *));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * (docs->maxnb + 1)) * sizeof(float));
+    const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(docs->maxnb, dm->nI, dm->cI) : 1;
+    L.dws = lay(&t, (size_t)dws * sizeof(float));
     L.total = t;
     return L;
 }
@@ -392,6 +521,8 @@ typedef struct qtask {
     /* the core attention entries of the run's precision (fk's fp32 or bf16 variants) */
     trex_fused_sattn_fwd_fn sattn_fwd;
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
+    trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;             /* bf16 mode: these two instead */
+    trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
     const float *sink;
     bool select;              /* forward: choose top-k (CSA sparse) */
     bool kl;                  /* KL terms (forward) / KL gradient (backward) */
@@ -413,8 +544,9 @@ typedef struct qtask {
  * sets *nw (window count) and *ncs (compressed count); cidx receives the local entry indices. With
  * scores (CSA), also the indexer score of every visible entry (idx_from_heads), through the scratch
  * kp (visible key pointers) and ia (head scores [nI][vis]). */
-static int64_t gather_entries(const qtask *a, int64_t t, const float **V, int64_t *cidx,
-                              float *scores, const float **kp, float *ia, int64_t *heap,
+static int64_t gather_entries(const qtask *a, int64_t t, const float **V, const uint16_t **Vb,
+                              int64_t *cidx,
+                              float *scores, const float **kp, float *ia, float *dws, int64_t *heap,
                               unsigned char *mark, int64_t *nw_out, int64_t *ncs_out)
 {
     const attn_dims *dm = a->dm;
@@ -425,6 +557,9 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, int64_
     const int64_t nw = t - jlo + 1;
     for (int64_t k = 0; k < nw; k++)
         V[k] = c->kv + (jlo + k) * dm->c;
+    if (c->kvb)
+        for (int64_t k = 0; k < nw; k++)
+            Vb[k] = c->kvb + (jlo + k) * dm->c;
     int64_t ncs = 0;
     if (dm->m > 0) {
         const int64_t vis = (p + 1) / dm->m, cb = docs->cstart[s];
@@ -432,11 +567,14 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, int64_
             /* the score of every visible entry: the nI x vis head scores as one batch of dots */
             const int64_t nI = dm->nI, cI = dm->cI;
             const float *hw = c->hw + t * nI;
-            for (int64_t i = 0; i < vis; i++)
-                kp[i] = c->icmp.out + (cb + i) * cI;
-            a->fk->dots(ia, c->iq + t * nI * cI, cI, nI, kp, vis, cI);
-            for (int64_t i = 0; i < vis; i++)
-                scores[i] = idx_from_heads(NULL, ia, vis, i, hw, nI);
+            if (c->dots_bf16) {
+                c->dots_bf16(ia, dws, c->iq + t * nI * cI, cI, nI, c->ikb + cb * cI, NULL, vis, cI);
+            } else {
+                for (int64_t i = 0; i < vis; i++)
+                    kp[i] = c->icmp.out + (cb + i) * cI;
+                a->fk->dots(ia, c->iq + t * nI * cI, cI, nI, kp, vis, cI);
+            }
+            idx_scores(scores, ia, vis, hw, nI);
         }
         if (dm->csa && c->sparse) {
             if (a->select) {
@@ -457,14 +595,19 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, int64_
         }
         for (int64_t i = 0; i < ncs; i++)
             V[nw + i] = c->cmp.out + (cb + cidx[i]) * dm->c;
+        if (c->cmpb)
+            for (int64_t i = 0; i < ncs; i++)
+                Vb[nw + i] = c->cmpb + (cb + cidx[i]) * dm->c;
     }
     *nw_out = nw;
     *ncs_out = ncs;
     return nw + ncs;
 }
 
-static void qfwd_one(const qtask *a, int64_t t, char *w)
+static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
 {
+    (void)tid;
+    AP_TSTART;
     const attn_dims *dm = a->dm;
     const trex_attn_cache *c = a->c;
     const int64_t H = dm->H, hc = dm->H * dm->c;
@@ -475,11 +618,19 @@ static void qfwd_one(const qtask *a, int64_t t, char *w)
     unsigned char *mark = (unsigned char *)(w + a->L.mark);
     const bool need_scores = dm->csa && (c->sparse || a->kl);
     int64_t nw, ncs;
-    int64_t n = gather_entries(a, t, V, cidx, need_scores ? scores : NULL,
-                               (const float **)(w + a->L.kp), (float *)(w + a->L.ia), heap, mark,
+    const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
+    int64_t n = gather_entries(a, t, V, Vb, cidx, need_scores ? scores : NULL,
+                               (const float **)(w + a->L.kp), (float *)(w + a->L.ia),
+                               (float *)(w + a->L.dws), heap, mark,
                                &nw, &ncs);
-    a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H, dm->c,
-                 a->sink, dm->scale);
+    AP_T(AP_T_GATHER, tid);
+    if (a->sattn_fwd_bf16)
+        a->sattn_fwd_bf16(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V,
+                          c->kvb ? Vb : NULL, n, H, dm->c, a->sink, dm->scale);
+    else
+        a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H,
+                     dm->c, a->sink, dm->scale);
+    AP_T(AP_T_CORE, tid);
     /* inverse RoPE of the output at the query's position */
     const int64_t pos = a->docs->tpos[t];
     float *o = a->o + t * hc;
@@ -523,10 +674,13 @@ static void qfwd_one(const qtask *a, int64_t t, char *w)
         }
     }
     a->kl_t[t] = kl;
+    AP_T(AP_T_POST, tid);
 }
 
-static void qbwd_one(const qtask *a, int64_t t, char *w)
+static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
 {
+    (void)tid;
+    AP_TSTART;
     const attn_dims *dm = a->dm;
     const trex_attn_cache *c = a->c;
     const int64_t H = dm->H, hc = dm->H * dm->c;
@@ -534,11 +688,20 @@ static void qbwd_one(const qtask *a, int64_t t, char *w)
     int64_t *cidx = (int64_t *)(w + a->L.cidx);
     float *P = (float *)(w + a->L.z), *av = (float *)(w + a->L.a);
     int64_t nw, ncs;
-    int64_t n = gather_entries(a, t, V, cidx, NULL, NULL, NULL, NULL, NULL, &nw, &ncs);
+    const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
+    int64_t n = gather_entries(a, t, V, Vb, cidx, NULL, NULL, NULL, NULL, NULL, NULL, &nw, &ncs);
+    AP_T(AP_T_BQ_GATHER, tid);
     const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
-    a->sattn_bwd_query(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL, (float *)(w + a->L.ws),
-                       a->gO + t * hc, c->q + t * hc, V, n, H, dm->c, a->sink, dm->scale,
-                       c->lse + t * H, a->D + t * H);
+    if (a->sattn_bwd_query_bf16)
+        a->sattn_bwd_query_bf16(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL,
+                                (float *)(w + a->L.ws), a->gO + t * hc, c->q + t * hc, V,
+                                c->kvb ? Vb : NULL, n, H, dm->c, a->sink, dm->scale,
+                                c->lse + t * H, a->D + t * H);
+    else
+        a->sattn_bwd_query(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL,
+                           (float *)(w + a->L.ws), a->gO + t * hc, c->q + t * hc, V, n, H, dm->c,
+                           a->sink, dm->scale, c->lse + t * H, a->D + t * H);
+    AP_T(AP_T_BQ_CORE, tid);
     if (!kl)
         return;
     /* dKL/dI_s = il_scale (q_s - p_s); through the head weights and the ReLU into iq and hw */
@@ -549,7 +712,10 @@ static void qbwd_one(const qtask *a, int64_t t, char *w)
     float *ia = (float *)(w + a->L.ia);
     for (int64_t i = 0; i < ncs; i++)
         kp[i] = c->icmp.out + (cb + cidx[i]) * cI;
-    a->fk->dots(ia, iq, cI, nI, kp, ncs, cI);
+    if (c->dots_bf16)
+        c->dots_bf16(ia, (float *)(w + a->L.dws), iq, cI, nI, c->ikb + cb * cI, cidx, ncs, cI);
+    else
+        a->fk->dots(ia, iq, cI, nI, kp, ncs, cI);
     for (int64_t i = 0; i < ncs; i++) {
         float psum = 0.0f;
         for (int64_t h = 0; h < H; h++)
@@ -561,10 +727,11 @@ static void qbwd_one(const qtask *a, int64_t t, char *w)
         for (int64_t h = 0; h < nI; h++) {
             if (av[h] > 0.0f) {
                 dhw[h] += dI * av[h];
-                am_axpy_f(diq + h * cI, dI * hw[h], k, cI);
+                a->fk->axpy(diq + h * cI, dI * hw[h], k, cI);
             }
         }
     }
+    AP_T(AP_T_BQ_KL, tid);
 }
 
 static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
@@ -576,9 +743,9 @@ static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
         const int64_t t1 = (b + 1) * QBLOCK < a->dm->N ? (b + 1) * QBLOCK : a->dm->N;
         for (int64_t t = b * QBLOCK; t < t1; t++) {
             if (fwd)
-                qfwd_one(a, t, w);
+                qfwd_one(a, t, w, tid);
             else
-                qbwd_one(a, t, w);
+                qbwd_one(a, t, w, tid);
         }
     }
 }
@@ -600,7 +767,8 @@ typedef struct ktask {
     const attn_docs *docs;
     const trex_attn_cache *c;
     const trex_fused_table *fk;
-    trex_fused_sattn_bwd_entries_fn sattn_bwd_entries; /* fk's fp32 or bf16 variant */
+    trex_fused_sattn_bwd_entries_fn sattn_bwd_entries; /* fp32 mode */
+    trex_fused_sattn_bwd_entries_bf16_fn sattn_bwd_entries_bf16; /* bf16 mode: this one instead */
     bool bf16;              /* scratch sized for the bf16 entries */
     const float *gO, *D;
     float *dkv;             /* [N, c] */
@@ -609,60 +777,76 @@ typedef struct ktask {
     float il_scale;
     const int64_t *tiles;   /* compressed tiles: (document, i0, i1) triples */
     int64_t ntiles;
-    char *scr;              /* per thread: KTILE entry lists, psum, indexer head scores */
+    int64_t kmax;           /* most entries of one key-side call (kscr_max) */
+    char *scr;              /* per thread: entry lists, psum, indexer head scores, run marks */
     size_t stride;
 } ktask;
 
 typedef struct kscr {
     const float **V;
+    const uint16_t **Vb;
     float **dV;
-    float *psum, *av, *ws, *ia;
+    float *psum, *av, *ws, *ia, *dws;
     const float **kp;
     int64_t *ent;
+    unsigned char *mine;    /* [nc] compressed entries of the thread's run (zero between runs) */
 } kscr;
 
-/* Entries of one key-side call: a KTILE of compressed entries, or the window entries of a run of
- * tiles that one query sees (at most nwin). */
-static int64_t kscr_max(const attn_dims *dm)
+/* Entries of one key-side call: the window entries of a run of tiles that one query sees (at most
+ * nwin), or the compressed entries of a run of tiles that one query attends (at most its selection,
+ * or every visible entry of the longest document). */
+static int64_t kscr_max(const attn_dims *dm, const attn_docs *docs, bool sparse)
 {
-    return dm->nwin > KTILE ? dm->nwin : KTILE;
+    int64_t cm = 0;
+    if (dm->m > 0)
+        cm = (dm->csa && sparse && dm->topk < docs->maxnb) ? dm->topk : docs->maxnb;
+    const int64_t km = dm->nwin > cm ? dm->nwin : cm;
+    return km > 1 ? km : 1;
 }
 
-static int64_t kscr_ws_floats(const attn_dims *dm, bool bf16)
-{
-    const int64_t n = kscr_max(dm);
-    return bf16 ? TREX_FUSED_SATTN_BF16_WS(n, dm->H, dm->c) : TREX_FUSED_SATTN_WS(n, dm->H);
-}
+/* Byte offsets of the per-thread key-side scratch. */
+typedef struct kscr_lay {
+    size_t V, Vb, dV, psum, av, ent, ws, ia, kp, mine, dws, total;
+} kscr_lay;
 
-static size_t kscr_bytes(const attn_dims *dm, bool bf16)
+static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf16)
 {
+    kscr_lay L;
     size_t t = 0;
-    const size_t km = (size_t)kscr_max(dm);
-    lay(&t, km * sizeof(float *));
-    lay(&t, km * sizeof(float *));
-    lay(&t, km * sizeof(float));
-    lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
-    lay(&t, KTILE * sizeof(int64_t));
-    lay(&t, (size_t)kscr_ws_floats(dm, bf16) * sizeof(float));
-    lay(&t, (size_t)((dm->nI + 1) * KTILE) * sizeof(float));
-    lay(&t, KTILE * sizeof(float *));
-    return t;
+    const int64_t wsf = bf16 ? TREX_FUSED_SATTN_BF16_WS(km, dm->H, dm->c)
+                             : TREX_FUSED_SATTN_WS(km, dm->H);
+    L.V = lay(&t, (size_t)km * sizeof(float *));
+    L.Vb = lay(&t, (size_t)km * sizeof(uint16_t *));
+    L.dV = lay(&t, (size_t)km * sizeof(float *));
+    L.psum = lay(&t, (size_t)km * sizeof(float));
+    L.av = lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
+    L.ent = lay(&t, (size_t)km * sizeof(int64_t));
+    L.ws = lay(&t, (size_t)wsf * sizeof(float));
+    L.ia = lay(&t, (size_t)((dm->nI + 1) * km) * sizeof(float));
+    L.kp = lay(&t, (size_t)km * sizeof(float *));
+    L.mine = lay(&t, (size_t)nc + 1);
+    const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(km, dm->nI, dm->cI) : 1;
+    L.dws = lay(&t, (size_t)dws * sizeof(float));
+    L.total = t;
+    return L;
 }
 
 static kscr kscr_get(const ktask *a, int tid)
 {
     char *w = a->scr + (size_t)tid * a->stride;
-    size_t t = 0;
+    const kscr_lay L = kscr_layout(a->dm, a->kmax, a->docs->nc, a->bf16);
     kscr k;
-    const size_t km = (size_t)kscr_max(a->dm);
-    k.V = (const float **)(w + lay(&t, km * sizeof(float *)));
-    k.dV = (float **)(w + lay(&t, km * sizeof(float *)));
-    k.psum = (float *)(w + lay(&t, km * sizeof(float)));
-    k.av = (float *)(w + lay(&t, (size_t)(a->dm->nI + 1) * sizeof(float)));
-    k.ent = (int64_t *)(w + lay(&t, KTILE * sizeof(int64_t)));
-    k.ws = (float *)(w + lay(&t, (size_t)kscr_ws_floats(a->dm, a->bf16) * sizeof(float)));
-    k.ia = (float *)(w + lay(&t, (size_t)((a->dm->nI + 1) * KTILE) * sizeof(float)));
-    k.kp = (const float **)(w + lay(&t, KTILE * sizeof(float *)));
+    k.V = (const float **)(w + L.V);
+    k.Vb = (const uint16_t **)(w + L.Vb);
+    k.dV = (float **)(w + L.dV);
+    k.psum = (float *)(w + L.psum);
+    k.av = (float *)(w + L.av);
+    k.ent = (int64_t *)(w + L.ent);
+    k.ws = (float *)(w + L.ws);
+    k.ia = (float *)(w + L.ia);
+    k.kp = (const float **)(w + L.kp);
+    k.mine = (unsigned char *)(w + L.mine);
+    k.dws = (float *)(w + L.dws);
     return k;
 }
 
@@ -689,34 +873,54 @@ static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
             if (a->docs->seg[j] != a->docs->seg[t])
                 continue;
             ks.V[n] = a->c->kv + j * c;
+            if (a->c->kvb)
+                ks.Vb[n] = a->c->kvb + j * c;
             ks.dV[n++] = a->dkv + j * c;
         }
-        a->sattn_bwd_entries(ks.dV, ks.psum, ks.ws, ks.V, n, a->c->q + t * hc, a->gO + t * hc, H, c,
-                             dm->scale, a->c->lse + t * H, a->D + t * H);
+        if (a->sattn_bwd_entries_bf16)
+            a->sattn_bwd_entries_bf16(ks.dV, ks.psum, ks.ws, ks.V, a->c->kvb ? ks.Vb : NULL, n,
+                                      a->c->q + t * hc, a->gO + t * hc, H, c, dm->scale,
+                                      a->c->lse + t * H, a->D + t * H);
+        else
+            a->sattn_bwd_entries(ks.dV, ks.psum, ks.ws, ks.V, n, a->c->q + t * hc, a->gO + t * hc,
+                                 H, c, dm->scale, a->c->lse + t * H, a->D + t * H);
     }
 }
 
-/* Compressed entries of one document, tile [i0, i1): the queries that attend them, ascending. Also
- * the KL gradient into the indexer keys of the same entries (the KL set is the attended set):
+/* The key side of query t for the n compressed entries ks->ent (global indices, ascending). Also the
+ * KL gradient into the indexer keys of the same entries (the KL set is the attended set):
  * dK^I_s += sum_h dI_ts hw_th [a_ths > 0] iq_th. */
-static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n)
+static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n, int tid)
 {
+    (void)tid;
+    AP_TSTART;
     const attn_dims *dm = a->dm;
     const trex_attn_cache *c = a->c;
     const int64_t H = dm->H, hc = H * dm->c;
     for (int64_t i = 0; i < n; i++) {
         ks->V[i] = c->cmp.out + ks->ent[i] * dm->c;
+        if (c->cmpb)
+            ks->Vb[i] = c->cmpb + ks->ent[i] * dm->c;
         ks->dV[i] = a->dC + ks->ent[i] * dm->c;
     }
-    a->sattn_bwd_entries(ks->dV, ks->psum, ks->ws, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
-                         dm->c, dm->scale, c->lse + t * H, a->D + t * H);
+    if (a->sattn_bwd_entries_bf16)
+        a->sattn_bwd_entries_bf16(ks->dV, ks->psum, ks->ws, ks->V, c->cmpb ? ks->Vb : NULL, n,
+                                  c->q + t * hc, a->gO + t * hc, H, dm->c, dm->scale,
+                                  c->lse + t * H, a->D + t * H);
+    else
+        a->sattn_bwd_entries(ks->dV, ks->psum, ks->ws, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
+                             dm->c, dm->scale, c->lse + t * H, a->D + t * H);
+    AP_T(AP_T_KC_CORE, tid);
     if (!a->kl || !(c->mass[t] > 0.0f))
         return;
     const int64_t nI = dm->nI, cI = dm->cI;
     const float *iq = c->iq + t * nI * cI, *hw = c->hw + t * nI;
     for (int64_t i = 0; i < n; i++)
         ks->kp[i] = c->icmp.out + ks->ent[i] * cI;
-    a->fk->dots(ks->ia, iq, cI, nI, ks->kp, n, cI);
+    if (c->dots_bf16)
+        c->dots_bf16(ks->ia, ks->dws, iq, cI, nI, c->ikb, ks->ent, n, cI);
+    else
+        a->fk->dots(ks->ia, iq, cI, nI, ks->kp, n, cI);
     for (int64_t i = 0; i < n; i++) {
         const int64_t e = ks->ent[i];
         const float pp = ks->psum[i] / c->mass[t];
@@ -724,45 +928,70 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n)
         const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
         for (int64_t h = 0; h < nI; h++)
             if (ks->av[h] > 0.0f)
-                am_axpy_f(a->dik + e * cI, dI * hw[h], iq + h * cI, cI);
+                a->fk->axpy(a->dik + e * cI, dI * hw[h], iq + h * cI, cI);
     }
+    AP_T(AP_T_KC_KL, tid);
 }
 
+/* Work item of tile j under zigzag: the inverse of zigzag(k, n). */
+static int64_t unzigzag(int64_t j, int64_t n)
+{
+    return 2 * j < n ? 2 * j : 2 * (n - 1 - j) + 1;
+}
+
+/* The thread's run of work items [k0, k1) covers some tiles (zigzag order); document by document
+ * (ascending), every query that attends an entry of the run's tiles makes one call with all those
+ * entries (ascending), queries ascending. Each entry's result in a call depends only on that entry
+ * and the query (kernels/fused.h), and each entry gets its terms in query order, so the sums are the
+ * same for any thread count, while one call per query and run (instead of one per query and tile)
+ * amortises the per-call work: a sparse query selects only a few entries of each tile. */
 static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
 {
     const ktask *a = arg;
     const attn_dims *dm = a->dm;
     const attn_docs *docs = a->docs;
     const trex_attn_cache *c = a->c;
+    const bool sel_mode = dm->csa && c->sparse;
     kscr ks = kscr_get(a, tid);
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t *tile = a->tiles + 3 * zigzag(k, a->ntiles);
-        const int64_t s = tile[0], i0 = tile[1], i1 = tile[2];
+    int64_t j = 0;
+    while (j < a->ntiles) {
+        /* the tiles of one document, ascending; mark those of the run */
+        const int64_t s = a->tiles[3 * j];
+        int64_t jend = j, imin = -1, imax = 0;
+        for (; jend < a->ntiles && a->tiles[3 * jend] == s; jend++) {
+            const int64_t k = unzigzag(jend, a->ntiles);
+            if (k < k0 || k >= k1)
+                continue;
+            const int64_t i0 = a->tiles[3 * jend + 1], i1 = a->tiles[3 * jend + 2];
+            if (imin < 0)
+                imin = i0;
+            imax = i1;
+            memset(ks.mine + docs->cstart[s] + i0, 1, (size_t)(i1 - i0));
+        }
+        j = jend;
+        if (imin < 0)
+            continue;
         const int64_t s0 = docs->start[s], L = docs->len[s], cb = docs->cstart[s];
-        for (int64_t t = s0 + (i0 + 1) * dm->m - 1; t < s0 + L; t++) {
+        const unsigned char *mine = ks.mine + cb;
+        for (int64_t t = s0 + (imin + 1) * dm->m - 1; t < s0 + L; t++) {
             int64_t n = 0;
-            if (dm->csa && c->sparse) {
+            if (sel_mode) {
                 const int32_t *sel = c->sel + t * dm->topk;
                 const int64_t ns = c->nsel[t];
-                int64_t lo = 0, hi = ns; /* first selected index >= i0 */
-                while (lo < hi) {
-                    int64_t mid = lo + (hi - lo) / 2;
-                    if (sel[mid] < i0)
-                        lo = mid + 1;
-                    else
-                        hi = mid;
-                }
-                for (int64_t q = lo; q < ns && sel[q] < i1; q++)
-                    ks.ent[n++] = cb + sel[q];
+                for (int64_t q = 0; q < ns && sel[q] < imax; q++)
+                    if (mine[sel[q]])
+                        ks.ent[n++] = cb + sel[q];
             } else {
                 const int64_t vis = (t - s0 + 1) / dm->m;
-                const int64_t ib = vis < i1 ? vis : i1;
-                for (int64_t i = i0; i < ib; i++)
-                    ks.ent[n++] = cb + i;
+                const int64_t ib = vis < imax ? vis : imax;
+                for (int64_t i = imin; i < ib; i++)
+                    if (mine[i])
+                        ks.ent[n++] = cb + i;
             }
             if (n > 0)
-                kcmp_query(a, t, &ks, n);
+                kcmp_query(a, t, &ks, n, tid);
         }
+        memset(ks.mine + cb + imin, 0, (size_t)(imax - imin));
     }
 }
 
@@ -981,6 +1210,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     FALLOC(C->rsin, docs->maxlen * dm->half);
     trex_rope_table(C->rcos, C->rsin, freq, dm->half, docs->maxlen);
 
+    AP_START;
     /* query path */
     FALLOC(C->qa, N * dc);
     FALLOC(C->qa_rstd, N);
@@ -992,6 +1222,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     trex_linear_forward_ex(pool, gws, gdt, C->q, C->qr, w->wq_b, N, dc, hc);
     trex_rmsnorm_forward(pool, C->q, C->q_rstd, C->q, NULL, N * H, c, dm->eps);
     rope_apply(pool, C->q, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
+    AP(AP_F_QPROJ);
 
     /* window kv path */
     FALLOC(C->kva, N * c);
@@ -1000,12 +1231,14 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     trex_linear_forward_ex(pool, gws, gdt, C->kva, x, w->wkv, N, d, c);
     trex_rmsnorm_forward(pool, C->kv, C->kv_rstd, C->kva, w->kv_norm, N, c, dm->eps);
     rope_apply(pool, C->kv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, false);
+    AP(AP_F_KVPROJ);
 
     /* compressed entries */
     if (dm->m > 0 &&
         !compressor_forward(ctx, &C->cmp, dm, docs, dm->m, dm->wm, c, x, w->cmp_wkv, w->cmp_wgate,
                             w->cmp_ape, w->cmp_norm, C->rcos, C->rsin))
         goto oom;
+    AP_SKIP;
 
     /* lightning indexer */
     if (run_indexer) {
@@ -1017,12 +1250,24 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
         trex_linear_forward_ex(pool, gws, gdt, C->hw, x, w->idx_weights_proj, N, d, nI);
         for (int64_t i = 0; i < N * nI; i++)
             C->hw[i] *= dm->hscale;
+        AP(AP_F_IDXPROJ);
         if (!compressor_forward(ctx, &C->icmp, dm, docs, 4, 2, cI, x, w->idx_cmp_wkv,
                                 w->idx_cmp_wgate, w->idx_cmp_ape, w->idx_cmp_norm, C->rcos,
                                 C->rsin))
             goto oom;
+        /* bf16 mode: the indexer scores take bf16 keys (docs/precision.md), rounded once here */
+        if (gdt == TREX_BF16 && trex_fused()->dots_bf16) {
+            const int64_t nk = (docs->nc + 16) * cI;
+            C->ikb = trex_arena_alloc(ar, (size_t)nk * sizeof(uint16_t));
+            if (!C->ikb)
+                goto oom;
+            trex_cvt_f32_bf16(C->ikb, C->icmp.out, docs->nc * cI);
+            memset(C->ikb + docs->nc * cI, 0, (size_t)(16 * cI) * sizeof(uint16_t));
+            C->dots_bf16 = trex_fused()->dots_bf16;
+        }
     }
 
+    AP_SKIP;
     /* core attention, query by query */
     FALLOC(C->lse, N * H);
     FALLOC(C->o, N * hc);
@@ -1044,7 +1289,16 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     /* bf16 mode: the attention core on bf16 operands where the level has it (kernels/fused.h,
      * docs/precision.md); otherwise the fp32 core */
     const bool core_bf16 = gdt == TREX_BF16 && qa.fk->sattn_fwd_bf16;
-    qa.sattn_fwd = core_bf16 ? qa.fk->sattn_fwd_bf16 : qa.fk->sattn_fwd;
+    qa.sattn_fwd = qa.fk->sattn_fwd;
+    qa.sattn_fwd_bf16 = core_bf16 ? qa.fk->sattn_fwd_bf16 : NULL;
+    if (core_bf16) { /* the entries rounded once (see kvb) */
+        FALLOC(C->kvb, N * c);
+        trex_cvt_f32_bf16(C->kvb, C->kv, N * c);
+        if (dm->m > 0 && docs->nc > 0) {
+            FALLOC(C->cmpb, docs->nc * c);
+            trex_cvt_f32_bf16(C->cmpb, C->cmp.out, docs->nc * c);
+        }
+    }
     qa.sink = w->attn_sink;
     qa.select = C->sparse;
     qa.kl = C->kl;
@@ -1060,6 +1314,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.stride = qa.L.total;
     FALLOC(qa.scr, qa.stride * (size_t)nthreads(ctx));
     trex_pool_for(pool, qa.nqb, 1, qfwd_items, &qa);
+    AP(AP_F_CORE);
 
     /* grouped low-rank output projection */
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
@@ -1068,6 +1323,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
         trex_gemm_ex(pool, gws, gdt, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
                      w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
     trex_linear_forward_ex(pool, gws, gdt, y, C->u, w->wo_b, N, G * dg, d);
+    AP(AP_F_OUT);
 
     if (il && C->kl) {
         /* queries ascending: a fixed order whatever the thread count */
@@ -1110,6 +1366,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     /* Everything this call carves from the arena is scratch: give it back on the way out. */
     const trex_arena_mark scratch = trex_arena_mark_get(ctx->arena);
 
+    AP_START;
     /* output projections */
     float *du = XALLOC(N * G * dg);
     trex_linear_backward_ex(pool, gws, gdt, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
@@ -1126,6 +1383,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     delta_task dt = {D, gO, C->o, H * N, c, trex_fused()->dot};
     trex_pool_for(pool, H * N, 4096 / c + 1, delta_rows, &dt);
     rope_apply(pool, gO, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
+    AP(AP_B_OUT);
 
     /* query side: dq, d sink, indexer query-side gradients */
     float *dq = XALLOC(N * hc), *dsink_t = XALLOC(N * H);
@@ -1140,7 +1398,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qa.c = C;
     qa.fk = trex_fused();
     const bool core_bf16 = gdt == TREX_BF16 && qa.fk->sattn_bwd_query_bf16; /* as the forward */
-    qa.sattn_bwd_query = core_bf16 ? qa.fk->sattn_bwd_query_bf16 : qa.fk->sattn_bwd_query;
+    qa.sattn_bwd_query = qa.fk->sattn_bwd_query;
+    qa.sattn_bwd_query_bf16 = core_bf16 ? qa.fk->sattn_bwd_query_bf16 : NULL;
     qa.sink = w->attn_sink;
     qa.kl = kl;
     qa.gO = gO;
@@ -1161,6 +1420,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
             s += dsink_t[t * H + h];
         g->attn_sink[h] += (float)s;
     }
+    AP(AP_B_QSIDE);
 
     /* key side: window kv, compressed entries, indexer keys */
     float *dkv = XALLOC(N * c);
@@ -1169,16 +1429,22 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     ka.docs = docs;
     ka.c = C;
     ka.fk = trex_fused();
-    ka.sattn_bwd_entries = core_bf16 ? ka.fk->sattn_bwd_entries_bf16 : ka.fk->sattn_bwd_entries;
+    ka.sattn_bwd_entries = ka.fk->sattn_bwd_entries;
+    ka.sattn_bwd_entries_bf16 = core_bf16 ? ka.fk->sattn_bwd_entries_bf16 : NULL;
     ka.bf16 = core_bf16;
     ka.gO = gO;
     ka.D = D;
     ka.dkv = dkv;
     ka.kl = kl;
     ka.il_scale = (float)il_scale;
-    ka.stride = kscr_bytes(dm, core_bf16);
+    ka.kmax = kscr_max(dm, docs, C->sparse);
+    ka.stride = kscr_layout(dm, ka.kmax, docs->nc, core_bf16).total;
     ka.scr = trex_arena_xalloc(ctx->arena, ka.stride * (size_t)nthreads(ctx));
+    for (int64_t i = 0; i < nthreads(ctx); i++) /* the run marks start clear */
+        memset(ka.scr + (size_t)i * ka.stride + kscr_layout(dm, ka.kmax, docs->nc, core_bf16).mine,
+               0, (size_t)docs->nc + 1);
     trex_pool_for(pool, (N + KTILE - 1) / KTILE, 1, kwin_items, &ka);
+    AP(AP_B_KWIN);
     float *dC = NULL, *dik = NULL;
     if (dm->m > 0 && docs->nc > 0) {
         dC = XALLOC(docs->nc * c);
@@ -1186,15 +1452,15 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
             dik = XALLOC(docs->nc * dm->cI);
         int64_t nt = 0;
         for (int64_t s = 0; s < docs->nseg; s++)
-            nt += (docs->cstart[s + 1] - docs->cstart[s] + KTILE - 1) / KTILE;
+            nt += (docs->cstart[s + 1] - docs->cstart[s] + KCTILE - 1) / KCTILE;
         int64_t *tiles = trex_arena_xalloc(ctx->arena, (size_t)(3 * nt) * sizeof(int64_t));
         int64_t k = 0;
         for (int64_t s = 0; s < docs->nseg; s++) {
             const int64_t nb = docs->cstart[s + 1] - docs->cstart[s];
-            for (int64_t i0 = 0; i0 < nb; i0 += KTILE) {
+            for (int64_t i0 = 0; i0 < nb; i0 += KCTILE) {
                 tiles[3 * k] = s;
                 tiles[3 * k + 1] = i0;
-                tiles[3 * k + 2] = i0 + KTILE < nb ? i0 + KTILE : nb;
+                tiles[3 * k + 2] = i0 + KCTILE < nb ? i0 + KCTILE : nb;
                 k++;
             }
         }
@@ -1204,6 +1470,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
         ka.ntiles = nt;
         trex_pool_for(pool, nt, 1, kcmp_items, &ka);
     }
+    AP(AP_B_KCMP);
 
     /* q path: per-head RMS and RoPE, wq_b, q_norm, wq_a (dx is written here) */
     qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
@@ -1212,18 +1479,21 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     trex_linear_backward_ex(pool, gws, gdt, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
     trex_rmsnorm_backward(pool, dqa, g->q_norm, dqr, C->qa, w->q_norm, C->qa_rstd, N, dc, false);
     trex_linear_backward_ex(pool, gws, gdt, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
+    AP(AP_B_QPATH);
 
     /* kv path */
     rope_apply(pool, dkv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, true);
     float *dkva = XALLOC(N * c);
     trex_rmsnorm_backward(pool, dkva, g->kv_norm, dkv, C->kva, w->kv_norm, C->kv_rstd, N, c, false);
     trex_linear_backward_ex(pool, gws, gdt, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
+    AP(AP_B_KVPATH);
 
     /* compressor */
     if (dC)
         compressor_backward(ctx, &C->cmp, dm, docs, dm->m, dm->wm, dC, dx, x, w->cmp_wkv,
                             w->cmp_wgate, w->cmp_norm, g->cmp_wkv, g->cmp_wgate, g->cmp_ape,
                             g->cmp_norm, C->rcos, C->rsin);
+    AP_SKIP;
 
     /* indexer (KL only; its inputs x and qr are detached) */
     if (kl) {
@@ -1235,6 +1505,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
             dhw[i] *= dm->hscale;
         trex_linear_backward_ex(pool, gws, gdt, NULL, g->idx_weights_proj, dhw, x,
                                 w->idx_weights_proj, N, d, nI, false);
+        AP(AP_B_IDX);
         if (dik)
             compressor_backward(ctx, &C->icmp, dm, docs, 4, 2, dik, NULL, x, w->idx_cmp_wkv,
                                 w->idx_cmp_wgate, w->idx_cmp_norm, g->idx_cmp_wkv,

@@ -46,14 +46,28 @@ static void round_into(float *dst, const float *src, int64_t n)
         dst[i] = bf(src[i]);
 }
 
+/* entry e rounded: widened from Vb[e] when given (the same values), else rounded from V[e] */
+static void entry_into(float *dst, const float *const *V, const uint16_t *const *Vb, int64_t e,
+                       int64_t c)
+{
+    if (!Vb) {
+        round_into(dst, V[e], c);
+        return;
+    }
+    for (int64_t i = 0; i < c; i++) {
+        const uint32_t u = (uint32_t)Vb[e][i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+
 void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale)
+                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale)
 {
     float *rq = ws, *mxs = ws + H * c, *dens = mxs + H, *rv = dens + H;
     round_into(rq, q, H * c);
     for (int64_t e = 0; e < n; e++) {
-        round_into(rv + e * c, V[e], c);
+        entry_into(rv + e * c, V, Vb, e, c);
         for (int64_t h = 0; h < H; h++)
             z[h * n + e] = scale * am_dot_f(rq + h * c, rv + e * c, c);
     }
@@ -84,14 +98,15 @@ void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, co
 
 void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const float *q, const float *const *V,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D)
+                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale, const float *lse,
+                                         const float *D)
 {
     float *rq = ws, *rg = ws + H * c, *dzb = ws + 2 * H * c, *rv = dzb + H * n;
     round_into(rq, q, H * c);
     round_into(rg, g, H * c);
     for (int64_t e = 0; e < n; e++) {
-        round_into(rv + e * c, V[e], c);
+        entry_into(rv + e * c, V, Vb, e, c);
         for (int64_t h = 0; h < H; h++) {
             const float s = scale * am_dot_f(rq + h * c, rv + e * c, c);
             const float dp = am_dot_f(rg + h * c, rv + e * c, c);
@@ -119,15 +134,15 @@ void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, floa
 }
 
 void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
-                                           const float *const *V, int64_t n, const float *q,
-                                           const float *g, int64_t H, int64_t c, float scale,
-                                           const float *lse, const float *D)
+                                           const float *const *V, const uint16_t *const *Vb,
+                                           int64_t n, const float *q, const float *g, int64_t H,
+                                           int64_t c, float scale, const float *lse, const float *D)
 {
     float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *ab = ws + 2 * H * c + c;
     round_into(rq, q, H * c);
     round_into(rg, g, H * c);
     for (int64_t e = 0; e < n; e++) {
-        round_into(rv, V[e], c);
+        entry_into(rv, V, Vb, e, c);
         float ps = 0.0f;
         for (int64_t h = 0; h < H; h++) {
             const float s = scale * am_dot_f(rq + h * c, rv, c);
@@ -147,5 +162,24 @@ void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float 
                 acc += ab[H + h] * rq[h * c + i];
             dv[i] += acc;
         }
+    }
+}
+
+/* dots_bf16 (kernels/fused.h): out[r*n + e] = am_dot_f(bf(A_r), K_e), the entries K_e given in bf16
+ * (exact in fp32). ws: the rounded rows [R*c] and one widened entry [c]. */
+void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda, int64_t R,
+                              const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c)
+{
+    float *ra = ws, *rv = ws + R * c;
+    for (int64_t r = 0; r < R; r++)
+        round_into(ra + r * c, A + r * lda, c);
+    for (int64_t e = 0; e < n; e++) {
+        const uint16_t *k = Kb + (idx ? idx[e] : e) * c;
+        for (int64_t i = 0; i < c; i++) {
+            const uint32_t u = (uint32_t)k[i] << 16;
+            memcpy(rv + i, &u, sizeof u);
+        }
+        for (int64_t r = 0; r < R; r++)
+            out[r * n + e] = am_dot_f(ra + r * c, rv, c);
     }
 }

@@ -24,6 +24,11 @@ static float dot_ref(const float *a, const float *b, int64_t n)
     return am_dot_f(a, b, n);
 }
 
+static void axpy_ref(float *y, float a, const float *x, int64_t n)
+{
+    am_axpy_f(y, a, x, n);
+}
+
 static void dots_ref(float *out, const float *A, int64_t lda, int64_t R, const float *const *V,
                      int64_t n, int64_t c)
 {
@@ -86,6 +91,7 @@ static const trex_fused_table table_ref = {
     .name = "ref",
     .dot = dot_ref,
     .dots = dots_ref,
+    .axpy = axpy_ref,
     .sattn_fwd = sattn_fwd_ref,
     .sattn_bwd_query = sattn_bwd_query_ref,
     .sattn_bwd_entries = sattn_bwd_entries_ref,
@@ -93,6 +99,7 @@ static const trex_fused_table table_ref = {
     .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_ref,
     .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_ref,
     .sattn_bf16_name = "ref",
+    .dots_bf16 = trex_fused_dots_bf16_ref,
     .mhc_post_fwd = mhc_post_fwd_ref,
     .mhc_post_bwd = mhc_post_bwd_ref,
     .mhc_collapse = mhc_collapse_ref,
@@ -113,6 +120,7 @@ static const trex_fused_table table_avx512 = {
     .name = "avx512",
     .dot = trex_fused_dot_avx512,
     .dots = trex_fused_dots_avx512,
+    .axpy = trex_fused_axpy_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
@@ -139,6 +147,7 @@ static const trex_fused_table table_amx = {
     .name = "amx",
     .dot = trex_fused_dot_avx512,
     .dots = trex_fused_dots_avx512,
+    .axpy = trex_fused_axpy_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
@@ -146,6 +155,7 @@ static const trex_fused_table table_amx = {
     .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_amx,
     .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_amx,
     .sattn_bf16_name = "amx",
+    .dots_bf16 = trex_fused_dots_bf16_amx,
     .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,
     .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
     .mhc_collapse = trex_fused_mhc_collapse_avx512,

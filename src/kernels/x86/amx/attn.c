@@ -162,14 +162,22 @@ static void pack_query(const attn_ws *w, const float *q, const float *g, int64_t
 }
 
 /* The entries rounded into vb [np][cp] (zero rows past n) and, when vv is not NULL, also as VNNI B
- * tiles for the output product: tile (b, j) = rows 32b .. 32b+31, dims 16j .. 16j+15. */
-static void pack_entries(const attn_ws *w, const float *const *V, int64_t n, int64_t c)
+ * tiles for the output product: tile (b, j) = rows 32b .. 32b+31, dims 16j .. 16j+15. Vb (may be
+ * NULL): the entries already rounded, copied instead of rounded again. */
+static void pack_entries(const attn_ws *w, const float *const *V, const uint16_t *const *Vb,
+                         int64_t n, int64_t c)
 {
     const int64_t cp = w->cp, nj = cp / 16;
     /* the score product runs over 16-row blocks, the output product over 32-entry steps */
     const int64_t rows = w->vv ? w->np : (n + 15) / 16 * 16;
-    for (int64_t e = 0; e < rows; e++)
-        cvt_row(w->vb + e * cp, e < n ? V[e] : NULL, c, cp);
+    for (int64_t e = 0; e < rows; e++) {
+        if (Vb && e < n) { /* already rounded: a copy */
+            memcpy(w->vb + e * cp, Vb[e], (size_t)c * 2);
+            memset(w->vb + e * cp + c, 0, (size_t)(cp - c) * 2);
+        } else {
+            cvt_row(w->vb + e * cp, e < n ? V[e] : NULL, c, cp);
+        }
+    }
     if (!w->vv)
         return;
     for (int64_t e = 0; e < w->np; e += 2) {
@@ -346,8 +354,8 @@ static inline __mmask16 head_mask(int64_t H, int64_t hg)
 /* ---- entries ---------------------------------------------------------------------------------- */
 
 void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale)
+                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale)
 {
     if (n == 0) {
         for (int64_t h = 0; h < H; h++) {
@@ -360,7 +368,7 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
     const attn_ws w = ws_layout(ws, n, H, c, false, false);
     const int64_t Hp = w.Hp, np = w.np;
     pack_query(&w, q, NULL, H, c);
-    pack_entries(&w, V, n, c);
+    pack_entries(&w, V, Vb, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, n);
@@ -411,8 +419,9 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
 
 void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const float *q, const float *const *V,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D)
+                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale, const float *lse,
+                                         const float *D)
 {
     for (int64_t h = 0; h < H; h++)
         dsink[h] = -expf(sink[h] - lse[h]) * D[h];
@@ -424,7 +433,7 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
     const attn_ws w = ws_layout(ws, n, H, c, true, false);
     const int64_t Hp = w.Hp, np = w.np;
     pack_query(&w, q, g, H, c);
-    pack_entries(&w, V, n, c);
+    pack_entries(&w, V, Vb, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, n);
@@ -458,96 +467,18 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
     trex_gemm_end_amx();
 }
 
-/* src [c] rounded to bf16 and widened back to fp32 into dst [cp], zero padded. */
-static void round_row_f32(float *dst, const float *src, int64_t c, int64_t cp)
-{
-    for (int64_t k = 0; k < cp; k += 16) {
-        const int64_t left = c - k;
-        const __mmask16 m = left >= 16 ? (__mmask16)0xffff
-                            : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
-        const __m256i b = bf16x16(_mm512_maskz_loadu_ps(m, src + k));
-        _mm512_storeu_ps(dst + k, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-    }
-}
-
-static inline float round_bf16(float x)
-{
-    float r[16] __attribute__((aligned(64)));
-    const __m256i b = bf16x16(_mm512_set1_ps(x));
-    _mm512_store_ps(r, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-    return r[0];
-}
-
-/* The key side for a few entries: the same quantities with AVX-512 on bf16-rounded values widened
- * to fp32 (each product exact, fp32 sums), without the per-call packing of the tile path, which
- * costs more than the products when a query sees only a few entries of a tile (sparse selections).
- * ws: rounded q, g [H][cp] each, one rounded entry [cp], the coefficients [2H]. */
-static void key_small(float *const *dV, float *psum, float *ws, const float *const *V, int64_t n,
-                      const float *q, const float *g, int64_t H, int64_t c, float scale,
-                      const float *lse, const float *D)
-{
-    const int64_t cp = TREX_FUSED_SATTN_CP(c);
-    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-    float *rq = base, *rg = base + H * cp, *rv = base + 2 * H * cp, *ab = rv + cp;
-    for (int64_t h = 0; h < H; h++) {
-        round_row_f32(rq + h * cp, q + h * c, c, cp);
-        round_row_f32(rg + h * cp, g + h * c, c, cp);
-    }
-    for (int64_t e = 0; e < n; e++) {
-        round_row_f32(rv, V[e], c, cp);
-        float ps = 0.0f;
-        /* scores of 4 heads at a time: 8 independent accumulators */
-        for (int64_t h0 = 0; h0 < H; h0 += 4) {
-            const int64_t hn = H - h0 < 4 ? H - h0 : 4;
-            __m512 as[4], ad[4];
-            for (int i = 0; i < 4; i++)
-                as[i] = ad[i] = _mm512_setzero_ps();
-            for (int64_t k = 0; k < cp; k += 16) {
-                const __m512 v = _mm512_loadu_ps(rv + k);
-                for (int64_t i = 0; i < hn; i++) {
-                    as[i] = _mm512_fmadd_ps(_mm512_loadu_ps(rq + (h0 + i) * cp + k), v, as[i]);
-                    ad[i] = _mm512_fmadd_ps(_mm512_loadu_ps(rg + (h0 + i) * cp + k), v, ad[i]);
-                }
-            }
-            for (int64_t i = 0; i < hn; i++) {
-                const int64_t h = h0 + i;
-                const float p = expf(scale * _mm512_reduce_add_ps(as[i]) - lse[h]);
-                ab[h] = round_bf16(p);
-                ab[H + h] = round_bf16(scale * (p * (_mm512_reduce_add_ps(ad[i]) - D[h])));
-                ps += p;
-            }
-        }
-        psum[e] = ps;
-        /* dV[e] += sum_h bf(p_h) bf(g_h) + bf(scale dz_h) bf(q_h), heads ascending */
-        float *dv = dV[e];
-        for (int64_t k = 0; k < cp && k < c; k += 16) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t h = 0; h < H; h++)
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(ab[h]), _mm512_loadu_ps(rg + h * cp + k), acc);
-            for (int64_t h = 0; h < H; h++)
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(ab[H + h]), _mm512_loadu_ps(rq + h * cp + k),
-                                      acc);
-            const int64_t left = c - k;
-            const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-            _mm512_mask_storeu_ps(dv + k, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dv + k), acc));
-        }
-    }
-}
-
-/* below this many entries the key side skips the tiles (key_small) */
-#define KEY_SMALL_N 3
-
+/* The key side always runs on the tiles, whatever n: each entry's result is then a function of that
+ * entry and the query alone (its row of every product), so callers may group the entries of a query
+ * in any way (model/attention.c groups them by thread-runs of tiles) and get the same bits. A separate
+ * path for a few entries (an AVX-512 loop on rounded values, faster for n < 3) summed the scores in
+ * another order and so made the bits depend on the grouping, hence on the thread count. */
 void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
-                                           const float *const *V, int64_t n, const float *q,
-                                           const float *g, int64_t H, int64_t c, float scale,
-                                           const float *lse, const float *D)
+                                           const float *const *V, const uint16_t *const *Vb,
+                                           int64_t n, const float *q, const float *g, int64_t H,
+                                           int64_t c, float scale, const float *lse, const float *D)
 {
     if (n == 0)
         return;
-    if (n < KEY_SMALL_N) {
-        key_small(dV, psum, ws, V, n, q, g, H, c, scale, lse, D);
-        return;
-    }
     const attn_ws w = ws_layout(ws, n, H, c, true, true);
     const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hp, nj = cp / 16;
     pack_query(&w, q, g, H, c);
@@ -557,7 +488,7 @@ void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float 
         const int64_t s = r / 32, kp = (r % 32) / 2;
         interleave_pair(w.b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
     }
-    pack_entries(&w, V, n, c);
+    pack_entries(&w, V, Vb, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, n);
@@ -639,4 +570,94 @@ void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float 
         BARRIER();
     }
     trex_gemm_end_amx();
+}
+
+/* ---- indexer scores ------------------------------------------------------------------------- */
+
+/* out[r*n + e] = bf(A_r) . Kb[e'] (kernels/fused.h, dots_bf16): S^T [n16 x Hp] = K (A tiles: 16 entry
+ * rows x 32 dims, straight from Kb when its rows are consecutive and c is a multiple of 32, else
+ * gathered into scratch) times A^T (VNNI B tiles, packed once per call), four 16-entry blocks at a
+ * time so that each B tile is loaded once per four products; then S^T is written out transposed. */
+void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda, int64_t R,
+                              const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c)
+{
+    if (n == 0 || R == 0)
+        return;
+    const int64_t Hp = TREX_FUSED_SATTN_HP(R), cp = TREX_FUSED_SATTN_CP(c), ns = cp / 32;
+    const int64_t n16 = (n + 15) / 16 * 16;
+    char *p = (char *)ws;
+    uint16_t *qb = (uint16_t *)carve(&p, (size_t)(Hp * cp) * 2);
+    uint16_t *qv = (uint16_t *)carve(&p, (size_t)(Hp * cp) * 2);
+    float *st = (float *)carve(&p, (size_t)(n16 * Hp) * 4);
+    const bool direct = idx == NULL && c == cp;
+    const uint16_t *rows = Kb;
+    if (!direct) {
+        uint16_t *g = (uint16_t *)carve(&p, (size_t)(n16 * cp) * 2);
+        for (int64_t e = 0; e < n16; e++) {
+            uint16_t *d = g + e * cp;
+            if (e < n) {
+                memcpy(d, Kb + (idx ? idx[e] : e) * c, (size_t)c * 2);
+                memset(d + c, 0, (size_t)(cp - c) * 2);
+            } else {
+                memset(d, 0, (size_t)cp * 2);
+            }
+        }
+        rows = g;
+    }
+    for (int64_t r = 0; r < Hp; r++) {
+        uint16_t *d = qb + r * cp;
+        for (int64_t k = 0; k < cp; k += 32) {
+            const __m512i v =
+                (r < R && k < c) ? cvt32(A + r * lda + k, c - k) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(d + k), v);
+        }
+    }
+    pack_xt_vnni(qv, qb, Hp, cp);
+    BARRIER();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
+    const size_t sa = (size_t)cp * 2, so = (size_t)Hp * 4;
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const uint16_t *bq = qv + hg * ns * 512;
+        int64_t e = 0;
+        for (; e + 64 <= n16; e += 64) {
+            const uint16_t *a0 = rows + e * cp;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t s = 0; s < ns; s++) {
+                _tile_loadd(6, bq + s * 512, 64);
+                _tile_loadd(4, a0 + 32 * s, sa);
+                _tile_loadd(5, a0 + 16 * cp + 32 * s, sa);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_loadd(4, a0 + 32 * cp + 32 * s, sa);
+                _tile_dpbf16ps(1, 5, 6);
+                _tile_loadd(5, a0 + 48 * cp + 32 * s, sa);
+                _tile_dpbf16ps(2, 4, 6);
+                _tile_dpbf16ps(3, 5, 6);
+            }
+            _tile_stored(0, st + e * Hp + hg * 16, so);
+            _tile_stored(1, st + (e + 16) * Hp + hg * 16, so);
+            _tile_stored(2, st + (e + 32) * Hp + hg * 16, so);
+            _tile_stored(3, st + (e + 48) * Hp + hg * 16, so);
+        }
+        for (; e < n16; e += 16) {
+            const uint16_t *a0 = rows + e * cp;
+            _tile_zero(0);
+            for (int64_t s = 0; s < ns; s++) {
+                _tile_loadd(6, bq + s * 512, 64);
+                _tile_loadd(4, a0 + 32 * s, sa);
+                _tile_dpbf16ps(0, 4, 6);
+            }
+            _tile_stored(0, st + e * Hp + hg * 16, so);
+        }
+    }
+    trex_gemm_end_amx();
+    BARRIER();
+    for (int64_t r = 0; r < R; r++) {
+        float *o = out + r * n;
+        const float *sr = st + r;
+        for (int64_t e = 0; e < n; e++)
+            o[e] = sr[e * Hp];
+    }
 }

@@ -96,6 +96,21 @@ static void dots(float *out, int64_t ldo, int64_t lde, const float *A, int64_t l
     }
 }
 
+/* y += a x: per element the multiply, then the add, as am_axpy_f (so its bits), 16 lanes at a time. */
+void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i),
+                                              _mm512_mul_ps(va, _mm512_loadu_ps(x + i))));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 ax = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), ax));
+    }
+}
+
 void trex_fused_dots_avx512(float *out, const float *A, int64_t lda, int64_t R,
                             const float *const *V, int64_t n, int64_t c)
 {
