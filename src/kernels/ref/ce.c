@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/fused.h"
+#include "kernels/ref/exp_poly.h"
 #include "trex/tensor.h"
 
 static float bits_f32(uint32_t u)
@@ -33,16 +34,7 @@ static float ce_exp_ref(float x)
     x = x < -104.0f ? -104.0f : x;
     x = x > 0.0f ? 0.0f : x;
     const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r;
-    p = p + 1.0f;
+    const float p = trex_exp_reduced(x, n);
     const int ni = (int)n;
     if (ni >= -126)
         return p * bits_f32((uint32_t)(ni + 127) << 23);

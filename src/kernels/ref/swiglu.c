@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/fused.h"
+#include "kernels/ref/exp_poly.h"
 #include "trex/tensor.h"
 
 /* exp(x) in float: x clamped to [-87, 88] (a NaN becomes 88: the callers carry NaN through their
@@ -23,16 +24,7 @@ static float swiglu_exp_ref(float x)
     x = x < 88.0f ? x : 88.0f;
     x = x > -87.0f ? x : -87.0f;
     const float n = nearbyintf(x * 1.44269504088896341f);
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r;
-    p = p + 1.0f;
+    const float p = trex_exp_reduced(x, n);
     const uint32_t sb = (uint32_t)((int32_t)n + 127) << 23;
     float s;
     memcpy(&s, &sb, sizeof s);
