@@ -3,14 +3,19 @@
  * The per-token math of model/mhc_real.h is compiled here in double and checked against central
  * finite differences with tight tolerances (Sinkhorn alone, then a whole pre -> sub-layer -> post
  * chain, then hc_head). The fp32 layer (model/mhc.c) is checked against the double math, against
- * fp32 finite differences (loosely), and for bitwise equality across thread counts. */
+ * fp32 finite differences (loosely), and for bitwise equality across thread counts. The fn products
+ * (the fused gate entries at AVX-512 and AMX) are checked bit for bit against trex_gemm (N = 1, 7, 33). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "kernels/fused.h"
 #include "model/mhc.h"
+#include "kernels/kernels.h"
+#include "trex/alloc.h"
 #include "trex/pool.h"
 
 #define MHC_REAL double
@@ -409,6 +414,120 @@ static void test_layer(void)
     trex_pool_destroy(p3);
 }
 
+/* ---- the fn products against trex_gemm -------------------------------------------------------- */
+
+enum { GNS = 4, GMIX = (2 + GNS) * GNS };
+
+static float *randf(int64_t n, double s)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (float)(s * urand());
+    return p;
+}
+
+static float *copyf(const float *v, int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    memcpy(p, v, (size_t)n * sizeof(float));
+    return p;
+}
+
+static bool same_bits(const float *a, const float *b, int64_t n)
+{
+    return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+
+/* The fn products of a sub-layer (rows = GMIX) or of hc_head (rows = GNS) on N tokens, bit for bit
+ * against trex_gemm: forward mu = rho (X fn^T); backward dfn += dz^T X and dX += dz fn with dz the
+ * rho dmu rows left in dstate. fn is read only by the products, so a run with fn = 0 gives the dX of
+ * the per-token part alone, to which the expected product is added. */
+static void check_fn_products(const trex_ctx *ctx, const trex_config *cfg, int64_t N, bool head)
+{
+    const int64_t d = cfg->hidden_size, nd = GNS * d, rows = head ? GNS : GMIX;
+    const int64_t ss = head ? trex_mhc_head_state_size(GNS) : trex_mhc_state_size(GNS);
+    const int64_t ds = head ? trex_mhc_head_dstate_size(GNS) : trex_mhc_dstate_size(GNS);
+    const char *what = head ? "hc_head" : "HC_pre";
+    float *X = randf(N * nd, 1.0), *fn = randf(rows * nd, 0.02), *fn0 = calloc((size_t)(rows * nd), 4);
+    float scale[3] = {0.7f, -0.4f, 1.3f}, *base = randf(rows, 1.0);
+    float *x_in = randf(N * d, 1.0), *state = randf(N * ss + 1, 1.0), *z = randf(N * rows + 1, 1.0);
+    trex_mhc_w w = {fn, scale, base}, w0 = {fn0, scale, base};
+
+    /* forward */
+    if (head)
+        trex_mhc_head_forward(ctx, cfg, N, x_in, state, X, &w);
+    else
+        trex_mhc_pre_forward(ctx, cfg, N, x_in, state, X, &w);
+    trex_gemm(NULL, false, true, N, rows, nd, 1.0f, X, nd, fn, nd, 0.0f, z, rows);
+    bool ok = true;
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t m = 0; m < rows; m++) {
+            const float want = z[t * rows + m] * state[t * ss];
+            ok = ok && memcmp(&want, state + t * ss + 1 + m, sizeof want) == 0;
+        }
+    CHECK(ok, "%s N=%lld: fn v = trex_gemm's bits", what, (long long)N);
+
+    /* backward: dstate from HC_post's backward (sub-layer) or scratch (hc_head) */
+    float *dstate = randf(N * ds + 1, 1.0), *dy = randf(N * d, 1.0), *dX0 = randf(N * nd, 1.0);
+    if (!head) {
+        float *Xo_grad = randf(N * nd, 1.0), *y = randf(N * d, 1.0), *dXp = randf(N * nd, 1.0);
+        trex_mhc_post_backward(ctx, cfg, N, dXp, dy, dstate, Xo_grad, y, X, state);
+        free(Xo_grad), free(y), free(dXp);
+    }
+    float *dsa = copyf(dstate, N * ds), *dsb = copyf(dstate, N * ds);
+    float *dXa = copyf(dX0, N * nd), *dXb = copyf(dX0, N * nd);
+    float *gfn0 = randf(rows * nd, 1.0), *gfa = copyf(gfn0, rows * nd), *gfb = copyf(gfn0, rows * nd);
+    float gsa[3 + GMIX] = {0}, gsb[3 + GMIX] = {0};
+    trex_mhc_w ga = {gfa, gsa, gsa + 3}, gb = {gfb, gsb, gsb + 3};
+    if (head) {
+        trex_mhc_head_backward(ctx, cfg, N, dXa, &ga, dsa, dy, X, &w, state);
+        trex_mhc_head_backward(ctx, cfg, N, dXb, &gb, dsb, dy, X, &w0, state);
+    } else {
+        trex_mhc_pre_backward(ctx, cfg, N, dXa, &ga, dsa, dy, X, &w, state);
+        trex_mhc_pre_backward(ctx, cfg, N, dXb, &gb, dsb, dy, X, &w0, state);
+    }
+    CHECK(same_bits(dsa, dsb, N * ds), "%s N=%lld: the per-token backward does not read fn", what,
+          (long long)N);
+    trex_gemm(NULL, true, false, rows, nd, N, 1.0f, dsa, ds, X, nd, 1.0f, gfn0, nd);
+    CHECK(same_bits(gfa, gfn0, rows * nd), "%s N=%lld: dfn += dz^T X = trex_gemm's bits", what,
+          (long long)N);
+    trex_gemm(NULL, false, false, N, nd, rows, 1.0f, dsa, ds, fn, nd, 1.0f, dXb, nd);
+    CHECK(same_bits(dXa, dXb, N * nd), "%s N=%lld: dX += dz fn = trex_gemm's bits", what, (long long)N);
+    free(X), free(fn), free(fn0), free(base), free(x_in), free(state), free(z);
+    free(dstate), free(dy), free(dX0), free(dsa), free(dsb), free(dXa), free(dXb);
+    free(gfn0), free(gfa), free(gfb);
+}
+
+static void test_fn_products(void)
+{
+    /* nd = 4120: longer than the blocked GEMM's K blocks, not a multiple of 16 or 64 */
+    trex_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.hidden_size = 1030;
+    cfg.hc_mult = GNS;
+    cfg.hc_sinkhorn_iters = 20;
+    cfg.hc_eps = 1e-6;
+    cfg.rms_norm_eps = 1e-6;
+    printf("fn products: %s vs trex_gemm\n", trex_fused()->isa >= TREX_ISA_AVX512
+                                                  ? "fused gate entries (AVX-512)"
+                                                  : "trex_gemm (no AVX-512 here)");
+    trex_pool *p2 = trex_pool_create(2), *p3 = trex_pool_create(3);
+    trex_arena *ar = trex_arena_create(NULL, TREX_REGION_ACTS, 1 << 20);
+    CHECK(p2 && p3 && ar, "pools and arena");
+    const trex_ctx ctxs[3] = {{.pool = NULL}, {.pool = p2, .arena = ar}, {.pool = p3}};
+    const int64_t Ns[3] = {1, 7, 33};
+    for (int q = 0; q < 3; q++)
+        for (int h = 0; h < 2; h++) {
+            const size_t used = trex_arena_used(ar);
+            check_fn_products(&ctxs[q], &cfg, Ns[q], h == 1);
+            CHECK(trex_arena_used(ar) == used, "N=%lld: the fn products give their scratch back",
+                  (long long)Ns[q]);
+        }
+    trex_arena_destroy(ar);
+    trex_pool_destroy(p2);
+    trex_pool_destroy(p3);
+}
+
 int main(void)
 {
     test_sinkhorn(1.0);
@@ -417,5 +536,6 @@ int main(void)
     test_chain_double();
     test_head_double();
     test_layer();
+    test_fn_products();
     return check_summary();
 }

@@ -5,14 +5,23 @@
  * the batching: fn v for all tokens and the fn gradient are GEMMs (kernels.h), every per-token step
  * runs on one thread, and the sums over tokens (scale, base) run serially in token order, so results
  * are the same for any thread count. The Sinkhorn intermediates are recomputed in the backward from
- * the saved raw mixes mu (16 floats per step would otherwise be kept per token and sub-layer). */
+ * the saved raw mixes mu (16 floats per step would otherwise be kept per token and sub-layer).
+ *
+ * The fn products are skinny (24 columns of a sub-layer, n of hc_head, against K = n*d): at the
+ * AVX-512 and AMX levels they go through the router's entries (kernels/fused.h gate_fwd / gate_bwd_dx
+ * / gate_bwd_dw), which give the fp32 GEMM's bits without padding the 24 columns to a 32-wide panel
+ * or packing X on every call; the strided state / dstate rows are staged through small contiguous
+ * buffers (ctx->arena scratch when there is one, else the heap). At the ref and avx2 levels the
+ * blocked trex_gemm runs them: the same bits either way (tests/test_mhc.c). */
 #include "model/mhc.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/fused.h"
 #include "kernels/kernels.h"
+#include "trex/alloc.h"
 
 #define MHC_REAL float
 #define MHC_SUFFIX f
@@ -69,6 +78,115 @@ static mhc_job job_make(const trex_config *cfg)
     return j;
 }
 
+/* ---- the fn products ---------------------------------------------------------------------------- */
+
+/* The fused gate entries at the AVX-512 and AMX levels (the reference entries are plain loops, slower
+ * than the blocked GEMM at the ref and avx2 levels). */
+static const trex_fused_table *gate_table(void)
+{
+    const trex_fused_table *f = trex_fused();
+    return f->isa >= TREX_ISA_AVX512 ? f : NULL;
+}
+
+typedef struct fn_job {
+    const trex_fused_table *f;
+    const float *X, *fn, *fnT; /* X [N, nd], fn [E, nd], fnT [nd, E] */
+    float *rows;               /* state (forward) or dstate (backward) rows, stride ld, E floats used */
+    float *z;                  /* contiguous [N, E] staging */
+    float *dX, *dfn, *ws;
+    int64_t N, nd, E, ld;
+} fn_job;
+
+/* Scratch of `floats` floats: from the arena (released by the caller's rewind) or the heap. */
+static float *fn_scratch(const trex_ctx *ctx, int64_t floats)
+{
+    const size_t bytes = (size_t)(floats > 0 ? floats : 1) * sizeof(float);
+    if (!ctx->arena)
+        return trex_xmalloc(bytes);
+    float *p = trex_arena_alloc_uninit(ctx->arena, bytes);
+    if (!p)
+        TREX_ABORT("mhc: out of activation memory for %zu bytes of scratch", bytes);
+    return p;
+}
+
+/* rows [t0, t1): z = X fn^T, then into the strided rows */
+static void fn_fwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const fn_job *j = arg;
+    j->f->gate_fwd(j->z + t0 * j->E, j->X + t0 * j->nd, j->fnT, t1 - t0, j->nd, j->E);
+    for (int64_t t = t0; t < t1; t++)
+        memcpy(j->rows + t * j->ld, j->z + t * j->E, (size_t)j->E * sizeof(float));
+}
+
+/* rows [t0, t1): stage dz from the strided rows, then dX += dz fn */
+static void fn_bwd_dx_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const fn_job *j = arg;
+    for (int64_t t = t0; t < t1; t++)
+        memcpy(j->z + t * j->E, j->rows + t * j->ld, (size_t)j->E * sizeof(float));
+    j->f->gate_bwd_dx(j->dX + t0 * j->nd, j->z + t0 * j->E, j->fn, t1 - t0, j->nd, j->E);
+}
+
+/* columns of the 16-wide units [u0, u1): dfn += dz^T X */
+static void fn_bwd_dw_cols(void *arg, int64_t u0, int64_t u1, int tid)
+{
+    (void)tid;
+    const fn_job *j = arg;
+    j->f->gate_bwd_dw(j->dfn, j->ws, j->z, j->X, j->N, j->nd, j->E, u0 * 16,
+                      u1 * 16 < j->nd ? u1 * 16 : j->nd);
+}
+
+/* rows[t][0..E) = X[t] fn^T (stride ld), the bits of trex_gemm(.., beta 0). */
+static void fn_forward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, const float *X,
+                       const float *fn, float *rows, int64_t ld)
+{
+    const trex_fused_table *f = gate_table();
+    if (!f || N == 0) {
+        trex_gemm(ctx->pool, false, true, N, E, nd, 1.0f, X, nd, fn, nd, 0.0f, rows, ld);
+        return;
+    }
+    trex_arena_mark mk = {0};
+    if (ctx->arena)
+        mk = trex_arena_mark_get(ctx->arena);
+    float *fnT = fn_scratch(ctx, nd * E + N * E);
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < nd; k++)
+            fnT[k * E + e] = fn[e * nd + k];
+    fn_job j = {.f = f, .X = X, .fnT = fnT, .rows = rows, .z = fnT + nd * E, .N = N, .nd = nd,
+                .E = E, .ld = ld};
+    trex_pool_for(ctx->pool, N, 8, fn_fwd_rows, &j);
+    if (ctx->arena)
+        trex_arena_rewind(ctx->arena, mk);
+    else
+        free(fnT);
+}
+
+/* dX += dz fn and dfn += dz^T X with dz = rows[t][0..E) (stride ld): the bits of trex_gemm(.., beta 1). */
+static void fn_backward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, float *dX, float *dfn,
+                        const float *rows, int64_t ld, const float *X, const float *fn)
+{
+    const trex_fused_table *f = gate_table();
+    if (!f || N == 0) {
+        trex_gemm(ctx->pool, false, false, N, nd, E, 1.0f, rows, ld, fn, nd, 1.0f, dX, nd);
+        trex_gemm(ctx->pool, true, false, E, nd, N, 1.0f, rows, ld, X, nd, 1.0f, dfn, nd);
+        return;
+    }
+    trex_arena_mark mk = {0};
+    if (ctx->arena)
+        mk = trex_arena_mark_get(ctx->arena);
+    float *ws = fn_scratch(ctx, E * nd + N * E);
+    fn_job j = {.f = f, .X = X, .fn = fn, .rows = (float *)rows, .z = ws + E * nd, .dX = dX,
+                .dfn = dfn, .ws = ws, .N = N, .nd = nd, .E = E, .ld = ld};
+    trex_pool_for(ctx->pool, N, 4, fn_bwd_dx_rows, &j);
+    trex_pool_for(ctx->pool, (nd + 15) / 16, 1, fn_bwd_dw_cols, &j);
+    if (ctx->arena)
+        trex_arena_rewind(ctx->arena, mk);
+    else
+        free(ws);
+}
+
 /* ---- HC_pre ------------------------------------------------------------------------------------ */
 
 static void pre_fwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
@@ -95,7 +213,7 @@ void trex_mhc_pre_forward(const trex_ctx *ctx, const trex_config *cfg, int64_t N
     mhc_job j = job_make(cfg);
     const int64_t mix = trex_mhc_mix(j.n), nd = j.n * j.d;
     /* fn v of every token, straight into the mu slot of its state row */
-    trex_gemm(ctx->pool, false, true, N, mix, nd, 1.0f, X, nd, w->fn, nd, 0.0f, state + 1, j.ss);
+    fn_forward(ctx, N, mix, nd, X, w->fn, state + 1, j.ss);
     j.out = x_in;
     j.state = state;
     j.X = X;
@@ -179,8 +297,7 @@ void trex_mhc_pre_backward(const trex_ctx *ctx, const trex_config *cfg, int64_t 
     j.base = w->base;
     trex_pool_for(ctx->pool, N, token_grain(nd), pre_bwd_tokens, &j);
     /* dX += (rho dmu) fn;  dfn += (rho dmu)^T X */
-    trex_gemm(ctx->pool, false, false, N, nd, mix, 1.0f, dstate, j.ds, w->fn, nd, 1.0f, dX, nd);
-    trex_gemm(ctx->pool, true, false, mix, nd, N, 1.0f, dstate, j.ds, X, nd, 1.0f, g->fn, nd);
+    fn_backward(ctx, N, mix, nd, dX, g->fn, dstate, j.ds, X, w->fn);
     sum_scale_base(g, dstate, N, j.ds, (int)mix, mix, 2 * mix, 3);
 }
 
@@ -268,7 +385,7 @@ void trex_mhc_head_forward(const trex_ctx *ctx, const trex_config *cfg, int64_t 
     mhc_job j = job_make(cfg);
     const int64_t nd = j.n * j.d;
     j.ss = trex_mhc_head_state_size(j.n);
-    trex_gemm(ctx->pool, false, true, N, j.n, nd, 1.0f, X, nd, w->fn, nd, 0.0f, state + 1, j.ss);
+    fn_forward(ctx, N, j.n, nd, X, w->fn, state + 1, j.ss);
     j.out = h;
     j.state = state;
     j.X = X;
@@ -313,7 +430,6 @@ void trex_mhc_head_backward(const trex_ctx *ctx, const trex_config *cfg, int64_t
     j.scale = w->scale;
     j.base = w->base;
     trex_pool_for(ctx->pool, N, token_grain(nd), head_bwd_tokens, &j);
-    trex_gemm(ctx->pool, false, false, N, nd, j.n, 1.0f, dstate, j.ds, w->fn, nd, 1.0f, dX, nd);
-    trex_gemm(ctx->pool, true, false, j.n, nd, N, 1.0f, dstate, j.ds, X, nd, 1.0f, g->fn, nd);
+    fn_backward(ctx, N, j.n, nd, dX, g->fn, dstate, j.ds, X, w->fn);
     sum_scale_base(g, dstate, N, j.ds, j.n, j.n, 2 * j.n, 1);
 }
