@@ -20,6 +20,7 @@
  * 8. A large written-once C (non-temporal stores) bit-identical to the same product stored normally.
  * Calls alternate between a shared workspace (reused across sizes) and none (allocated per call).
  * A level this machine cannot run is skipped with a line saying so. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1010,6 +1011,36 @@ static void test_linear_ex(trex_pool *pool)
     free(dy);
 }
 
+/* trex_split_bf16x3_rows: each dst row holds hi = bf16(x) at hi0 and hi1 and lo = bf16(x - hi) at lo0,
+ * for any row count and length (the bf16x3 operands of the LM head and the compressor). */
+static void test_split3(trex_pool *pool)
+{
+    const int64_t shapes[][2] = {{1, 1}, {3, 5}, {7, 300}, {2, 1031}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], n = shapes[si][1];
+        float *x = malloc((size_t)(rows * n) * sizeof *x);
+        uint16_t *d = malloc((size_t)(rows * 3 * n) * sizeof *d);
+        for (int64_t i = 0; i < rows * n; i++)
+            x[i] = (float)((i * 7919 % 1999) - 999) / 37.0f + (i % 5 == 0 ? 1e-30f : 0.0f);
+        trex_split_bf16x3_rows(pool, d, x, rows, n, 0, n, 2 * n); /* [hi | lo | hi] */
+        int64_t bad = 0;
+        double worst = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < n; k++) {
+                const float v = x[r * n + k];
+                const uint16_t hi = trex_f32_to_bf16(v), lo = trex_f32_to_bf16(v - trex_bf16_to_f32(hi));
+                const uint16_t *row = d + r * 3 * n;
+                bad += row[k] != hi || row[2 * n + k] != hi || row[n + k] != lo;
+                const double e = fabs((double)trex_bf16_to_f32(row[k]) + trex_bf16_to_f32(row[n + k]) - v);
+                worst = e / (fabs(v) + 1e-300) > worst ? e / (fabs(v) + 1e-300) : worst;
+            }
+        CHECK(bad == 0, "split3 %" PRId64 "x%" PRId64 ": hi, lo, hi in place (%" PRId64 " wrong)", rows, n, bad);
+        CHECK(worst <= 0x1p-16, "split3 %" PRId64 "x%" PRId64 ": hi + lo within 2^-16 of x (%.3g)", rows, n, worst);
+        free(x);
+        free(d);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--child"))
@@ -1048,6 +1079,7 @@ int main(int argc, char **argv)
     test_public(pool);
     test_prepacked_public(pool);
     test_linear_ex(pool);
+    test_split3(pool);
     test_gemm_f32(lv, n, pool);
     CHECK(trex_gemm_ws_bytes(shared_ws) > 0, "the shared workspace was used");
     trex_gemm_ws_destroy(shared_ws);

@@ -62,6 +62,15 @@ size_t trex_gemm_ws_bytes(const trex_gemm_ws *ws); /* bytes held now */
 void trex_cvt_f32_bf16(uint16_t *dst, const float *src, int64_t n);
 void trex_cvt_bf16_f32(float *dst, const uint16_t *src, int64_t n);
 
+/* bf16x3 operands (docs/precision.md "The LM head"): x = hi + lo, hi = bf16(x), lo = bf16(x - hi), and
+ * x y ~ hi_x hi_y + hi_x lo_y + lo_x hi_y as one bf16 GEMM over K = 3 k with the terms side by side.
+ * trex_split_bf16 writes hi and lo of n values (bit-exact with the scalar conversions);
+ * trex_split_bf16x3_rows writes, for each of `rows` rows of n floats (src row stride n), a dst row of
+ * 3n bf16 with hi at offsets hi0 and hi1 and lo at lo0 (a permutation of 0, n, 2n), rows over the pool. */
+void trex_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int64_t n);
+void trex_split_bf16x3_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
+                            int64_t hi0, int64_t lo0, int64_t hi1);
+
 /* C[M,N] = alpha * op(A) op(B) + beta * C with the conventions of trex_gemm (ta: A stored [K,M];
  * tb: B stored [N,K]; beta == 0 ignores the old C, NaNs included), A and B bf16. */
 void trex_gemm_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t M, int64_t N,

@@ -399,6 +399,30 @@ static int64_t nthreads(const trex_ctx *ctx)
 }
 
 /* Projections, pooling, norm and RoPE of one compressor. Returns false when out of memory. */
+/* bf16 mode's compressor products kt = x wkv^T, zt = x wgate^T in bf16x3: three bf16 terms side by
+ * side over K = 3d (x as [hi | lo | hi], each weight as [hi | hi | lo]: kernels.h trex_split_bf16x3_rows),
+ * so the compressor keeps about fp32 accuracy (MODEL_SPEC §12 keeps it out of plain bf16) on the AMX
+ * GEMM instead of the fp32 one; docs/precision.md "The compressor". The splits are scratch. */
+static bool compressor_products_x3(const trex_ctx *ctx, cmp_state *s, const float *x, const float *wkv,
+                                   const float *wgate, int64_t N, int64_t d, int64_t wc)
+{
+    const trex_arena_mark mk = trex_arena_mark_get(ctx->arena);
+    uint16_t *x3 = trex_arena_alloc_uninit(ctx->arena, (size_t)(N * 3 * d) * sizeof *x3);
+    uint16_t *w3 = trex_arena_alloc_uninit(ctx->arena, (size_t)(wc * 3 * d) * sizeof *w3);
+    if (!x3 || !w3)
+        return false;
+    trex_split_bf16x3_rows(ctx->pool, x3, x, N, d, 0, d, 2 * d);
+    const float *W[2] = {wkv, wgate};
+    float *Y[2] = {s->kt, s->zt};
+    for (int k = 0; k < 2; k++) {
+        trex_split_bf16x3_rows(ctx->pool, w3, W[k], wc, d, 0, 2 * d, d);
+        trex_gemm_bf16(ctx->pool, ctx->ws, false, true, N, wc, 3 * d, 1.0f, x3, 3 * d, w3, 3 * d, 0.0f,
+                       Y[k], wc);
+    }
+    trex_arena_rewind(ctx->arena, mk);
+    return true;
+}
+
 static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dims *dm,
                                const attn_docs *docs, int64_t m, int64_t wm, int64_t cw,
                                const float *x, const float *wkv, const float *wgate,
@@ -417,8 +441,13 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
     if (!s->kt || !s->zt || !s->pooled || !s->rstd || !s->out || !scr)
         return false;
     AP_START;
-    trex_linear_forward(ctx->pool, s->kt, x, wkv, N, dm->d, wc);
-    trex_linear_forward(ctx->pool, s->zt, x, wgate, N, dm->d, wc);
+    if (ctx->compute == TREX_BF16) {
+        if (!compressor_products_x3(ctx, s, x, wkv, wgate, N, dm->d, wc))
+            return false;
+    } else {
+        trex_linear_forward(ctx->pool, s->kt, x, wkv, N, dm->d, wc);
+        trex_linear_forward(ctx->pool, s->zt, x, wgate, N, dm->d, wc);
+    }
     /* positional bias by offset inside the block, on every token of a complete block */
     for (int64_t sg = 0; sg < docs->nseg; sg++) {
         const int64_t nb = docs->cstart[sg + 1] - docs->cstart[sg];
@@ -474,8 +503,9 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
         }
     }
     AP(cw == dm->c ? AP_B_CMP_POOL : AP_B_ICMP_POOL);
-    trex_linear_backward(ctx->pool, dx, gwkv, dkt, x, wkv, N, dm->d, wc, true);
-    trex_linear_backward(ctx->pool, dx, gwgate, dzt, x, wgate, N, dm->d, wc, true);
+    /* bf16 mode: the gradient products 1-term bf16, as every gradient of that mode (docs/precision.md) */
+    trex_linear_backward_ex(ctx->pool, ctx->ws, ctx->compute, dx, gwkv, dkt, x, wkv, N, dm->d, wc, true);
+    trex_linear_backward_ex(ctx->pool, ctx->ws, ctx->compute, dx, gwgate, dzt, x, wgate, N, dm->d, wc, true);
     AP(cw == dm->c ? AP_B_CMP_GEMM : AP_B_ICMP_GEMM);
 }
 

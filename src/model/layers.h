@@ -34,7 +34,8 @@ typedef struct trex_ctx {
     trex_arena *arena; /* activations saved for backward and scratch; reset once per step */
     /* Precision of the large products (docs/precision.md): TREX_F32 (0, the reference) or TREX_BF16
      * (bf16 inputs, fp32 accumulation) for the attention projections, indexer wq_b/weights_proj,
-     * experts, shared expert and MTP projections; router, compressor, mHC and head stay fp32. */
+     * experts, shared expert and MTP projections; router and mHC stay fp32, the compressor's forward
+     * and the head's logits run in bf16x3 (fp32-level accuracy). */
     trex_dtype compute;
     trex_gemm_ws *ws; /* the bf16 GEMMs' workspace (NULL: allocated per call) */
 } trex_ctx;

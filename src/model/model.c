@@ -588,40 +588,6 @@ static int64_t head3_chunk_rows(const trex_model *m, int64_t R)
     return rc < R ? rc : R;
 }
 
-/* hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) for n values, in blocks (bit-exact with the scalar
- * conversions). */
-static void split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int64_t n)
-{
-    float back[256], rest[256];
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        const int64_t k = n - i0 < 256 ? n - i0 : 256;
-        trex_cvt_f32_bf16(hi + i0, x + i0, k);
-        trex_cvt_bf16_f32(back, hi + i0, k);
-        for (int64_t i = 0; i < k; i++)
-            rest[i] = x[i0 + i] - back[i];
-        trex_cvt_f32_bf16(lo + i0, rest, k);
-    }
-}
-
-typedef struct split_job {
-    const float *src;
-    uint16_t *dst;
-    int64_t n;                 /* values per row */
-    int64_t ld;                /* dst elements per row (3n) */
-    int64_t hi0, lo0, hi1;     /* offsets of the three parts in a dst row */
-} split_job;
-
-static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
-{
-    (void)tid;
-    const split_job *j = arg;
-    for (int64_t i = i0; i < i1; i++) {
-        uint16_t *row = j->dst + i * j->ld;
-        split_bf16(row + j->hi0, row + j->lo0, j->src + i * j->n, j->n);
-        memcpy(row + j->hi1, row + j->hi0, (size_t)j->n * sizeof *row);
-    }
-}
-
 typedef struct ce3_job {
     float *L;            /* logits^T [V, ldc]; exp(l - block max) in place (keep); d logits^T in place */
     int64_t V, rows, pw, ldc, r0, nb;
@@ -720,7 +686,7 @@ static void ce3_bwd3_rows(void *arg, int64_t v0, int64_t v1, int tid)
                 dl[i] -= j->scale;
         }
         uint16_t *row = (uint16_t *)(void *)(j->L + v * j->ldc);
-        split_bf16(row, row + j->pw, dl, j->pw);
+        trex_split_bf16(row, row + j->pw, dl, j->pw);
         memcpy(row + 2 * j->pw, row, (size_t)j->pw * sizeof *row);
     }
 }
@@ -1059,12 +1025,10 @@ static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const tr
         uint16_t *hnF;
         if (!m->w3) { /* once per forward: the MTP head shares the weight */
             ALLOC(m->w3, V * 3 * d);
-            split_job sw = {m->w.head, m->w3, d, 3 * d, 0, 2 * d, d}; /* [hi | hi | lo] */
-            trex_pool_for(m->ctx.pool, V, 64, split_rows, &sw);
+            trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
         }
         ALLOC(hnF, R * 3 * d);
-        split_job sh = {hp->hn, hnF, d, 3 * d, 0, d, 2 * d}; /* [hi | lo | hi] */
-        trex_pool_for(m->ctx.pool, R, 16, split_rows, &sh);
+        trex_split_bf16x3_rows(m->ctx.pool, hnF, hp->hn, R, d, 0, d, 2 * d); /* [hi | lo | hi] */
         *sum = head_forward3(m, hp, m->w3, hnF, m->hnB, logits, m->chunk, nll,
                              m->grads ? m->g.head : NULL, scale);
     } else {

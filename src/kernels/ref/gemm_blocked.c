@@ -608,3 +608,41 @@ void trex_cvt_bf16_f32(float *dst, const uint16_t *src, int64_t n)
     TREX_ASSERT(n >= 0);
     trex_kernels_table()->cvt_bf16_f32(dst, src, n);
 }
+
+void trex_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int64_t n)
+{
+    float back[256], rest[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t k = n - i0 < 256 ? n - i0 : 256;
+        trex_cvt_f32_bf16(hi + i0, x + i0, k);
+        trex_cvt_bf16_f32(back, hi + i0, k);
+        for (int64_t i = 0; i < k; i++)
+            rest[i] = x[i0 + i] - back[i];
+        trex_cvt_f32_bf16(lo + i0, rest, k);
+    }
+}
+
+typedef struct split_job {
+    const float *src;
+    uint16_t *dst;
+    int64_t n, hi0, lo0, hi1;
+} split_job;
+
+static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const split_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        uint16_t *row = j->dst + i * 3 * j->n;
+        trex_split_bf16(row + j->hi0, row + j->lo0, j->src + i * j->n, j->n);
+        memcpy(row + j->hi1, row + j->hi0, (size_t)j->n * sizeof *row);
+    }
+}
+
+void trex_split_bf16x3_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
+                            int64_t hi0, int64_t lo0, int64_t hi1)
+{
+    TREX_ASSERT(rows >= 0 && n >= 0);
+    split_job j = {src, dst, n, hi0, lo0, hi1};
+    trex_pool_for(pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split_rows, &j);
+}
