@@ -409,8 +409,10 @@ static bool compressor_products_x3(const trex_ctx *ctx, cmp_state *s, const floa
     const trex_arena_mark mk = trex_arena_mark_get(ctx->arena);
     uint16_t *x3 = trex_arena_alloc_uninit(ctx->arena, (size_t)(N * 3 * d) * sizeof *x3);
     uint16_t *w3 = trex_arena_alloc_uninit(ctx->arena, (size_t)(wc * 3 * d) * sizeof *w3);
-    if (!x3 || !w3)
+    if (!x3 || !w3) {
+        trex_arena_rewind(ctx->arena, mk);
         return false;
+    }
     trex_split_bf16x3_rows(ctx->pool, x3, x, N, d, 0, d, 2 * d);
     const float *W[2] = {wkv, wgate};
     float *Y[2] = {s->kt, s->zt};
@@ -1293,6 +1295,9 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
                 goto oom;
             trex_cvt_f32_bf16(C->ikb, C->icmp.out, docs->nc * cI);
             memset(C->ikb + docs->nc * cI, 0, (size_t)(16 * cI) * sizeof(uint16_t));
+            /* the per-thread scratch holds dots_bf16's workspace only beside the bf16 core (qscr_layout,
+             * kscr_layout): every table has both or neither */
+            TREX_ASSERT(trex_fused()->sattn_fwd_bf16 && trex_fused()->sattn_bwd_entries_bf16);
             C->dots_bf16 = trex_fused()->dots_bf16;
         }
     }
