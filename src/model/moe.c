@@ -173,8 +173,9 @@ static void router_rows(void *arg, int64_t t0, int64_t t1, int tid)
 typedef struct gather_args {
     const int32_t *perm; /* slots; token = slot / K */
     int64_t K, d;
-    const float *src1, *src2;
-    float *dst1, *dst2;
+    const void *src1, *src2; /* rows of d elements of esize bytes (fp32 or bf16) */
+    void *dst1, *dst2;
+    size_t esize;
 } gather_args;
 
 /* dst[r] = src[token of perm[r]] for one or two sources. */
@@ -182,11 +183,12 @@ static void gather_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const gather_args *g = arg;
+    const size_t row = (size_t)g->d * g->esize;
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t t = g->perm[r] / g->K;
-        memcpy(g->dst1 + r * g->d, g->src1 + t * g->d, (size_t)g->d * sizeof(float));
+        const size_t t = (size_t)(g->perm[r] / g->K);
+        memcpy((char *)g->dst1 + (size_t)r * row, (const char *)g->src1 + t * row, row);
         if (g->src2)
-            memcpy(g->dst2 + r * g->d, g->src2 + t * g->d, (size_t)g->d * sizeof(float));
+            memcpy((char *)g->dst2 + (size_t)r * row, (const char *)g->src2 + t * row, row);
     }
 }
 
@@ -197,8 +199,8 @@ static void scatter_add_rows(void *arg, int64_t r0, int64_t r1, int tid)
     const gather_args *g = arg;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t t = g->perm[r] / g->K;
-        float *dst = g->dst1 + t * g->d;
-        const float *src = g->src1 + r * g->d;
+        float *dst = (float *)g->dst1 + t * g->d;
+        const float *src = (const float *)g->src1 + r * g->d;
         for (int64_t j = 0; j < g->d; j++)
             dst[j] += src[j];
     }
@@ -432,26 +434,6 @@ static void to_bf16_rows(trex_pool *pool, uint16_t *dst, const float *src, int64
     trex_pool_for(pool, n, grain_for(d), cvt_rows, &ca);
 }
 
-typedef struct gather16_args {
-    const int32_t *perm; /* slots; token = slot / K */
-    int64_t K, d;
-    const uint16_t *src1, *src2;
-    uint16_t *dst1, *dst2;
-} gather16_args;
-
-/* dst[r] = src[token of perm[r]] for one or two bf16 sources. */
-static void gather16_rows(void *arg, int64_t r0, int64_t r1, int tid)
-{
-    (void)tid;
-    const gather16_args *g = arg;
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t t = g->perm[r] / g->K;
-        memcpy(g->dst1 + r * g->d, g->src1 + t * g->d, (size_t)g->d * sizeof(uint16_t));
-        if (g->src2)
-            memcpy(g->dst2 + r * g->d, g->src2 + t * g->d, (size_t)g->d * sizeof(uint16_t));
-    }
-}
-
 typedef struct swiglu16_args {
     const trex_fused_table *f;
     const float *a, *u;    /* [n, I] pre-activations */
@@ -520,8 +502,8 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
         float *a = keep ? c->a + p0 * I : c->a, *u = keep ? c->u + p0 * I : c->u;
-        gather16_args ga = {perm, K, d, xb, NULL, xg, NULL};
-        trex_pool_for(pool, n, grain_for(d / 2), gather16_rows, &ga);
+        gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t)};
+        trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
         int64_t np = pieces_fwd(probs, &pl, w->w1, I, d, xg, d, d, a, I);
         np += pieces_fwd(probs + np, &pl, w->w3, I, d, xg, d, d, u, I);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
@@ -776,14 +758,14 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
             const int64_t n = c->off[e + 1] - p0 < C ? c->off[e + 1] - p0 : C;
             const int32_t *perm = c->perm + p0;
             float *a = cache ? c->a + p0 * I : c->a, *u = cache ? c->u + p0 * I : c->u;
-            gather_args ga = {perm, K, d, x, NULL, xg, NULL};
+            gather_args ga = {perm, K, d, x, NULL, xg, NULL, sizeof(float)};
             trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
             trex_linear_forward_ex(pool, gws, gdt, a, xg, w->w1[e], n, d, I);
             trex_linear_forward_ex(pool, gws, gdt, u, xg, w->w3[e], n, d, I);
             swiglu_args sg = {.a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I, .L = L};
             trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
             trex_linear_forward_ex(pool, gws, gdt, og, hg, w->w2[e], n, I, d);
-            gather_args sc = {perm, K, d, og, NULL, y, NULL};
+            gather_args sc = {perm, K, d, og, NULL, y, NULL, sizeof(float)};
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }
     }
@@ -843,7 +825,7 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
         for (int64_t p0 = c->off[e]; p0 < c->off[e + 1]; p0 += C) {
             const int64_t n = c->off[e + 1] - p0 < C ? c->off[e + 1] - p0 : C;
             const int32_t *perm = c->perm + p0;
-            gather_args ga = {perm, K, d, x, dy, xg, dyg};
+            gather_args ga = {perm, K, d, x, dy, xg, dyg, sizeof(float)};
             trex_pool_for(pool, n, grain_for(2 * d), gather_rows, &ga);
             swiglu_args sg = {.a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
                               .du = dug, .perm = perm, .gw = c->gw, .dg = dg, .I = I, .L = L};
@@ -852,7 +834,7 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
             trex_pool_for(pool, n, grain_for(I * 24), swiglu_bwd_rows, &sg);
             trex_linear_backward_ex(pool, gws, gdt, dxg, g->w1[e], dhg, xg, w->w1[e], n, d, I, false);
             trex_linear_backward_ex(pool, gws, gdt, dxg, g->w3[e], dug, xg, w->w3[e], n, d, I, true);
-            gather_args sc = {perm, K, d, dxg, NULL, dx, NULL};
+            gather_args sc = {perm, K, d, dxg, NULL, dx, NULL, sizeof(float)};
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }
     }
@@ -911,8 +893,8 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
-        gather16_args ga = {perm, K, d, xb, dyb, xg, dyg};
-        trex_pool_for(pool, n, grain_for(d), gather16_rows, &ga);
+        gather_args ga = {perm, K, d, xb, dyb, xg, dyg, sizeof(uint16_t)};
+        trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
         swiglu16_args sg = {.f = f, .a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
                             .da = da, .du = du, .perm = perm, .gw = c->gw, .dg = dg, .I = I,
                             .L = L};
