@@ -371,8 +371,9 @@ static void test_arena(void)
     size_t reserved = trex_arena_reserved(ar);
     arena_pass(ar, p2, &dirty);
     size_t peak = mem.peak_total;
-    CHECK(trex_arena_reserved(ar) == reserved, "second pass fits the merged chunk (%zu vs %zu)",
+    CHECK(trex_arena_reserved(ar) == reserved, "second pass fits the same chunks (%zu vs %zu)",
           trex_arena_reserved(ar), reserved);
+    CHECK(!memcmp(p1, p2, sizeof p1), "second pass lands where the first did (no page is new)");
     CHECK(trex_arena_used(ar) == used1, "same pass, same used");
     for (int pass = 0; pass < 3; pass++) {
         trex_arena_reset(ar);
