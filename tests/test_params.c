@@ -312,6 +312,15 @@ static void test_init(void)
     CHECK(trex_weights_init(&w2, &c, 7, &mem, &err) == TREX_OK, "init: %s", err.msg);
     CHECK(same_weights(&w, &w2), "same seed, same weights");
     trex_weights_free(&w2);
+    for (int threads = 2; threads <= 3; threads++) { /* pairs split between threads: the same values */
+        trex_pool *pool = trex_pool_create(threads);
+        CHECK(pool && trex_weights_init_pool(pool, &w2, &c, 7, &mem, &err) == TREX_OK, "init, %d threads: %s",
+              threads, err.msg);
+        CHECK(pool && same_weights(&w, &w2), "%d threads, same weights", threads);
+        if (pool)
+            trex_weights_free(&w2);
+        trex_pool_destroy(pool);
+    }
     CHECK(trex_weights_init(&w2, &c, 8, &mem, &err) == TREX_OK, "init: %s", err.msg);
     CHECK(memcmp(w.f, w2.f, 4096 * sizeof(float)) != 0, "another seed, other weights");
     trex_weights_free(&w2);

@@ -15,6 +15,7 @@
 
 #include "trex/alloc.h"
 #include "trex/config.h"
+#include "trex/pool.h"
 #include "trex/status.h"
 
 typedef enum trex_param_kind {
@@ -113,6 +114,9 @@ typedef struct trex_weights {
 /* Allocates the buffers and initialises them (docs/model-conventions.md "Initialisation") from seed. */
 trex_code trex_weights_init(trex_weights *w, const trex_config *cfg, uint64_t seed, trex_mem *mem,
                             trex_err *err);
+/* The same on the pool's threads (NULL: the calling thread): the same values for any thread count. */
+trex_code trex_weights_init_pool(trex_pool *pool, trex_weights *w, const trex_config *cfg, uint64_t seed,
+                                 trex_mem *mem, trex_err *err);
 /* Allocates and loads from a safetensors file: every tensor of the layout must be present with its
  * shape (F32, BF16 or F16; tid2eid I64 or I32, in range, distinct experts per row); extra tensors
  * are an error too. Messages name the file and the tensor. */

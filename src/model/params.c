@@ -377,17 +377,34 @@ static trex_rng tensor_rng(uint64_t seed, const char *name)
     return trex_rng_make(seed, hash_name(name));
 }
 
-static void fill_normal(float *dst, int64_t n, double std, uint64_t seed, const char *name)
+/* Element pair p of a tensor comes from counter block p, whatever else was drawn: the values do not
+ * depend on how the pairs are split between threads. */
+typedef struct normal_job {
+    float *dst;
+    int64_t n;
+    double std;
+    trex_rng r;
+} normal_job;
+
+static void normal_pairs(void *arg, int64_t p0, int64_t p1, int tid)
 {
-    trex_rng r = tensor_rng(seed, name);
-    for (int64_t p = 0; 2 * p < n; p++) {
+    (void)tid;
+    const normal_job *j = arg;
+    trex_rng r = j->r;
+    for (int64_t p = p0; p < p1; p++) {
         double z[2];
-        r.counter = (uint64_t)p; /* element pair p comes from block p, whatever else was drawn */
+        r.counter = (uint64_t)p;
         trex_rng_normal2(&r, z);
-        dst[2 * p] = (float)(std * z[0]);
-        if (2 * p + 1 < n)
-            dst[2 * p + 1] = (float)(std * z[1]);
+        j->dst[2 * p] = (float)(j->std * z[0]);
+        if (2 * p + 1 < j->n)
+            j->dst[2 * p + 1] = (float)(j->std * z[1]);
     }
+}
+
+static void fill_normal(trex_pool *pool, float *dst, int64_t n, double std, uint64_t seed, const char *name)
+{
+    normal_job j = {dst, n, std, tensor_rng(seed, name)};
+    trex_pool_for(pool, (n + 1) / 2, 1 << 14, normal_pairs, &j);
 }
 
 static void fill_const(float *dst, int64_t n, float v)
@@ -418,6 +435,12 @@ static void fill_tid2eid(int32_t *dst, int64_t V, int64_t K, int64_t E, uint64_t
 trex_code trex_weights_init(trex_weights *w, const trex_config *cfg, uint64_t seed, trex_mem *mem,
                             trex_err *err)
 {
+    return trex_weights_init_pool(NULL, w, cfg, seed, mem, err);
+}
+
+trex_code trex_weights_init_pool(trex_pool *pool, trex_weights *w, const trex_config *cfg, uint64_t seed,
+                                 trex_mem *mem, trex_err *err)
+{
     TREX_ASSERT(w && cfg);
     TREX_TRY(alloc_weights(w, cfg, mem, err));
     const double std = cfg->initializer_range;
@@ -440,7 +463,7 @@ trex_code trex_weights_init(trex_weights *w, const trex_config *cfg, uint64_t se
         case TREX_P_GATE_BIAS:
             break; /* zero from the allocator */
         default: /* embed, head, projections, experts, gate, hc_*_fn, ape */
-            fill_normal(dst, p->numel, std, seed, p->name);
+            fill_normal(pool, dst, p->numel, std, seed, p->name);
         }
     }
     return TREX_OK;

@@ -229,7 +229,7 @@ static trex_code load_weights(trainer *t, const char *ckpt, trex_err *err)
     if (s->init[0])
         rc = trex_weights_load(&t->w, &t->cfg, s->init, &t->mem, err);
     else
-        rc = trex_weights_init(&t->w, &t->cfg, s->seed, &t->mem, err);
+        rc = trex_weights_init_pool(t->pool, &t->w, &t->cfg, s->seed, &t->mem, err);
     t->have_w = rc == TREX_OK;
     if (rc != TREX_OK && s->init[0])
         trex_err_prefix(err, "--init");
@@ -802,7 +802,7 @@ trex_code trex_train_bench(const trex_train_bench_opts *o, trex_train_bench_resu
     if (rc == TREX_OK)
         rc = trex_pool_create_checked(&t->pool, (int)s->threads, err);
     if (rc == TREX_OK) {
-        rc = trex_weights_init(&t->w, &t->cfg, s->seed, &t->mem, err);
+        rc = trex_weights_init_pool(t->pool, &t->w, &t->cfg, s->seed, &t->mem, err);
         t->have_w = rc == TREX_OK;
     }
     if (rc == TREX_OK)
