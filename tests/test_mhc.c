@@ -4,12 +4,20 @@
  * finite differences with tight tolerances (Sinkhorn alone, then a whole pre -> sub-layer -> post
  * chain, then hc_head). The fp32 layer (model/mhc.c) is checked against the double math, against
  * fp32 finite differences (loosely), and for bitwise equality across thread counts. The fn products
- * (the fused gate entries at AVX-512 and AMX) are checked bit for bit against trex_gemm (N = 1, 7, 33). */
+ * (the fused gate entries at AVX-512 and AMX) are checked bit for bit against trex_gemm (N = 1, 7, 33,
+ * 70: blocks of 16 tokens per thread), and the layer's rho (the fused table's sumsq) against
+ * mhc_rho_f at every level.
+ *
+ * `test_mhc --bench [reps [threads]]` times each layer call at dsv4-bench's shapes (N = 4096 tokens,
+ * n = 4 streams of d = 1024) on a pool of `threads` (default 2): wall and process CPU seconds, medians
+ * (docs/perf.md "RMSNorm and mHC passes, round 5"). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "check.h"
 #include "kernels/fused.h"
@@ -514,9 +522,10 @@ static void test_fn_products(void)
     trex_pool *p2 = trex_pool_create(2), *p3 = trex_pool_create(3);
     trex_arena *ar = trex_arena_create(NULL, TREX_REGION_ACTS, 1 << 20);
     CHECK(p2 && p3 && ar, "pools and arena");
-    const trex_ctx ctxs[3] = {{.pool = NULL}, {.pool = p2, .arena = ar}, {.pool = p3}};
-    const int64_t Ns[3] = {1, 7, 33};
-    for (int q = 0; q < 3; q++)
+    const trex_ctx ctxs[4] = {{.pool = NULL}, {.pool = p2, .arena = ar}, {.pool = p3},
+                              {.pool = p2, .arena = ar}};
+    const int64_t Ns[4] = {1, 7, 33, 70};
+    for (int q = 0; q < 4; q++)
         for (int h = 0; h < 2; h++) {
             const size_t used = trex_arena_used(ar);
             check_fn_products(&ctxs[q], &cfg, Ns[q], h == 1);
@@ -528,8 +537,123 @@ static void test_fn_products(void)
     trex_pool_destroy(p3);
 }
 
-int main(void)
+/* The layer's rho is mhc_rho_ss_f of the fused table's sumsq: mhc_rho_f's bits at every level. */
+static void test_rho_levels(void)
 {
+    const int64_t lens[] = {1, 17, 4096, 4120};
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX512, TREX_ISA_AMX};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        float *v = randf(lens[i], 3.0);
+        const float want = mhc_rho_f(lens[i], v, 1e-6f);
+        for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+            const trex_fused_table *t = trex_fused_for(caps[k]);
+            const float got = mhc_rho_ss_f(t->sumsq(v, lens[i]), lens[i], 1e-6f);
+            CHECK(memcmp(&got, &want, sizeof got) == 0, "rho via %s sumsq, len %lld: %.9g vs %.9g",
+                  t->name, (long long)lens[i], (double)got, (double)want);
+        }
+        free(v);
+    }
+}
+
+/* ---- benchmark ---------------------------------------------------------------------------------- */
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_now(void) /* user + system seconds of the process (every thread) */
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define BENCH_CALLS 6
+#define BENCH_MAX_REPS 51
+
+static int bench(int reps, int threads)
+{
+    const int64_t N = 4096, d = 1024, n = 4, nd = n * d, mix = (2 + n) * n;
+    trex_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.hidden_size = d;
+    cfg.hc_mult = n;
+    cfg.hc_sinkhorn_iters = 20;
+    cfg.hc_eps = 1e-6;
+    cfg.rms_norm_eps = 1e-6;
+    trex_pool *pool = trex_pool_create(threads);
+    trex_arena *ar = trex_arena_create(NULL, TREX_REGION_ACTS, 16 << 20);
+    if (!pool || !ar) {
+        fprintf(stderr, "pool or arena\n");
+        return 2;
+    }
+    const trex_ctx ctx = {.pool = pool, .arena = ar};
+    const int64_t ss = trex_mhc_state_size(n), ds = trex_mhc_dstate_size(n);
+    const int64_t hss = trex_mhc_head_state_size(n), hds = trex_mhc_head_dstate_size(n);
+    float *X = randf(N * nd, 1.0), *fn = randf(mix * nd, 0.02), *hfn = randf(n * nd, 0.02);
+    float scale[3] = {0.7f, -0.4f, 1.3f}, *base = randf(mix, 1.0);
+    float *x_in = randf(N * d, 1.0), *y = randf(N * d, 1.0), *dy = randf(N * d, 1.0);
+    float *state = randf(N * ss, 1.0), *hstate = randf(N * hss, 1.0);
+    float *dstate = randf(N * ds, 1.0), *hdstate = randf(N * hds, 1.0);
+    float *Xo = randf(N * nd, 1.0), *dXo = randf(N * nd, 1.0), *dX = randf(N * nd, 1.0);
+    float *gfn = randf(mix * nd, 0.0), *gs = randf(3 + mix, 0.0);
+    trex_mhc_w w = {fn, scale, base}, hw = {hfn, scale, base}, g = {gfn, gs, gs + 3};
+    static const char *names[BENCH_CALLS] = {"pre_forward", "post_forward", "post_backward",
+                                             "pre_backward", "head_forward", "head_backward"};
+    double tw[BENCH_CALLS][BENCH_MAX_REPS], tc[BENCH_CALLS][BENCH_MAX_REPS];
+    for (int r = 0; r < reps; r++)
+        for (int c = 0; c < BENCH_CALLS; c++) {
+            const double w0 = wall_now(), c0 = cpu_now();
+            switch (c) {
+            case 0: trex_mhc_pre_forward(&ctx, &cfg, N, x_in, state, X, &w); break;
+            case 1: trex_mhc_post_forward(&ctx, &cfg, N, Xo, y, X, state); break;
+            case 2: trex_mhc_post_backward(&ctx, &cfg, N, dX, dy, dstate, dXo, y, X, state); break;
+            case 3: trex_mhc_pre_backward(&ctx, &cfg, N, dX, &g, dstate, x_in, X, &w, state); break;
+            case 4: trex_mhc_head_forward(&ctx, &cfg, N, y, hstate, X, &hw); break;
+            default: trex_mhc_head_backward(&ctx, &cfg, N, dX, &g, hdstate, dy, X, &hw, hstate); break;
+            }
+            tw[c][r] = wall_now() - w0;
+            tc[c][r] = cpu_now() - c0;
+        }
+    printf("mHC layer, N %lld, n %lld, d %lld, %d thread(s), fused level %s, median of %d\n",
+           (long long)N, (long long)n, (long long)d, threads, trex_fused()->name, reps);
+    double sw = 0.0, sc = 0.0;
+    for (int c = 0; c < BENCH_CALLS; c++) {
+        qsort(tw[c], (size_t)reps, sizeof(double), cmp_double);
+        qsort(tc[c], (size_t)reps, sizeof(double), cmp_double);
+        printf("  %-14s wall %8.4f s  cpu %8.4f s\n", names[c], tw[c][reps / 2], tc[c][reps / 2]);
+        sw += tw[c][reps / 2], sc += tc[c][reps / 2];
+    }
+    printf("  %-14s wall %8.4f s  cpu %8.4f s\n", "sum", sw, sc);
+    free(X), free(fn), free(hfn), free(base), free(x_in), free(y), free(dy), free(state);
+    free(hstate), free(dstate), free(hdstate), free(Xo), free(dXo), free(dX), free(gfn), free(gs);
+    trex_arena_destroy(ar);
+    trex_pool_destroy(pool);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "--bench")) {
+        char *e1 = NULL, *e2 = NULL;
+        const long reps = argc >= 3 ? strtol(argv[2], &e1, 10) : 5;
+        const long threads = argc >= 4 ? strtol(argv[3], &e2, 10) : 2;
+        if ((argc >= 3 && *e1) || (argc >= 4 && *e2) || threads < 1 || threads > 256) {
+            fprintf(stderr, "usage: test_mhc --bench [reps [threads]]\n");
+            return 2;
+        }
+        return bench(reps < 1 ? 1 : reps > BENCH_MAX_REPS ? BENCH_MAX_REPS : (int)reps, (int)threads);
+    }
     test_sinkhorn(1.0);
     test_sinkhorn(5.0);
     test_sinkhorn(20.0);
@@ -537,5 +661,6 @@ int main(void)
     test_head_double();
     test_layer();
     test_fn_products();
+    test_rho_levels();
     return check_summary();
 }

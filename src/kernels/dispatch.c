@@ -234,8 +234,7 @@ static void log_choice(const trex_kernel_table *t, const char *cap)
             t->isa == TREX_ISA_AVX2 ? " (no avx2 variant yet)" : "");
     fprintf(stderr, "trex: kernels: gemm_bf16 packing: %s\n", t->pack_name);
     fprintf(stderr, "trex: kernels: f32<->bf16 conversion: %s\n", t->cvt_name);
-    fprintf(stderr, "trex: kernels: fp32 trex_gemm/linear micro-kernel: %s; rmsnorm: ref\n",
-            t->gemm_f32_name);
+    fprintf(stderr, "trex: kernels: fp32 trex_gemm/linear micro-kernel: %s\n", t->gemm_f32_name);
 }
 
 static void init_state(void)

@@ -22,6 +22,7 @@
 #ifndef TREX_KERNELS_FUSED_H
 #define TREX_KERNELS_FUSED_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -190,6 +191,32 @@ typedef void (*trex_fused_gate_bwd_dx_fn)(float *dx, const float *dz, const floa
 typedef void (*trex_fused_gate_bwd_dw_fn)(float *dg, float *ws, const float *dz, const float *x,
                                           int64_t n, int64_t d, int64_t E, int64_t j0, int64_t j1);
 
+/* RMSNorm over rows and the fixed-lane sum of squares (kernels/ref/norm.c defines the bits; every level
+ * gives them; docs/precision.md "RMSNorm and the mHC rho"). A sum over a row runs in TREX_SUMSQ_LANES
+ * = 16 double lanes, element k in lane k mod 16 in increasing order from +0, combined as trex_sumsq's
+ * tree (kernels.h): s_j = l_j + l_{j+8}, t_j = s_j + s_{j+4}, u_j = t_j + t_{j+2}, result u_0 + u_1.
+ *   sumsq        that sum of (double)x_k (double)x_k (exact squares), k < n (n may be 0: +0);
+ *   rmsnorm_fwd  n rows of dim floats: r = trex_rmsnorm_rstd(sumsq(x_row)), rstd[row] = r (rstd may
+ *                be NULL), y_i = (x_i r) w_i (w NULL: x_i r), float multiplies; y may alias x;
+ *   rmsnorm_bwd  dot = the lane sum of ((double)dy_i w_i) x_i (w NULL: (double)dy_i x_i), each product
+ *                rounded then added; c = ((float)(dot / dim) r) r with r = rstd[row];
+ *                v_i = r (g_i - x_i c), g_i = dy_i w_i (w NULL: dy_i); dx_i = acc ? dx_i + v_i : v_i;
+ *   rmsnorm_dw   dw_i += (dy_ri x_ri) rstd_r for rows r < n in increasing order, columns j0 <= i < j1
+ *                (callers split the columns between threads). */
+typedef double (*trex_fused_sumsq_fn)(const float *x, int64_t n);
+typedef void (*trex_fused_rmsnorm_fwd_fn)(float *y, float *rstd, const float *x, const float *w,
+                                          int64_t n, int64_t dim, float eps);
+typedef void (*trex_fused_rmsnorm_bwd_fn)(float *dx, const float *dy, const float *x, const float *w,
+                                          const float *rstd, int64_t n, int64_t dim, int acc);
+typedef void (*trex_fused_rmsnorm_dw_fn)(float *dw, const float *dy, const float *x,
+                                         const float *rstd, int64_t n, int64_t dim, int64_t j0,
+                                         int64_t j1);
+/* RMSNorm's 1 / sqrt(mean + eps) from the sum of squares of a row of dim values, in double. */
+static inline float trex_rmsnorm_rstd(double ss, int64_t dim, float eps)
+{
+    return (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+}
+
 typedef struct trex_fused_table {
     trex_isa isa;
     const char *name;
@@ -221,6 +248,10 @@ typedef struct trex_fused_table {
     trex_fused_ce_fwd_fn ce_fwd;
     trex_fused_ce_grad_fn ce_grad;
     trex_fused_ce_exp_fn ce_exp;
+    trex_fused_sumsq_fn sumsq;
+    trex_fused_rmsnorm_fwd_fn rmsnorm_fwd;
+    trex_fused_rmsnorm_bwd_fn rmsnorm_bwd;
+    trex_fused_rmsnorm_dw_fn rmsnorm_dw;
 } trex_fused_table;
 
 /* The table of the level in use (trex_kernels_isa()); TREX_VERBOSE=1 logs the choice once. */
@@ -283,6 +314,22 @@ void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int
 void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
                                int64_t cols, const float *c);
 float trex_fused_ce_exp_avx512(float x);
+
+/* RMSNorm and the sum of squares: the reference (kernels/ref/norm.c) and the AVX-512 leaves. */
+double trex_fused_sumsq_ref(const float *x, int64_t n);
+void trex_fused_rmsnorm_fwd_ref(float *y, float *rstd, const float *x, const float *w, int64_t n,
+                                int64_t dim, float eps);
+void trex_fused_rmsnorm_bwd_ref(float *dx, const float *dy, const float *x, const float *w,
+                                const float *rstd, int64_t n, int64_t dim, int acc);
+void trex_fused_rmsnorm_dw_ref(float *dw, const float *dy, const float *x, const float *rstd,
+                               int64_t n, int64_t dim, int64_t j0, int64_t j1);
+double trex_fused_sumsq_avx512(const float *x, int64_t n);
+void trex_fused_rmsnorm_fwd_avx512(float *y, float *rstd, const float *x, const float *w, int64_t n,
+                                   int64_t dim, float eps);
+void trex_fused_rmsnorm_bwd_avx512(float *dx, const float *dy, const float *x, const float *w,
+                                   const float *rstd, int64_t n, int64_t dim, int acc);
+void trex_fused_rmsnorm_dw_avx512(float *dw, const float *dy, const float *x, const float *rstd,
+                                  int64_t n, int64_t dim, int64_t j0, int64_t j1);
 
 /* bf16 attention: the reference (kernels/ref/attn_bf16.c) and the AMX leaves (kernels/x86/amx/attn.c). */
 void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,

@@ -11,8 +11,12 @@
  * AVX-512 and AMX levels they go through the router's entries (kernels/fused.h gate_fwd / gate_bwd_dx
  * / gate_bwd_dw), which give the fp32 GEMM's bits without padding the 24 columns to a 32-wide panel
  * or packing X on every call; the strided state / dstate rows are staged through small contiguous
- * buffers (ctx->arena scratch when there is one, else the heap). At the ref and avx2 levels the
- * blocked trex_gemm runs them: the same bits either way (tests/test_mhc.c). */
+ * buffers (ctx->arena scratch when there is one, else the heap). There the per-token passes run in
+ * blocks of FN_BLOCK tokens next to the products (HC_pre's and hc_head's forward pass right after a
+ * block's fn v, while its X is in L2; their backward pass right before the block's dX product), so X
+ * is read from memory once per call instead of twice. At the ref and avx2 levels the blocked trex_gemm
+ * runs the products and the passes run on their own: the same bits either way (tests/test_mhc.c).
+ * rho's sum of squares is the fused table's sumsq (16 fixed lanes, mhc_rho_f's bits at every level). */
 #include "model/mhc.h"
 
 #include <math.h>
@@ -91,11 +95,21 @@ static const trex_fused_table *gate_table(void)
 typedef struct fn_job {
     const trex_fused_table *f;
     const float *X, *fn, *fnT; /* X [N, nd], fn [E, nd], fnT [nd, E] */
+    float *fnTw;               /* fnT while it is being written */
     float *rows;               /* state (forward) or dstate (backward) rows, stride ld, E floats used */
     float *z;                  /* contiguous [N, E] staging */
     float *dX, *dfn, *ws;
     int64_t N, nd, E, ld;
+    /* The per-token pass of the layer, run on each block of FN_BLOCK rows right after the forward
+     * product (it reads the same X rows, still in cache) or right before the backward's dX product
+     * (which adds to the dX rows it wrote); NULL: none. Its results depend on the token alone. */
+    trex_task_fn tok;
+    void *tok_arg;
 } fn_job;
+
+/* Rows per block of the fused product + per-token pass: 16 tokens of n d = 4096 floats are 256 KiB
+ * of X, which stays in L2 between the two. */
+#define FN_BLOCK 16
 
 /* Scratch of `floats` floats: from the arena (released by the caller's rewind) or the heap. */
 static float *fn_scratch(const trex_ctx *ctx, int64_t floats)
@@ -109,24 +123,45 @@ static float *fn_scratch(const trex_ctx *ctx, int64_t floats)
     return p;
 }
 
-/* rows [t0, t1): z = X fn^T, then into the strided rows */
-static void fn_fwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
+/* fnT[k][e] = fn[e][k] for k in [k0, k1) */
+static void fn_transpose_cols(void *arg, int64_t k0, int64_t k1, int tid)
 {
     (void)tid;
     const fn_job *j = arg;
-    j->f->gate_fwd(j->z + t0 * j->E, j->X + t0 * j->nd, j->fnT, t1 - t0, j->nd, j->E);
-    for (int64_t t = t0; t < t1; t++)
-        memcpy(j->rows + t * j->ld, j->z + t * j->E, (size_t)j->E * sizeof(float));
+    for (int64_t kb = k0; kb < k1; kb += 64) {
+        const int64_t ke = kb + 64 < k1 ? kb + 64 : k1;
+        for (int64_t e = 0; e < j->E; e++)
+            for (int64_t k = kb; k < ke; k++)
+                j->fnTw[k * j->E + e] = j->fn[e * j->nd + k];
+    }
 }
 
-/* rows [t0, t1): stage dz from the strided rows, then dX += dz fn */
+/* rows [t0, t1) by blocks: z = X fn^T, into the strided rows, then the per-token pass */
+static void fn_fwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    const fn_job *j = arg;
+    for (int64_t a = t0; a < t1; a += FN_BLOCK) {
+        const int64_t b = a + FN_BLOCK < t1 ? a + FN_BLOCK : t1;
+        j->f->gate_fwd(j->z + a * j->E, j->X + a * j->nd, j->fnT, b - a, j->nd, j->E);
+        for (int64_t t = a; t < b; t++)
+            memcpy(j->rows + t * j->ld, j->z + t * j->E, (size_t)j->E * sizeof(float));
+        if (j->tok)
+            j->tok(j->tok_arg, a, b, tid);
+    }
+}
+
+/* rows [t0, t1) by blocks: the per-token pass, stage dz from the strided rows, then dX += dz fn */
 static void fn_bwd_dx_rows(void *arg, int64_t t0, int64_t t1, int tid)
 {
-    (void)tid;
     const fn_job *j = arg;
-    for (int64_t t = t0; t < t1; t++)
-        memcpy(j->z + t * j->E, j->rows + t * j->ld, (size_t)j->E * sizeof(float));
-    j->f->gate_bwd_dx(j->dX + t0 * j->nd, j->z + t0 * j->E, j->fn, t1 - t0, j->nd, j->E);
+    for (int64_t a = t0; a < t1; a += FN_BLOCK) {
+        const int64_t b = a + FN_BLOCK < t1 ? a + FN_BLOCK : t1;
+        if (j->tok)
+            j->tok(j->tok_arg, a, b, tid);
+        for (int64_t t = a; t < b; t++)
+            memcpy(j->z + t * j->E, j->rows + t * j->ld, (size_t)j->E * sizeof(float));
+        j->f->gate_bwd_dx(j->dX + a * j->nd, j->z + a * j->E, j->fn, b - a, j->nd, j->E);
+    }
 }
 
 /* columns of the 16-wide units [u0, u1): dfn += dz^T X */
@@ -138,37 +173,42 @@ static void fn_bwd_dw_cols(void *arg, int64_t u0, int64_t u1, int tid)
                       u1 * 16 < j->nd ? u1 * 16 : j->nd);
 }
 
-/* rows[t][0..E) = X[t] fn^T (stride ld), the bits of trex_gemm(.., beta 0). */
+/* rows[t][0..E) = X[t] fn^T (stride ld), the bits of trex_gemm(.., beta 0); then tok(tok_arg) over
+ * the tokens (each block of tokens right after its product at the gate level, else a pass of its own
+ * after the GEMM). */
 static void fn_forward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, const float *X,
-                       const float *fn, float *rows, int64_t ld)
+                       const float *fn, float *rows, int64_t ld, trex_task_fn tok, void *tok_arg)
 {
     const trex_fused_table *f = gate_table();
     if (!f || N == 0) {
         trex_gemm(ctx->pool, false, true, N, E, nd, 1.0f, X, nd, fn, nd, 0.0f, rows, ld);
+        trex_pool_for(ctx->pool, N, token_grain(nd), tok, tok_arg);
         return;
     }
     trex_arena_mark mk = {0};
     if (ctx->arena)
         mk = trex_arena_mark_get(ctx->arena);
     float *fnT = fn_scratch(ctx, nd * E + N * E);
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t k = 0; k < nd; k++)
-            fnT[k * E + e] = fn[e * nd + k];
-    fn_job j = {.f = f, .X = X, .fnT = fnT, .rows = rows, .z = fnT + nd * E, .N = N, .nd = nd,
-                .E = E, .ld = ld};
-    trex_pool_for(ctx->pool, N, 8, fn_fwd_rows, &j);
+    fn_job j = {.f = f, .X = X, .fn = fn, .fnT = fnT, .fnTw = fnT, .rows = rows, .z = fnT + nd * E,
+                .N = N, .nd = nd, .E = E, .ld = ld, .tok = tok, .tok_arg = tok_arg};
+    trex_pool_for(ctx->pool, nd, 1024, fn_transpose_cols, &j);
+    trex_pool_for(ctx->pool, N, FN_BLOCK, fn_fwd_rows, &j);
     if (ctx->arena)
         trex_arena_rewind(ctx->arena, mk);
     else
         free(fnT);
 }
 
-/* dX += dz fn and dfn += dz^T X with dz = rows[t][0..E) (stride ld): the bits of trex_gemm(.., beta 1). */
+/* First tok(tok_arg) over the tokens (it writes the dz rows and adds to dX), then dX += dz fn and
+ * dfn += dz^T X with dz = rows[t][0..E) (stride ld): the bits of trex_gemm(.., beta 1). At the gate
+ * level each block of tokens gets its dX product right after its per-token pass. */
 static void fn_backward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, float *dX, float *dfn,
-                        const float *rows, int64_t ld, const float *X, const float *fn)
+                        const float *rows, int64_t ld, const float *X, const float *fn,
+                        trex_task_fn tok, void *tok_arg)
 {
     const trex_fused_table *f = gate_table();
     if (!f || N == 0) {
+        trex_pool_for(ctx->pool, N, token_grain(nd), tok, tok_arg);
         trex_gemm(ctx->pool, false, false, N, nd, E, 1.0f, rows, ld, fn, nd, 1.0f, dX, nd);
         trex_gemm(ctx->pool, true, false, E, nd, N, 1.0f, rows, ld, X, nd, 1.0f, dfn, nd);
         return;
@@ -178,8 +218,9 @@ static void fn_backward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, f
         mk = trex_arena_mark_get(ctx->arena);
     float *ws = fn_scratch(ctx, E * nd + N * E);
     fn_job j = {.f = f, .X = X, .fn = fn, .rows = (float *)rows, .z = ws + E * nd, .dX = dX,
-                .dfn = dfn, .ws = ws, .N = N, .nd = nd, .E = E, .ld = ld};
-    trex_pool_for(ctx->pool, N, 4, fn_bwd_dx_rows, &j);
+                .dfn = dfn, .ws = ws, .N = N, .nd = nd, .E = E, .ld = ld, .tok = tok,
+                .tok_arg = tok_arg};
+    trex_pool_for(ctx->pool, N, FN_BLOCK, fn_bwd_dx_rows, &j);
     trex_pool_for(ctx->pool, (nd + 15) / 16, 1, fn_bwd_dw_cols, &j);
     if (ctx->arena)
         trex_arena_rewind(ctx->arena, mk);
@@ -199,7 +240,7 @@ static void pre_fwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
     for (int64_t t = t0; t < t1; t++) {
         float *st = j->state + t * j->ss, *mu = st + 1, *mixes = st + 1 + mix;
         const float *X = j->X + t * nd;
-        st[0] = mhc_rho_f(nd, X, j->norm_eps);
+        st[0] = mhc_rho_ss_f(j->fk->sumsq(X, nd), nd, j->norm_eps); /* = mhc_rho_f's bits */
         for (int m = 0; m < mix; m++)
             mu[m] *= st[0];
         mhc_mix_fwd_f(j->n, j->iters, j->eps, j->scale, j->base, mu, mixes, sk);
@@ -212,14 +253,13 @@ void trex_mhc_pre_forward(const trex_ctx *ctx, const trex_config *cfg, int64_t N
 {
     mhc_job j = job_make(cfg);
     const int64_t mix = trex_mhc_mix(j.n), nd = j.n * j.d;
-    /* fn v of every token, straight into the mu slot of its state row */
-    fn_forward(ctx, N, mix, nd, X, w->fn, state + 1, j.ss);
     j.out = x_in;
     j.state = state;
     j.X = X;
     j.scale = w->scale;
     j.base = w->base;
-    trex_pool_for(ctx->pool, N, token_grain(nd), pre_fwd_tokens, &j);
+    /* fn v of every token, straight into the mu slot of its state row, then the per-token pass */
+    fn_forward(ctx, N, mix, nd, X, w->fn, state + 1, j.ss, pre_fwd_tokens, &j);
 }
 
 static void collapse_tokens(void *arg, int64_t t0, int64_t t1, int tid)
@@ -295,9 +335,8 @@ void trex_mhc_pre_backward(const trex_ctx *ctx, const trex_config *cfg, int64_t 
     j.state = (float *)state;
     j.scale = w->scale;
     j.base = w->base;
-    trex_pool_for(ctx->pool, N, token_grain(nd), pre_bwd_tokens, &j);
-    /* dX += (rho dmu) fn;  dfn += (rho dmu)^T X */
-    fn_backward(ctx, N, mix, nd, dX, g->fn, dstate, j.ds, X, w->fn);
+    /* the per-token pass, then dX += (rho dmu) fn;  dfn += (rho dmu)^T X */
+    fn_backward(ctx, N, mix, nd, dX, g->fn, dstate, j.ds, X, w->fn, pre_bwd_tokens, &j);
     sum_scale_base(g, dstate, N, j.ds, (int)mix, mix, 2 * mix, 3);
 }
 
@@ -370,7 +409,7 @@ static void head_fwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
     for (int64_t t = t0; t < t1; t++) {
         float *st = j->state + t * j->ss, *mu = st + 1, *w = st + 1 + n;
         const float *X = j->X + t * nd;
-        st[0] = mhc_rho_f(nd, X, j->norm_eps);
+        st[0] = mhc_rho_ss_f(j->fk->sumsq(X, nd), nd, j->norm_eps);
         for (int k = 0; k < n; k++) {
             mu[k] *= st[0];
             w[k] = mhc_sigmoid_f(j->scale[0] * mu[k] + j->base[k]) + j->eps;
@@ -385,13 +424,12 @@ void trex_mhc_head_forward(const trex_ctx *ctx, const trex_config *cfg, int64_t 
     mhc_job j = job_make(cfg);
     const int64_t nd = j.n * j.d;
     j.ss = trex_mhc_head_state_size(j.n);
-    fn_forward(ctx, N, j.n, nd, X, w->fn, state + 1, j.ss);
     j.out = h;
     j.state = state;
     j.X = X;
     j.scale = w->scale;
     j.base = w->base;
-    trex_pool_for(ctx->pool, N, token_grain(nd), head_fwd_tokens, &j);
+    fn_forward(ctx, N, j.n, nd, X, w->fn, state + 1, j.ss, head_fwd_tokens, &j);
 }
 
 static void head_bwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
@@ -429,7 +467,6 @@ void trex_mhc_head_backward(const trex_ctx *ctx, const trex_config *cfg, int64_t
     j.state = (float *)state;
     j.scale = w->scale;
     j.base = w->base;
-    trex_pool_for(ctx->pool, N, token_grain(nd), head_bwd_tokens, &j);
-    fn_backward(ctx, N, j.n, nd, dX, g->fn, dstate, j.ds, X, w->fn);
+    fn_backward(ctx, N, j.n, nd, dX, g->fn, dstate, j.ds, X, w->fn, head_bwd_tokens, &j);
     sum_scale_base(g, dstate, N, j.ds, j.n, j.n, 2 * j.n, 1);
 }

@@ -10,8 +10,9 @@
  *
  * Sizes: n = hc_mult streams of d values; mix = (2+n)*n raw mixes per token, laid out as
  * [pre (n) | post (n) | comb (n*n, row j = source stream, column k = destination)]. Sums over d are
- * accumulated in double in both precisions; one token is handled by one call, so results do not
- * depend on how tokens are split across threads. The derivations are in docs/mhc.md. */
+ * accumulated in double in both precisions (rho's in 16 fixed lanes); one token is handled by one
+ * call, so results do not depend on how tokens are split across threads. The derivations are in
+ * docs/mhc.md. */
 #include <math.h>
 #include <stdint.h>
 
@@ -31,6 +32,18 @@
 /* Reals of Sinkhorn scratch: the softmax, then per normalisation step its output and denominators. */
 #define MHC_SK_SCRATCH(n, iters) ((n) * (n) + (2 * (iters) - 1) * ((n) * (n) + (n)))
 #define MHC_SK_SCRATCH_MAX MHC_SK_SCRATCH(MHC_MAX_N, MHC_MAX_ITERS)
+/* The 16 lanes of a sum over d combined in a fixed tree (l is overwritten): s_j = l_j + l_{j+8},
+ * t_j = s_j + s_{j+4}, u_j = t_j + t_{j+2}, u_0 + u_1 (trex_sumsq's tree, kernels/kernels.h). */
+static inline double mhc_lanes_sum(double *l)
+{
+    for (int j = 0; j < 8; j++)
+        l[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++)
+        l[j] = l[j] + l[j + 4];
+    for (int j = 0; j < 2; j++)
+        l[j] = l[j] + l[j + 2];
+    return l[0] + l[1];
+}
 #endif
 
 #define MHC(name) MHC_CAT(name, MHC_SUFFIX)
@@ -41,13 +54,28 @@ static inline real MHC(mhc_sigmoid)(real z)
     return (real)1 / ((real)1 + MHC_EXP(-z));
 }
 
-/* rho = 1 / sqrt(mean(v^2) + norm_eps) over the len values of v (the flattened streams). */
+/* rho from the sum of squares ss of the len values: 1 / sqrt(ss / len + norm_eps). */
+static inline real MHC(mhc_rho_ss)(double ss, int64_t len, real norm_eps)
+{
+    return (real)1 / MHC_SQRT((real)(ss / (double)len) + norm_eps);
+}
+
+/* sum_i a_i b_i over len values in double, in 16 lanes (value i in lane i mod 16, i ascending, from
+ * +0; each product rounded, then added: for float the products are exact) and mhc_lanes_sum's tree.
+ * Every sum over d of this file runs so, and the AVX-512 leaves (kernels/fused.h) give its bits. */
+static inline double MHC(mhc_lane_dot)(int64_t len, const real *a, const real *b)
+{
+    double l[16] = {0};
+    for (int64_t i = 0; i < len; i++)
+        l[i % 16] += (double)a[i] * (double)b[i];
+    return mhc_lanes_sum(l);
+}
+
+/* rho = 1 / sqrt(mean(v^2) + norm_eps) over the len values of v (the flattened streams); for float,
+ * the sum of squares is exactly the fused table's sumsq (kernels/fused.h), which the layer calls. */
 static inline real MHC(mhc_rho)(int64_t len, const real *v, real norm_eps)
 {
-    double ss = 0.0;
-    for (int64_t i = 0; i < len; i++)
-        ss += (double)v[i] * (double)v[i];
-    return (real)1 / MHC_SQRT((real)(ss / (double)len) + norm_eps);
+    return MHC(mhc_rho_ss)(MHC(mhc_lane_dot)(len, v, v), len, norm_eps);
 }
 
 /* Sinkhorn–Knopp projection of the n x n logits L (MODEL_SPEC §2.3 step 5):
@@ -222,19 +250,16 @@ static inline void MHC(mhc_collapse)(int n, int64_t d, const real *w, const real
     }
 }
 
-/* dw_k = X_k . dx (written) and dX_k += w_k dx. */
+/* dw_k = X_k . dx (written; mhc_lane_dot) and dX_k += w_k dx. */
 static inline void MHC(mhc_collapse_bwd)(int n, int64_t d, const real *w, const real *X,
                                          const real *dx, real *dw, real *dX)
 {
     for (int k = 0; k < n; k++) {
-        double s = 0.0;
         const real *Xk = X + (int64_t)k * d;
         real *dXk = dX + (int64_t)k * d;
-        for (int64_t i = 0; i < d; i++) {
-            s += (double)Xk[i] * (double)dx[i];
+        for (int64_t i = 0; i < d; i++)
             dXk[i] += w[k] * dx[i];
-        }
-        dw[k] = (real)s;
+        dw[k] = (real)MHC(mhc_lane_dot)(d, Xk, dx);
     }
 }
 
@@ -254,7 +279,7 @@ static inline void MHC(mhc_post_tok_fwd)(int n, int64_t d, const real *post, con
 }
 
 /* Backward of HC_post given dXo: dy and dX (the residual path) are written; dpost[n] and
- * dcomb[n*n] are written. */
+ * dcomb[n*n] are written (sums over d: mhc_lane_dot). */
 static inline void MHC(mhc_post_tok_bwd)(int n, int64_t d, const real *post, const real *comb,
                                          const real *y, const real *X, const real *dXo, real *dy,
                                          real *dX, real *dpost, real *dcomb)
@@ -273,16 +298,9 @@ static inline void MHC(mhc_post_tok_bwd)(int n, int64_t d, const real *post, con
             dX[(int64_t)j * d + i] = s;
         }
     for (int k = 0; k < n; k++) {
-        double s = 0.0;
-        for (int64_t i = 0; i < d; i++)
-            s += (double)dXo[(int64_t)k * d + i] * (double)y[i];
-        dpost[k] = (real)s;
-        for (int j = 0; j < n; j++) {
-            double c = 0.0;
-            for (int64_t i = 0; i < d; i++)
-                c += (double)X[(int64_t)j * d + i] * (double)dXo[(int64_t)k * d + i];
-            dcomb[j * n + k] = (real)c;
-        }
+        dpost[k] = (real)MHC(mhc_lane_dot)(d, dXo + (int64_t)k * d, y);
+        for (int j = 0; j < n; j++)
+            dcomb[j * n + k] = (real)MHC(mhc_lane_dot)(d, X + (int64_t)j * d, dXo + (int64_t)k * d);
     }
 }
 

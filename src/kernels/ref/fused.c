@@ -112,6 +112,10 @@ static const trex_fused_table table_ref = {
     .ce_fwd = trex_fused_ce_fwd_ref,
     .ce_grad = trex_fused_ce_grad_ref,
     .ce_exp = trex_fused_ce_exp_ref,
+    .sumsq = trex_fused_sumsq_ref,
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_ref,
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_ref,
+    .rmsnorm_dw = trex_fused_rmsnorm_dw_ref,
 };
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -139,6 +143,10 @@ static const trex_fused_table table_avx512 = {
     .ce_fwd = trex_fused_ce_fwd_avx512,
     .ce_grad = trex_fused_ce_grad_avx512,
     .ce_exp = trex_fused_ce_exp_avx512,
+    .sumsq = trex_fused_sumsq_avx512,
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx512,
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,
+    .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512,
 };
 
 /* AMX: the avx512 table with the bf16 attention core on tiles (kernels/x86/amx/attn.c) */
@@ -168,6 +176,10 @@ static const trex_fused_table table_amx = {
     .ce_fwd = trex_fused_ce_fwd_avx512,
     .ce_grad = trex_fused_ce_grad_avx512,
     .ce_exp = trex_fused_ce_exp_avx512,
+    .sumsq = trex_fused_sumsq_avx512,
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx512,
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,
+    .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512,
 };
 #endif
 
@@ -193,7 +205,8 @@ static void active_init(void)
     active = trex_fused_for(trex_kernels_isa());
     const char *v = getenv("TREX_VERBOSE");
     if (v && v[0] && v[0] != '0')
-        fprintf(stderr, "trex: kernels: fused attention / mHC kernels: %s (bf16 attention core: %s)\n",
+        fprintf(stderr,
+                "trex: kernels: fused attention / mHC / RMSNorm kernels: %s (bf16 attention core: %s)\n",
                 active->name, active->sattn_bf16_name);
 }
 

@@ -5,12 +5,14 @@
  * op(B) is packed once into [K][NR] micro-panels and op(A) into [K][MR] micro-panels, and the level's
  * micro-kernel (dispatch table: the plain-C one below, or AVX-512) sums an MR x NR block over k.
  * Every element of C is summed by one thread over k in increasing order, a rounded product then a
- * rounded add, so results do not depend on the number of threads, the panel sizes or the level. */
+ * rounded add, so results do not depend on the number of threads, the panel sizes or the level.
+ * RMSNorm (at the end) hands its rows to the fused table's entries (kernels/ref/norm.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/dispatch.h"
+#include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
 #include "kernels/kernels.h"
 #include "trex/status.h"
@@ -171,79 +173,67 @@ void trex_linear_backward(trex_pool *pool, float *dx, float *dW, const float *dy
         trex_gemm(pool, true, false, out, in, n, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }
 
+/* ---- RMSNorm: rows over the pool, each row by the fused table's entries (kernels/ref/norm.c and its
+ * AVX-512 leaves), whose sums run in fixed lanes: the same bits at every level and any thread count. */
+
 typedef struct norm_args {
-    float *y, *rstd;
-    const float *x, *w;
-    int64_t dim;
+    const trex_fused_table *f;
+    float *y, *rstd, *dx, *dw;
+    const float *x, *w, *dy, *crstd;
+    int64_t n, dim;
     float eps;
+    bool acc;
 } norm_args;
+
+/* rows per task: about 4096 floats of work at least */
+static int64_t norm_grain(int64_t dim)
+{
+    return dim >= 4096 ? 1 : 4096 / (dim > 0 ? dim : 1);
+}
 
 static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const norm_args *a = arg;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *x = a->x + r * a->dim;
-        float *y = a->y + r * a->dim;
-        double ss = 0.0;
-        for (int64_t i = 0; i < a->dim; i++)
-            ss += (double)x[i] * x[i];
-        float rs = (float)(1.0 / sqrt(ss / (double)a->dim + (double)a->eps));
-        if (a->rstd)
-            a->rstd[r] = rs;
-        for (int64_t i = 0; i < a->dim; i++)
-            y[i] = x[i] * rs * (a->w ? a->w[i] : 1.0f);
-    }
+    a->f->rmsnorm_fwd(a->y + r0 * a->dim, a->rstd ? a->rstd + r0 : NULL, a->x + r0 * a->dim, a->w,
+                      r1 - r0, a->dim, a->eps);
 }
 
 void trex_rmsnorm_forward(trex_pool *pool, float *y, float *rstd, const float *x, const float *w,
                           int64_t n, int64_t dim, float eps)
 {
-    norm_args a = {y, rstd, x, w, dim, eps};
-    trex_pool_for(pool, n, dim >= 4096 ? 1 : 4096 / (dim > 0 ? dim : 1), rmsnorm_rows, &a);
+    norm_args a = {.f = trex_fused(), .y = y, .rstd = rstd, .x = x, .w = w, .dim = dim, .eps = eps};
+    trex_pool_for(pool, n, norm_grain(dim), rmsnorm_rows, &a);
 }
-
-typedef struct norm_bwd_args {
-    float *dx;
-    const float *dy, *x, *w, *rstd;
-    int64_t dim;
-    bool acc;
-} norm_bwd_args;
 
 /* y_i = x_i r w_i, r = (mean x^2 + eps)^-1/2:
  * dx_i = r (g_i - x_i r^2 mean_j(g_j x_j)), with g = dy * w. */
 static void rmsnorm_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
-    const norm_bwd_args *a = arg;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *x = a->x + r * a->dim, *dy = a->dy + r * a->dim;
-        float *dx = a->dx + r * a->dim;
-        const float rs = a->rstd[r];
-        double dot = 0.0;
-        for (int64_t i = 0; i < a->dim; i++)
-            dot += (double)dy[i] * (a->w ? a->w[i] : 1.0f) * x[i];
-        const float c = (float)(dot / (double)a->dim) * rs * rs;
-        for (int64_t i = 0; i < a->dim; i++) {
-            float v = rs * (dy[i] * (a->w ? a->w[i] : 1.0f) - x[i] * c);
-            dx[i] = a->acc ? dx[i] + v : v;
-        }
-    }
+    const norm_args *a = arg;
+    a->f->rmsnorm_bwd(a->dx + r0 * a->dim, a->dy + r0 * a->dim, a->x + r0 * a->dim, a->w,
+                      a->crstd + r0, r1 - r0, a->dim, a->acc);
+}
+
+/* dw over the columns of the 16-wide units [u0, u1): each column summed over all rows in order */
+static void rmsnorm_dw_cols(void *arg, int64_t u0, int64_t u1, int tid)
+{
+    (void)tid;
+    const norm_args *a = arg;
+    a->f->rmsnorm_dw(a->dw, a->dy, a->x, a->crstd, a->n, a->dim, u0 * 16,
+                     u1 * 16 < a->dim ? u1 * 16 : a->dim);
 }
 
 void trex_rmsnorm_backward(trex_pool *pool, float *dx, float *dw, const float *dy, const float *x,
                            const float *w, const float *rstd, int64_t n, int64_t dim, bool acc)
 {
-    if (dx) {
-        norm_bwd_args a = {dx, dy, x, w, rstd, dim, acc};
-        trex_pool_for(pool, n, dim >= 4096 ? 1 : 4096 / (dim > 0 ? dim : 1), rmsnorm_bwd_rows, &a);
-    }
-    if (dw) {
-        /* dw_i = sum_r dy_ri x_ri rstd_r, summed over rows in order (one thread per column block). */
-        for (int64_t r = 0; r < n; r++) {
-            const float *xr = x + r * dim, *dyr = dy + r * dim;
-            for (int64_t i = 0; i < dim; i++)
-                dw[i] += dyr[i] * xr[i] * rstd[r];
-        }
-    }
+    norm_args a = {.f = trex_fused(), .dx = dx, .dw = dw, .x = x, .w = w, .dy = dy, .crstd = rstd,
+                   .n = n, .dim = dim, .acc = acc};
+    if (dx)
+        trex_pool_for(pool, n, norm_grain(dim), rmsnorm_bwd_rows, &a);
+    /* dw_i = sum_r dy_ri x_ri rstd_r, each column over the rows in order by one thread; a unit of
+     * 16 columns costs about n*16 multiply-adds, give a thread at least ~64K of them */
+    if (dw && n > 0)
+        trex_pool_for(pool, (dim + 15) / 16, n >= 4096 ? 1 : 4096 / n, rmsnorm_dw_cols, &a);
 }

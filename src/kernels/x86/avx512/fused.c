@@ -271,15 +271,58 @@ void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const floa
     }
 }
 
-/* The n values v[k*d + i] (k < n <= 8) of column i, widened to doubles in lanes k (others 0). */
-static inline __m512d column_pd(const float *v, __m256i idx, __mmask8 m, int64_t i)
+/* mhc_lane_dot (model/mhc_real.h) of float rows: 16 double lanes, value i in lane i mod 16, as two
+ * registers of 8 doubles (lanes 0-7, 8-15); a product of two floats is exact in double, so one fused
+ * multiply-add per lane rounds once, as the reference's product then add; the tail is a masked load
+ * (zeros add +0); the lanes combine in mhc_lanes_sum's tree. */
+static inline double lanes_tree(__m512d a0, __m512d a1)
 {
-    const __m256 f = _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), m, idx, v + i, 4);
-    return _mm512_cvtps_pd(f);
+    const __m512d s = _mm512_add_pd(a0, a1);
+    const __m256d t = _mm256_add_pd(_mm512_castpd512_pd256(s), _mm512_extractf64x4_pd(s, 1));
+    const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u)));
 }
 
-/* The sums over i of mhc_post_tok_bwd_f, each in double and in order of i, run in the lanes of a few
- * registers at once: dcomb[j*n + k] in lane k of acc[j], dpost[k] in lane k of accp. */
+static inline __m512d lo_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+}
+
+static inline __m512d hi_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* The sums over i of mhc_post_tok_bwd_f: for each destination stream k, dpost[k] = dXo_k . y and
+ * dcomb[j*n + k] = X_j . dXo_k for every j, n + 1 lane sums side by side (2 registers each). */
+static inline __attribute__((always_inline)) void post_sums(int n, int64_t d, const float *y,
+                                                            const float *X, const float *dXo,
+                                                            float *dpost, float *dcomb)
+{
+    for (int k = 0; k < n; k++) {
+        const float *gk = dXo + (int64_t)k * d;
+        __m512d ap0 = _mm512_setzero_pd(), ap1 = _mm512_setzero_pd();
+        __m512d a0[8], a1[8];
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+            a0[j] = a1[j] = _mm512_setzero_pd();
+        for (int64_t i = 0; i < d; i += 16) {
+            const __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1u);
+            const __m512 gv = _mm512_maskz_loadu_ps(m, gk + i), yv = _mm512_maskz_loadu_ps(m, y + i);
+            const __m512d g0 = lo_pd(gv), g1 = hi_pd(gv);
+            ap0 = _mm512_fmadd_pd(g0, lo_pd(yv), ap0);
+            ap1 = _mm512_fmadd_pd(g1, hi_pd(yv), ap1);
+            _Pragma("GCC unroll 8") for (int j = 0; j < n; j++) {
+                const __m512 xv = _mm512_maskz_loadu_ps(m, X + (int64_t)j * d + i);
+                a0[j] = _mm512_fmadd_pd(lo_pd(xv), g0, a0[j]);
+                a1[j] = _mm512_fmadd_pd(hi_pd(xv), g1, a1[j]);
+            }
+        }
+        dpost[k] = (float)lanes_tree(ap0, ap1);
+        _Pragma("GCC unroll 8") for (int j = 0; j < n; j++)
+            dcomb[j * n + k] = (float)lanes_tree(a0[j], a1[j]);
+    }
+}
+
 void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const float *comb,
                                     const float *y, const float *X, const float *dXo, float *dy,
                                     float *dX, float *dpost, float *dcomb)
@@ -302,52 +345,43 @@ void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const f
             _mm512_mask_storeu_ps(dX + (int64_t)j * d + i, m, t);
         }
     }
-    const __mmask8 m8 = (__mmask8)((1u << n) - 1u);
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm256_set1_epi32((int)d));
-    __m512d acc[8], accp = _mm512_setzero_pd();
-    for (int j = 0; j < 8; j++)
-        acc[j] = _mm512_setzero_pd();
-    for (int64_t i = 0; i < d; i++) {
-        const __m512d g = column_pd(dXo, idx, m8, i);
-        accp = _mm512_add_pd(accp, _mm512_mul_pd(g, _mm512_set1_pd((double)y[i])));
-        for (int j = 0; j < n; j++)
-            acc[j] = _mm512_add_pd(acc[j],
-                                   _mm512_mul_pd(_mm512_set1_pd((double)X[(int64_t)j * d + i]), g));
-    }
-    double t[8];
-    _mm512_storeu_pd(t, accp);
-    for (int k = 0; k < n; k++)
-        dpost[k] = (float)t[k];
-    for (int j = 0; j < n; j++) {
-        _mm512_storeu_pd(t, acc[j]);
-        for (int k = 0; k < n; k++)
-            dcomb[j * n + k] = (float)t[k];
-    }
+    if (n == 4) /* dsv4's hc_mult: the stream loops unrolled, the sums in registers */
+        post_sums(4, d, y, X, dXo, dpost, dcomb);
+    else
+        post_sums(n, d, y, X, dXo, dpost, dcomb);
 }
 
-void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
-                                        const float *dx, float *dw, float *dX)
+static inline __attribute__((always_inline)) void collapse_bwd(int n, int64_t d, const float *w,
+                                                               const float *X, const float *dx,
+                                                               float *dw, float *dX)
 {
-    TREX_FUSED_ASSERT_N(n);
-    const __mmask8 m8 = (__mmask8)((1u << n) - 1u);
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm256_set1_epi32((int)d));
-    __m512d acc = _mm512_setzero_pd();
-    for (int64_t i = 0; i < d; i++)
-        acc = _mm512_add_pd(acc, _mm512_mul_pd(column_pd(X, idx, m8, i),
-                                               _mm512_set1_pd((double)dx[i])));
-    double t[8];
-    _mm512_storeu_pd(t, acc);
-    for (int k = 0; k < n; k++)
-        dw[k] = (float)t[k];
+    __m512d a0[8], a1[8];
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+        a0[k] = a1[k] = _mm512_setzero_pd();
     for (int64_t i = 0; i < d; i += 16) {
         const __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1u);
         const __m512 g = _mm512_maskz_loadu_ps(m, dx + i);
-        for (int k = 0; k < n; k++) {
+        const __m512d g0 = lo_pd(g), g1 = hi_pd(g);
+        _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(m, X + (int64_t)k * d + i);
+            a0[k] = _mm512_fmadd_pd(lo_pd(xv), g0, a0[k]);
+            a1[k] = _mm512_fmadd_pd(hi_pd(xv), g1, a1[k]);
             float *o = dX + (int64_t)k * d + i;
             _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o),
                                                       _mm512_mul_ps(_mm512_set1_ps(w[k]), g)));
         }
     }
+    _Pragma("GCC unroll 8") for (int k = 0; k < n; k++)
+        dw[k] = (float)lanes_tree(a0[k], a1[k]);
+}
+
+/* dw_k = mhc_lane_dot(X_k, dx) and dX_k += w_k dx in one pass over X and dx. */
+void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
+                                        const float *dx, float *dw, float *dX)
+{
+    TREX_FUSED_ASSERT_N(n);
+    if (n == 4)
+        collapse_bwd(4, d, w, X, dx, dw, dX);
+    else
+        collapse_bwd(n, d, w, X, dx, dw, dX);
 }
