@@ -730,6 +730,110 @@ static void test_prepacked(const trex_kernel_table *t, const trex_kernel_table *
            t->gemm_name, (long long)runs, worst);
 }
 
+/* ---- 6c. pre-packed A ------------------------------------------------------------------------------ */
+
+/* Pre-packed A gives the bits of the unpacked call (same level) on awkward shapes, every layout, A
+ * packed from fp32 or bf16 (the same bytes for the same values) and by the reference level's packer, B
+ * fp32 or bf16; within the bound; the same bits on pools of 1-3 threads. */
+static void test_prepacked_a(const trex_kernel_table *t, const trex_kernel_table *ref, trex_pool *pool)
+{
+    const int64_t shapes[][3] = {{1, 1, 1},   {1, 17, 3},  {5, 3, 0},    {0, 4, 3},   {4, 0, 3},
+                                 {31, 33, 65}, {37, 29, 41}, {100, 7, 513}, {13, 300, 33},
+                                 {257, 263, 97}, {70, 45, 96}, {300, 40, 1100}};
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}};
+    trex_pool *pools[2] = {trex_pool_create(1), trex_pool_create(3)};
+    CHECK(pools[0] && pools[1], "pools of 1 and 3 threads");
+    int64_t diff = 0, bad = 0, runs = 0;
+    double worst = 0;
+    uint64_t seed = 6000;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tr = 0; tr < 4; tr++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            mats m = mats_make(M, N, K, tr & 1, tr & 2, seed++);
+            const size_t nc = (size_t)(M * m.ldc);
+            float *C1 = xmalloc((nc + 1) * sizeof *C1), *C2 = xmalloc((nc + 1) * sizeof *C2);
+            for (int v = 0; v < 4; v++) {
+                /* v: 0 A from fp32, B fp32 | 1 A from bf16, B bf16 | 2 A from bf16, B fp32 |
+                 * 3 A from fp32 by the reference level's packer, B bf16. The unpacked call takes A
+                 * of B's type: bf16(A) packs to the same bytes as A. */
+                const bool a_f32 = v == 0 || v == 3, b_f32 = v == 0 || v == 2;
+                trex_gemm_packed *pk = trex_gemm_pack_a_with(
+                    v == 3 ? ref : t, pool, a_f32 ? TREX_F32 : TREX_BF16, m.ta, M, K,
+                    a_f32 ? (const void *)m.Af : (const void *)m.Ab, m.lda);
+                CHECK(pk != NULL && trex_gemm_packed_is_a(pk) && trex_gemm_packed_n(pk) == M &&
+                          trex_gemm_packed_k(pk) == K &&
+                          trex_gemm_packed_bytes(pk) >= trex_gemm_pack_b_bytes(M, K),
+                      "pack_a %lldx%lld", (long long)M, (long long)K);
+                for (size_t a = 0; a < sizeof ab / sizeof ab[0]; a++)
+                    for (int pi = 0; pi < (s == 9 ? 3 : 1); pi++) {
+                        const float alpha = ab[a][0], beta = ab[a][1];
+                        run_one(t, pool, &m, b_f32, alpha, beta, false, C1);
+                        memcpy(C2, m.C0, nc * sizeof *C2);
+                        trex_gemm_prepacked_a_with(
+                            t, pi == 0 ? pool : pools[pi - 1], (ws_toggle++ & 1) ? shared_ws : NULL,
+                            pk, b_f32 ? TREX_F32 : TREX_BF16, m.tb, N, alpha,
+                            b_f32 ? (const void *)m.Bf : (const void *)m.Bb, m.ldb, beta, C2, m.ldc);
+                        const bool d = memcmp(C1, C2, nc * sizeof *C1) != 0;
+                        if (d && diff < 5)
+                            fprintf(stderr, "%s prepacked A: M=%lld N=%lld K=%lld ta=%d tb=%d v=%d "
+                                    "alpha=%g beta=%g pool %d differs from the unpacked call\n",
+                                    t->gemm_name, (long long)M, (long long)N, (long long)K, tr & 1,
+                                    (tr & 2) >> 1, v, alpha, beta, pi);
+                        diff += d;
+                        bad += check_c(&m, C2, alpha, beta, false, &worst);
+                        runs++;
+                    }
+                trex_gemm_packed_free(pk);
+            }
+            free(C1);
+            free(C2);
+            mats_free(&m);
+        }
+    for (int i = 0; i < 2; i++)
+        trex_pool_destroy(pools[i]);
+    CHECK(diff == 0, "%s prepacked A: %lld of %lld runs differ from the unpacked call", t->gemm_name,
+          (long long)diff, (long long)runs);
+    CHECK(bad == 0, "%s prepacked A: %lld elements outside the bound", t->gemm_name, (long long)bad);
+    printf("%s: %lld prepacked-A runs bit-identical to unpacked, worst error %.3f of the bound\n",
+           t->gemm_name, (long long)runs, worst);
+}
+
+/* The public pre-packed A entries: a weight W [V, k] as the A of logits^T = W h^T (h [n, k], tb),
+ * packed, repacked with new values; against trex_gemm_bf16 bit for bit. */
+static void test_prepacked_a_public(trex_pool *pool)
+{
+    const int64_t V = 133, k = 97, n = 41;
+    uint64_t st = 7;
+    uint16_t *W = xmalloc((size_t)(V * k) * sizeof *W), *h = xmalloc((size_t)(n * k) * sizeof *h);
+    for (int64_t i = 0; i < n * k; i++)
+        h[i] = trex_f32_to_bf16(rnd(&st));
+    float *l1 = xmalloc((size_t)(V * n) * sizeof *l1), *l2 = xmalloc((size_t)(V * n) * sizeof *l2);
+    trex_gemm_packed *wp = NULL;
+    for (int round = 0; round < 2; round++) {
+        for (int64_t i = 0; i < V * k; i++)
+            W[i] = trex_f32_to_bf16(rnd(&st));
+        if (round == 0)
+            wp = trex_gemm_pack_a(pool, TREX_BF16, false, V, k, W, k);
+        else /* an optimizer step: new values, packed into the same buffer */
+            trex_gemm_repack_a(pool, wp, W, k);
+        CHECK(wp != NULL && trex_gemm_packed_is_a(wp) && trex_gemm_packed_n(wp) == V &&
+                  trex_gemm_packed_k(wp) == k,
+              "pack_a shape");
+        trex_gemm_bf16(pool, shared_ws, false, true, V, n, k, 1.0f, W, k, h, k, 0.0f, l1, n);
+        trex_gemm_prepacked_a(pool, shared_ws, wp, TREX_BF16, true, n, 1.0f, h, k, 0.0f, l2, n);
+        CHECK(memcmp(l1, l2, (size_t)(V * n) * sizeof *l1) == 0,
+              "prepacked A logits = trex_gemm_bf16 (round %d)", round);
+    }
+    trex_gemm_packed *bp = trex_gemm_pack_b(pool, TREX_BF16, true, n, k, h, k);
+    CHECK(bp != NULL && !trex_gemm_packed_is_a(bp), "a packed B is not an A");
+    trex_gemm_packed_free(bp);
+    trex_gemm_packed_free(wp);
+    free(W);
+    free(h);
+    free(l1);
+    free(l2);
+}
+
 /* The public pre-packed entries: linear-layer packing of W [out, in] for y = x W^T and dx = dy W, repack
  * with new values, sizes; against trex_gemm_f32_bf16 bit for bit. */
 static void test_prepacked_public(trex_pool *pool)
@@ -1070,6 +1174,7 @@ int main(int argc, char **argv)
         test_gemm(lv[i], pool);
         test_grouped(lv[i], pool);
         test_prepacked(lv[i], lv[0], pool);
+        test_prepacked_a(lv[i], lv[0], pool);
         test_determinism(lv[i]);
     }
     test_chunked(lv[n - 1], pool);
@@ -1078,6 +1183,7 @@ int main(int argc, char **argv)
             test_stream(lv[i], pool);
     test_public(pool);
     test_prepacked_public(pool);
+    test_prepacked_a_public(pool);
     test_linear_ex(pool);
     test_split3(pool);
     test_gemm_f32(lv, n, pool);

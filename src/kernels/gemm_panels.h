@@ -27,7 +27,8 @@
  *
  * A pre-packed B (trex_gemm_pack_b in kernels/kernels.h) is exactly these VNNI panels, ceil(N/32) of
  * them one after the other, packed once by the caller with the level's pack_b; every level packs the
- * same bytes, so a packed operand can be used by any level.
+ * same bytes, so a packed operand can be used by any level. A pre-packed A (trex_gemm_pack_a) is likewise
+ * ceil(M/32) A-format panels one after the other; a block of C rows reads its panels in place.
  *
  * The leaf entry points below are reached only through the dispatch table (kernels/dispatch.c). */
 #ifndef TREX_KERNELS_GEMM_PANELS_H
@@ -49,6 +50,12 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
                             const trex_gemm_problem *probs, int64_t count);
 trex_gemm_packed *trex_gemm_pack_b_with(const trex_kernel_table *t, trex_pool *pool, trex_dtype in,
                                         bool tb, int64_t N, int64_t K, const void *B, int64_t ldb);
+trex_gemm_packed *trex_gemm_pack_a_with(const trex_kernel_table *t, trex_pool *pool, trex_dtype in,
+                                        bool ta, int64_t M, int64_t K, const void *A, int64_t lda);
+void trex_gemm_prepacked_a_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                                const trex_gemm_packed *A, trex_dtype b_in, bool tb, int64_t N,
+                                float alpha, const void *B, int64_t ldb, float beta, float *C,
+                                int64_t ldc);
 void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count);

@@ -152,6 +152,30 @@ void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a
                                  float alpha, float beta, const trex_gemm_problem *probs,
                                  int64_t count);
 
+/* ---- pre-packed A operands (a large A packed once, used by many GEMMs) ----------------------------------
+ * trex_gemm_pack_a: A of type in (TREX_F32, rounded to bf16 as trex_f32_to_bf16, or TREX_BF16) stored
+ * [M, K] (lda >= K) or, with ta, [K, M] (lda >= M), rounded and packed once into the A panel format
+ * (kernels/gemm_panels.h; the same bytes on every ISA), on the pool's threads. It is a trex_gemm_packed
+ * like a packed B (same size, trex_gemm_pack_b_bytes(M, K); trex_gemm_packed_n gives M, _k gives K;
+ * trex_gemm_packed_free frees it), but only the entries below take it. NULL when out of memory.
+ * trex_gemm_repack_a packs new values of the same shape, type and layout into it.
+ *
+ * trex_gemm_prepacked_a: C[M,N] = alpha * op(A) op(B) + beta * C with A pre-packed (M, K from A), B of
+ * type b_in (TREX_F32, rounded while packed per call, or TREX_BF16) [K,N] (ldb >= N) or with tb stored
+ * [N,K] (ldb >= K). Bit-identical to trex_gemm_bf16 / trex_gemm_f32_bf16 / trex_gemm_grouped_mixed on
+ * the same operands and ISA (the same panels meet the same micro-kernel in the same order), for any
+ * pool. The A panels are read in place (no per-call A packing, no workspace for A); B is packed per call
+ * into ws. Intended for the bf16 LM head's logits^T [V, rows] = W3 [V, 3d] hn^T: W3 packed once per
+ * optimizer step (trex_gemm_repack_a), then trex_gemm_prepacked_a(pool, ws, W3p, TREX_BF16, true, rows,
+ * 1, hn3, 3d, 0, logitsT, ldl) per chunk. Measured against packing W3 per call: docs/kernels.md. */
+trex_gemm_packed *trex_gemm_pack_a(trex_pool *pool, trex_dtype in, bool ta, int64_t M, int64_t K,
+                                   const void *A, int64_t lda);
+void trex_gemm_repack_a(trex_pool *pool, trex_gemm_packed *p, const void *A, int64_t lda);
+bool trex_gemm_packed_is_a(const trex_gemm_packed *p); /* packed by trex_gemm_pack_a */
+void trex_gemm_prepacked_a(trex_pool *pool, trex_gemm_ws *ws, const trex_gemm_packed *A,
+                           trex_dtype b_in, bool tb, int64_t N, float alpha, const void *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc);
+
 /* ---- precision-aware entries of the model (kernels/ref/gemm_mixed.c) ------------------------------
  * The model's linear layers call these with the precision of the run (docs/precision.md):
  *   compute TREX_F32   exactly trex_gemm / trex_linear_* (the fp32 reference; ws unused, may be NULL);

@@ -462,15 +462,17 @@ typedef struct kcase {
     int64_t M, N, K;    /* M = 0 with groups > 0: grouped, rows per group in gm[] */
     int groups;
     bool grouped_k;     /* grouped over K (weight gradients: K = tokens of the expert) */
-    bool prepacked;     /* B (the weight) packed once outside the timing: trex_gemm_pack_b */
+    int prepacked;      /* PRE_B: B (the weight) packed once outside the timing (trex_gemm_pack_b);
+                         * PRE_A: A packed once (trex_gemm_pack_a, one problem); 0: neither */
     bool accumulate;    /* C += op(A) op(B) (beta 1, as the model's weight gradients); else beta 0 */
 } kcase;
+enum { PRE_B = 1, PRE_A = 2 };
 
 typedef struct kresult {
     double ms, tflops, dnnl_ms, dnnl_tflops, dnnlp_ms, dnnlp_tflops, roofline;
     double cpu_tflops, dnnl_cpu_tflops, dnnlp_cpu_tflops; /* FLOPs per CPU-second */
     double flops, bytes;
-    double prepack_ms;  /* prepacked cases: packing every B once (not in ms) */
+    double prepack_ms;  /* prepacked cases: packing every B (or A) once (not in ms) */
 } kresult;
 
 static uint64_t splitmix(uint64_t *s)
@@ -594,7 +596,8 @@ static int bench_kernels(int argc, char **argv)
         "2 o-groups, experts: inter 512, E 24, K 6; --tokens tokens), and the grouped expert GEMM "
         "over the routed tokens (uneven load), and the bf16x3 LM head's three products per chunk of "
         "512 rows (head3.*), and each packer path alone (pack.*); cases ending in .prepacked take "
-        "B (the weight) packed once outside the timing (trex_gemm_pack_b). For each: median time, "
+        "B (the weight) packed once outside the timing (trex_gemm_pack_b), .prepacked_a its A "
+        "(trex_gemm_pack_a). For each: median time, "
         "TFLOP/s, % of the measured "
         "peak of the level on the threads used, the roofline min(peak, copy bandwidth x FLOP/byte) "
         "and %, and oneDNN's bf16 matmul (fp32 output) on the same operands, with plain layouts and "
@@ -637,21 +640,26 @@ static int bench_kernels(int argc, char **argv)
     const int64_t hc = H * hd, og = H * hd / G, head_rows = T < 1024 ? T : 1024;
     /* Cases ending in .prepacked follow their plain case (side by side in time on a shared machine):
      * the same product with B (the weight) packed once outside the timing (trex_gemm_pack_b; the
-     * kernels' equivalent of oneDNN's pre-packed weights). f32in: fp32 A, and B from fp32 rounded
-     * when packed (what the model's bf16 mode multiplies). */
+     * kernels' equivalent of oneDNN's pre-packed weights); .prepacked_a: A packed once instead
+     * (trex_gemm_pack_a; the LM head's W3). f32in: fp32 A, and B from fp32 rounded when packed (what
+     * the model's bf16 mode multiplies). */
     const kcase cases[] = {
         {"square.nt", "2048^3, C = A B^T", false, true, false, 2048, 2048, 2048, 0, false, false, false},
         {"square.nt.prepacked", "2048^3, B packed once", false, true, false, 2048, 2048, 2048, 0,
-         false, true, false},
+         false, PRE_B, false},
+        {"square.nt.prepacked_a", "2048^3, A packed once", false, true, false, 2048, 2048, 2048, 0,
+         false, PRE_A, false},
         {"square.nn", "2048^3, C = A B", false, false, false, 2048, 2048, 2048, 0, false, false, false},
         {"square.tn", "2048^3, C = A^T B", true, false, false, 2048, 2048, 2048, 0, false, false, false},
         {"square.nt.f32in", "2048^3, fp32 inputs", false, true, true, 2048, 2048, 2048, 0,
          false, false, false},
         {"square.nt.f32in.prepacked", "2048^3, fp32 A, B packed once", false, true, true, 2048,
-         2048, 2048, 0, false, true, false},
+         2048, 2048, 0, false, PRE_B, false},
+        {"square.nt.f32in.prepacked_a", "2048^3, fp32 A packed once, fp32 B", false, true, true, 2048,
+         2048, 2048, 0, false, PRE_A, false},
         {"attn.wq_a.fwd", "x W^T, d -> q_lora", false, true, false, T, qr, d, 0, false, false, false},
         {"attn.wq_a.fwd.prepacked", "x W^T, W packed once", false, true, false, T, qr, d, 0, false,
-         true, false},
+         PRE_B, false},
         {"attn.wq_b.fwd", "q W^T, q_lora -> H*hd", false, true, false, T, hc, qr, 0, false, false, false},
         {"attn.wkv.fwd", "x W^T, d -> hd", false, true, false, T, hd, d, 0, false, false, false},
         {"attn.wo_a.fwd", "o W^T per group, H*hd/G -> o_lora", false, true, false, T, orank, og, 0,
@@ -659,14 +667,14 @@ static int bench_kernels(int argc, char **argv)
         {"attn.wo_b.fwd", "u W^T, G*o_lora -> d", false, true, false, T, d, G * orank, 0,
          false, false, false},
         {"attn.wo_b.fwd.prepacked", "u W^T, W packed once", false, true, false, T, d, G * orank, 0,
-         false, true, false},
+         false, PRE_B, false},
         {"attn.wq_b.bwd_dx", "dq W, H*hd -> q_lora", false, false, false, T, qr, hc, 0, false, false, false},
         {"attn.wq_b.bwd_dw", "dq^T q, over tokens", true, false, false, hc, qr, T, 0, false, false, false},
         {"shared.w1.fwd", "x W1^T, d -> inter", false, true, false, T, I, d, 0, false, false, false},
         {"shared.w1.fwd.f32in", "x W1^T, fp32 inputs", false, true, true, T, I, d, 0, false, false, false},
         {"shared.w2.fwd", "h W2^T, inter -> d", false, true, false, T, d, I, 0, false, false, false},
         {"shared.w2.fwd.prepacked", "h W2^T, W2 packed once", false, true, false, T, d, I, 0, false,
-         true, false},
+         PRE_B, false},
         {"head.fwd", "h W^T, d -> vocab 129280 (<= 1024 tokens)", false, true, false, head_rows,
          129280, d, 0, false, false, false},
         /* The bf16x3 head of the bf16 step (model.c head_forward3), per chunk of 512 rows: logits^T =
@@ -674,6 +682,8 @@ static int bench_kernels(int argc, char **argv)
          * (K = 3 x 256; the model runs V / 256 of them per chunk, beta 1). */
         {"head3.fwd", "logits^T = W3 hn^T, K = 3d, 512 rows", false, true, false, 129280, 512, 3 * d,
          0, false, false, false},
+        {"head3.fwd.prepacked_a", "logits^T, W3 (A) packed once", false, true, false, 129280, 512,
+         3 * d, 0, false, PRE_A, false},
         {"head3.bwd_dw", "dW += dl hnB, K = 3 x 512 rows", false, false, false, 129280, d, 3 * 512, 0,
          false, false, true},
         {"head3.bwd_dhn", "dhn += dl^T W3, one block of 256 vocab", true, false, false, 512, d, 3 * 256,
@@ -681,20 +691,20 @@ static int bench_kernels(int argc, char **argv)
         {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E,
          false, false, false},
         {"experts.w1.fwd.prepacked", "grouped, W1_e packed once", false, true, false, 0, I, d, E,
-         false, true, false},
+         false, PRE_B, false},
         {"experts.w2.fwd", "grouped h_e W2_e^T, inter -> d", false, true, false, 0, d, I, E,
          false, false, false},
         {"experts.w2.fwd.prepacked", "grouped, W2_e packed once", false, true, false, 0, d, I, E,
-         false, true, false},
+         false, PRE_B, false},
         {"experts.w1.bwd_dx", "grouped da_e W1_e, inter -> d", false, false, false, 0, d, I, E,
          false, false, false},
         {"experts.w1.bwd_dx.prepacked", "grouped da_e W1_e, W1_e packed once", false, false, false, 0,
-         d, I, E, false, true, false},
+         d, I, E, false, PRE_B, false},
         {"experts.w1.bwd_dw", "grouped da_e^T x_e, over tokens", true, false, false, I, d, 0, E,
          true, false, false},
         {"experts.w1.fwd.f32in", "grouped, fp32 inputs", false, true, true, 0, I, d, E, false, false, false},
         {"experts.w1.fwd.f32in.prepacked", "grouped, fp32 A, W1_e packed once", false, true, true, 0,
-         I, d, E, false, true, false},
+         I, d, E, false, PRE_B, false},
         /* What the model's bf16 mode runs (moe.c): fp32 operands rounded while packed. */
         {"experts.w2.fwd.f32in", "grouped h_e W2_e^T, fp32 inputs", false, true, true, 0, d, I, E, false,
          false, false},
@@ -772,7 +782,14 @@ static int bench_kernels(int argc, char **argv)
         double v[1000], u[1000];
         trex_gemm_packed *packs[256] = {0};
         trex_gemm_problem pprobs[256];
-        if (k->prepacked) {
+        if (k->prepacked == PRE_A) { /* one problem: its A packed once */
+            const double t0 = trex_wall_s();
+            packs[0] = trex_gemm_pack_a_with(c.t, c.pool, in, k->ta, probs[0].M, probs[0].K,
+                                             probs[0].A, probs[0].lda);
+            ok = packs[0] != NULL;
+            res.prepack_ms = 1e3 * (trex_wall_s() - t0);
+        }
+        if (k->prepacked == PRE_B) {
             const double t0 = trex_wall_s();
             for (int g = 0; g < ng && ok; g++) {
                 packs[g] = trex_gemm_pack_b_with(c.t, c.pool, in, k->tb, probs[g].N, probs[g].K,
@@ -787,7 +804,10 @@ static int bench_kernels(int argc, char **argv)
         for (int r = -1; r < c.reps && ok; r++) {
             double t0 = trex_wall_s(), c0 = trex_cpu_s();
             const float beta = k->accumulate ? 1.0f : 0.0f;
-            if (k->prepacked)
+            if (k->prepacked == PRE_A)
+                trex_gemm_prepacked_a_with(c.t, c.pool, ws, packs[0], in, k->tb, probs[0].N, 1.0f,
+                                           probs[0].B, probs[0].ldb, beta, probs[0].C, probs[0].ldc);
+            else if (k->prepacked == PRE_B)
                 trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, beta, pprobs, ng);
             else
                 trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs, ng);
@@ -887,7 +907,8 @@ static int bench_kernels(int argc, char **argv)
             cJSON_AddNumberToObject(o, "groups", ng);
             cJSON_AddStringToObject(o, "layout", k->ta ? "tn" : k->tb ? "nt" : "nn");
             cJSON_AddStringToObject(o, "input", k->f32 ? "f32" : "bf16");
-            cJSON_AddBoolToObject(o, "prepacked", k->prepacked);
+            cJSON_AddBoolToObject(o, "prepacked", k->prepacked == PRE_B);
+            cJSON_AddBoolToObject(o, "prepacked_a", k->prepacked == PRE_A);
             cJSON_AddNumberToObject(o, "beta", k->accumulate ? 1 : 0);
             if (k->prepacked)
                 cJSON_AddNumberToObject(o, "prepack_ms", res.prepack_ms);

@@ -17,7 +17,8 @@
  *      (Cutting K into cache-sized blocks instead costs a reload of the C block and a drain of the AMX
  *      pipeline per K block, which measured slower: docs/kernels.md.)
  * fp32 sources are rounded to bf16 while packed. A pre-packed B (trex_gemm_pack_b: the same panels,
- * packed once by the caller) skips step 1; everything else is the same, so are the bits.
+ * packed once by the caller) skips step 1; a pre-packed A (trex_gemm_pack_a) is read in place instead
+ * of being packed per block row. Everything else is the same, so are the bits.
  * Which thread computes a block varies from run to run, but each element of C is owned by one block and
  * summed over all of K by one micro-kernel call in a fixed order, then combined with alpha and beta
  * once: the bits of C never depend on the thread count or on the schedule. (The atomic counter hands
@@ -54,6 +55,7 @@ typedef struct sub {
     int64_t mblk, nblk;      /* mb x NB blocks of C */
     int64_t b_off;           /* packed B panels, in bf16 elements from the batch workspace */
     const uint16_t *bpan;    /* its first packed B panel (workspace, or a pre-packed operand) */
+    const uint16_t *apan;    /* pre-packed A: its first panel (NULL: A packed per block row) */
 } sub;
 
 typedef struct item {        /* a unit of work handed to whichever thread asks next */
@@ -166,13 +168,13 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
 }
 
 /* Slot w (one per pool thread) takes rows of blocks until none is left: packs the row's A block into
- * its own buffer, then computes the row's blocks from it. */
+ * its own buffer (or points at the pre-packed A), then computes the row's blocks from it. */
 static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
 {
     (void)tid;
     const run *r = arg;
     for (int64_t w = w0; w < w1; w++) {
-        uint16_t *ablk = r->apack + w * r->ablock;
+        uint16_t *const own = r->apack + w * r->ablock;
         bool begun = false;
         for (int64_t i; (i = next_item(r)) >= 0;) {
             const item *it = &r->items[i];
@@ -180,7 +182,11 @@ static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
             if (!begun && r->t->gemm_begin)
                 r->t->gemm_begin();
             begun = true;
-            pack_a_block(r, s, it->i, ablk);
+            const uint16_t *ablk = own;
+            if (s->apan)
+                ablk = s->apan + it->i * s->mb * s->Kp;
+            else
+                pack_a_block(r, s, it->i, own);
             for (int64_t bj = 0; bj < s->nblk; bj++)
                 compute_block(r, s, it->i, bj, ablk);
         }
@@ -276,10 +282,12 @@ static int64_t sub_ws_packed(const sub *s, bool prepacked)
 /* ---- pre-packed B operands --------------------------------------------------------------------------- */
 
 struct trex_gemm_packed {
-    int64_t N, K, Kp;        /* op(B) is [K, N]; panels of 32 columns, K padded to Kp */
+    bool a;                  /* an A operand (trex_gemm_pack_a), else a B operand */
+    int64_t N, K, Kp;        /* B: op(B) is [K, N]; A: op(A) is [N = M rows, K]. K padded to Kp */
     trex_dtype src;          /* the source type it was packed from */
-    bool tb;                 /* the source was stored [N, K] */
-    uint16_t *panels;        /* ceil(N/32) panels of 32 x Kp, VNNI format (kernels/gemm_panels.h) */
+    bool trans;              /* B: the source was stored [N, K] (tb); A: stored [K, M] (ta) */
+    uint16_t *panels;        /* ceil(N/32) panels of 32 x Kp, VNNI format (B) or A format
+                              * (kernels/gemm_panels.h) */
     size_t bytes;            /* of panels */
 };
 
@@ -296,8 +304,12 @@ static void pack_panels(void *arg, int64_t p0, int64_t p1, int tid)
     const pack_job *j = arg;
     const trex_gemm_packed *p = j->p;
     const bool f32 = p->src == TREX_F32;
-    const trex_pack_fn fn = f32 ? j->t->pack_b_f32 : j->t->pack_b_bf16;
-    const int64_t rs = p->tb ? j->ldb : 1, ks = p->tb ? 1 : j->ldb;
+    const trex_pack_fn fn = p->a ? (f32 ? j->t->pack_a_f32 : j->t->pack_a_bf16)
+                                 : (f32 ? j->t->pack_b_f32 : j->t->pack_b_bf16);
+    /* Rows of the packed operand (op(A)'s rows, op(B)'s columns) are contiguous when A is stored
+     * [K, M] or B is stored [K, N]. */
+    const bool rows_contig = p->a ? p->trans : !p->trans;
+    const int64_t rs = rows_contig ? 1 : j->ldb, ks = rows_contig ? j->ldb : 1;
     for (int64_t q = p0; q < p1; q++)
         fn(p->panels + q * TREX_GEMM_NR * p->Kp,
            j->B + (size_t)(q * TREX_GEMM_NR * rs) * (f32 ? 4 : 2), rs, ks,
@@ -316,23 +328,25 @@ static void repack_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_p
 {
     if (p->N == 0 || p->K == 0)
         return;
-    TREX_ASSERT(B != NULL && ldb >= (p->tb ? p->K : p->N));
+    TREX_ASSERT(B != NULL && ldb >= ((p->a ? !p->trans : p->trans) ? p->K : p->N));
     const pack_job j = {t, p, B, ldb};
     trex_pool_for(pool, ceil_div(p->N, TREX_GEMM_NR), 4, pack_panels, (void *)&j);
 }
 
-trex_gemm_packed *trex_gemm_pack_b_with(const trex_kernel_table *t, trex_pool *pool, trex_dtype in,
-                                        bool tb, int64_t N, int64_t K, const void *B, int64_t ldb)
+static trex_gemm_packed *pack_with(const trex_kernel_table *t, trex_pool *pool, bool a,
+                                   trex_dtype in, bool trans, int64_t N, int64_t K, const void *B,
+                                   int64_t ldb)
 {
     TREX_ASSERT(t != NULL && (in == TREX_BF16 || in == TREX_F32) && N >= 0 && K >= 0);
     trex_gemm_packed *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
+    p->a = a;
     p->N = N;
     p->K = K;
     p->Kp = ceil_div(K, TREX_GEMM_KU) * TREX_GEMM_KU;
     p->src = in;
-    p->tb = tb;
+    p->trans = trans;
     p->bytes = trex_gemm_pack_b_bytes(N, K);
     p->panels = aligned_alloc(64, p->bytes ? (p->bytes + 63) / 64 * 64 : 64);
     if (!p->panels) {
@@ -343,6 +357,36 @@ trex_gemm_packed *trex_gemm_pack_b_with(const trex_kernel_table *t, trex_pool *p
     return p;
 }
 
+trex_gemm_packed *trex_gemm_pack_b_with(const trex_kernel_table *t, trex_pool *pool, trex_dtype in,
+                                        bool tb, int64_t N, int64_t K, const void *B, int64_t ldb)
+{
+    return pack_with(t, pool, false, in, tb, N, K, B, ldb);
+}
+
+trex_gemm_packed *trex_gemm_pack_a_with(const trex_kernel_table *t, trex_pool *pool, trex_dtype in,
+                                        bool ta, int64_t M, int64_t K, const void *A, int64_t lda)
+{
+    return pack_with(t, pool, true, in, ta, M, K, A, lda);
+}
+
+trex_gemm_packed *trex_gemm_pack_a(trex_pool *pool, trex_dtype in, bool ta, int64_t M, int64_t K,
+                                   const void *A, int64_t lda)
+{
+    return trex_gemm_pack_a_with(trex_kernels_table(), pool, in, ta, M, K, A, lda);
+}
+
+void trex_gemm_repack_a(trex_pool *pool, trex_gemm_packed *p, const void *A, int64_t lda)
+{
+    TREX_ASSERT(p != NULL && p->a);
+    repack_with(trex_kernels_table(), pool, p, A, lda);
+}
+
+bool trex_gemm_packed_is_a(const trex_gemm_packed *p)
+{
+    TREX_ASSERT(p != NULL);
+    return p->a;
+}
+
 trex_gemm_packed *trex_gemm_pack_b(trex_pool *pool, trex_dtype in, bool tb, int64_t N, int64_t K,
                                    const void *B, int64_t ldb)
 {
@@ -351,7 +395,7 @@ trex_gemm_packed *trex_gemm_pack_b(trex_pool *pool, trex_dtype in, bool tb, int6
 
 void trex_gemm_repack_b(trex_pool *pool, trex_gemm_packed *p, const void *B, int64_t ldb)
 {
-    TREX_ASSERT(p != NULL);
+    TREX_ASSERT(p != NULL && !p->a);
     repack_with(trex_kernels_table(), pool, p, B, ldb);
 }
 
@@ -392,14 +436,15 @@ void trex_gemm_packed_free(trex_gemm_packed *p)
 
 /* ---- the driver ------------------------------------------------------------------------------------- */
 
-/* a_in: type of every A; b_in: type of every B, or prepacked: every B is a trex_gemm_packed whose N
- * and K match the problem (ldb and tb unused). */
+/* a_in: type of every A, or a_prepacked: every A is a trex_gemm_packed A operand whose rows and K
+ * match the problem (lda and ta unused); b_in: type of every B, or prepacked: every B is a
+ * trex_gemm_packed B operand whose N and K match the problem (ldb and tb unused). */
 static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
-                     trex_dtype b_in, bool prepacked, bool ta, bool tb, float alpha, float beta,
-                     const trex_gemm_problem *probs, int64_t count)
+                     bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
+                     float alpha, float beta, const trex_gemm_problem *probs, int64_t count)
 {
     TREX_ASSERT(t != NULL && count >= 0 && (count == 0 || probs != NULL));
-    TREX_ASSERT(a_in == TREX_BF16 || a_in == TREX_F32);
+    TREX_ASSERT(a_prepacked || a_in == TREX_BF16 || a_in == TREX_F32);
     TREX_ASSERT(prepacked || b_in == TREX_BF16 || b_in == TREX_F32);
     const size_t a_esz = a_in == TREX_F32 ? 4 : 2, b_esz = b_in == TREX_F32 ? 4 : 2;
 
@@ -410,7 +455,11 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
         TREX_ASSERT(q->M >= 0 && q->N >= 0 && q->K >= 0);
         if (prepacked) {
             const trex_gemm_packed *pk = q->B;
-            TREX_ASSERT(pk != NULL && pk->N == q->N && pk->K == q->K);
+            TREX_ASSERT(pk != NULL && !pk->a && pk->N == q->N && pk->K == q->K);
+        }
+        if (a_prepacked) {
+            const trex_gemm_packed *pk = q->A;
+            TREX_ASSERT(pk != NULL && pk->a && pk->N == q->M && pk->K == q->K);
         }
         if (q->M == 0 || q->N == 0)
             continue;
@@ -420,7 +469,8 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
             continue;
         }
         TREX_ASSERT(q->A != NULL && q->B != NULL);
-        TREX_ASSERT(q->lda >= (ta ? q->M : q->K) && (prepacked || q->ldb >= (tb ? q->K : q->N)));
+        TREX_ASSERT((a_prepacked || q->lda >= (ta ? q->M : q->K)) &&
+                    (prepacked || q->ldb >= (tb ? q->K : q->N)));
         nsubs += ceil_div(q->N, chunk_cols(ceil_div(q->K, TREX_GEMM_KU) * TREX_GEMM_KU));
     }
     if (nsubs == 0)
@@ -445,9 +495,13 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
             s->N = min64(cols, q->N - n0);
             s->K = q->K;
             s->Kp = Kp;
-            s->A = q->A;
-            s->a_rs = ta ? 1 : q->lda;
-            s->a_ks = ta ? q->lda : 1;
+            if (a_prepacked) {
+                s->apan = ((const trex_gemm_packed *)q->A)->panels;
+            } else {
+                s->A = q->A;
+                s->a_rs = ta ? 1 : q->lda;
+                s->a_ks = ta ? q->lda : 1;
+            }
             if (prepacked) {
                 const trex_gemm_packed *pk = q->B;
                 s->bpan = pk->panels + (n0 / TREX_GEMM_NR) * TREX_GEMM_NR * Kp;
@@ -462,7 +516,8 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
             s->npan = ceil_div(s->N, TREX_GEMM_NR);
             s->mblk = ceil_div(s->M, mb);
             s->nblk = ceil_div(s->N, NB);
-            ablock = mb * Kp > ablock ? mb * Kp : ablock;
+            if (!a_prepacked)
+                ablock = mb * Kp > ablock ? mb * Kp : ablock;
             cbytes += 4.0 * (double)s->M * (double)s->N;
         }
     }
@@ -541,14 +596,14 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
                             trex_dtype in, bool ta, bool tb, float alpha, float beta,
                             const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, in, in, false, ta, tb, alpha, beta, probs, count);
+    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count);
 }
 
 void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, a_in, TREX_BF16, true, ta, false, alpha, beta, probs, count);
+    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, ta, false, alpha, beta, probs, count);
 }
 
 void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
@@ -561,7 +616,8 @@ void trex_gemm_grouped_mixed(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
                              bool ta, bool tb, float alpha, float beta,
                              const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(trex_kernels_table(), pool, ws, a_in, b_in, false, ta, tb, alpha, beta, probs, count);
+    gemm_run(trex_kernels_table(), pool, ws, a_in, false, b_in, false, ta, tb, alpha, beta, probs,
+             count);
 }
 
 void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta,
@@ -576,9 +632,27 @@ void trex_gemm_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, boo
                          float alpha, const void *A, int64_t lda, const trex_gemm_packed *B,
                          float beta, float *C, int64_t ldc)
 {
-    TREX_ASSERT(B != NULL);
+    TREX_ASSERT(B != NULL && !B->a);
     const trex_gemm_problem p = {M, B->N, B->K, A, lda, B, 0, C, ldc};
     trex_gemm_grouped_prepacked_with(trex_kernels_table(), pool, ws, a_in, ta, alpha, beta, &p, 1);
+}
+
+void trex_gemm_prepacked_a_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                                const trex_gemm_packed *A, trex_dtype b_in, bool tb, int64_t N,
+                                float alpha, const void *B, int64_t ldb, float beta, float *C,
+                                int64_t ldc)
+{
+    TREX_ASSERT(A != NULL && A->a && (b_in == TREX_BF16 || b_in == TREX_F32));
+    const trex_gemm_problem p = {A->N, N, A->K, A, 0, B, ldb, C, ldc};
+    gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, tb, alpha, beta, &p, 1);
+}
+
+void trex_gemm_prepacked_a(trex_pool *pool, trex_gemm_ws *ws, const trex_gemm_packed *A,
+                           trex_dtype b_in, bool tb, int64_t N, float alpha, const void *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    trex_gemm_prepacked_a_with(trex_kernels_table(), pool, ws, A, b_in, tb, N, alpha, B, ldb, beta,
+                               C, ldc);
 }
 
 void trex_gemm_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t M, int64_t N,
