@@ -161,7 +161,8 @@ static bool same_bf16(const uint16_t *a, const uint16_t *b, int64_t n)
 }
 
 /* The bf16 SwiGLU entries of table t against the reference on n elements with clamp L: every output
- * bit for bit (the dot product's bits too; NaNs as above), nothing written past n. Inputs of
+ * bit for bit (the dot product's bits too; NaNs as above), nothing written past n; the backward's h
+ * equals the forward's, and its other outputs do not depend on whether h is asked for. Inputs of
  * amplitude amp, with special values (NaN, infinities, zeros, values on the clamp, past exp's range)
  * mixed in. */
 static void check_swiglu(const trex_fused_table *t, const trex_fused_table *r, int64_t n, float L,
@@ -169,8 +170,8 @@ static void check_swiglu(const trex_fused_table *t, const trex_fused_table *r, i
 {
     const int64_t m = n + 16;
     float *a = xmalloc_f(m), *u = xmalloc_f(m), *dh = xmalloc_f(m);
-    uint16_t *o[6];
-    for (int k = 0; k < 6; k++) {
+    uint16_t *o[9];
+    for (int k = 0; k < 9; k++) {
         o[k] = malloc((size_t)m * sizeof(uint16_t));
         if (!o[k])
             exit(2);
@@ -188,18 +189,21 @@ static void check_swiglu(const trex_fused_table *t, const trex_fused_table *r, i
     const float g = 0.37f + 0.5f * frand();
     r->swiglu_fwd_bf16(o[0], a, u, n, g, L);
     t->swiglu_fwd_bf16(o[1], a, u, n, g, L);
-    const float d1 = r->swiglu_bwd_bf16(o[2], o[3], a, u, dh, n, g, L);
-    const float d2 = t->swiglu_bwd_bf16(o[4], o[5], a, u, dh, n, g, L);
+    const float d1 = r->swiglu_bwd_bf16(NULL, o[2], o[3], a, u, dh, n, g, L);
+    const float d2 = t->swiglu_bwd_bf16(o[6], o[4], o[5], a, u, dh, n, g, L);
+    const float d3 = t->swiglu_bwd_bf16(NULL, o[7], o[8], a, u, dh, n, g, L);
     bool tail = true;
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < 9; k++)
         for (int64_t j = n; j < m; j++)
             tail = tail && o[k][j] == 0xabcd;
     CHECK(same_bf16(o[0], o[1], n) && same_bf16(o[2], o[4], n) && same_bf16(o[3], o[5], n) &&
-              (memcmp(&d1, &d2, sizeof d1) == 0 || (isnan(d1) && isnan(d2))) && tail,
-          "%s swiglu_fwd/bwd_bf16 n=%lld L=%g: same bits as the reference, nothing past n", t->name,
-          (long long)n, (double)L);
+              same_bf16(o[0], o[6], n) && same_bf16(o[4], o[7], n) && same_bf16(o[5], o[8], n) &&
+              (memcmp(&d1, &d2, sizeof d1) == 0 || (isnan(d1) && isnan(d2))) &&
+              (memcmp(&d2, &d3, sizeof d2) == 0 || (isnan(d2) && isnan(d3))) && tail,
+          "%s swiglu_fwd/bwd_bf16 n=%lld L=%g: same bits as the reference (the backward's h as the "
+          "forward's), nothing past n", t->name, (long long)n, (double)L);
     free(a), free(u), free(dh);
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < 9; k++)
         free(o[k]);
 }
 
@@ -221,7 +225,7 @@ static void check_swiglu_accuracy(const trex_fused_table *r)
         a[j] = -100.0f + 115.0f * (float)j / (float)(n - 1);
     const float g = 0.8125f;
     r->swiglu_fwd_bf16(h, a, u, n, g, L);
-    const float dot = r->swiglu_bwd_bf16(da, du, a, u, dh, n, g, L);
+    const float dot = r->swiglu_bwd_bf16(NULL, da, du, a, u, dh, n, g, L);
     double worst = 0, dot64 = 0, dabs = 0, w32 = 0;
     for (int64_t j = 0; j < n; j++) {
         const double ac = a[j] > L ? L : a[j], uc = u[j] > L ? L : (u[j] < -L ? -L : u[j]);
@@ -238,7 +242,7 @@ static void check_swiglu_accuracy(const trex_fused_table *r)
             worst = e > worst ? e : worst;
         }
         uint16_t t1, t2;
-        const float one = 1.0f, h0 = r->swiglu_bwd_bf16(&t1, &t2, a + j, u + j, &one, 1, g, L);
+        const float one = 1.0f, h0 = r->swiglu_bwd_bf16(NULL, &t1, &t2, a + j, u + j, &one, 1, g, L);
         const double e32 = fabs((double)h0 - sl * uc) / (fabs(sl * uc) * 0x1p-20 + 1e-35);
         w32 = e32 > w32 ? e32 : w32;
         dot64 += dh[j] * sl * uc;
@@ -357,6 +361,8 @@ static int bench(int reps)
     float *P = xmalloc_f(H * n), *ps = xmalloc_f(n), *dpool = xmalloc_f(nk * c);
     float *X = xmalloc_f(mh * d), *y = xmalloc_f(d), *Xo = xmalloc_f(mh * d), *dX = xmalloc_f(mh * d);
     float post[4], comb[16], dpost[4], dcomb[16];
+    float *gdx = xmalloc_f(64 * d), *gdw = xmalloc_f(24 * d), *gws = xmalloc_f(24 * d);
+    fill(gdx, 64 * d, 1.0f), fill(gdw, 24 * d, 1.0f);
     const float *V[256];
     float *dV[16];
     fill(pool, n * c, 2.0f), fill(q, H * c, 1.5f), fill(g, H * c, 1.0f), fill(sink, H, 1.0f);
@@ -387,11 +393,13 @@ static int bench(int reps)
               t->mhc_post_bwd(mh, d, post, comb, y, X, Xo, dq, dX, dpost, dcomb));
         BENCH("mhc_collapse 4x1024", 2000, t->mhc_collapse(mh, d, post, X, y));
         BENCH("mhc_collapse_bwd 4x1024", 2000, t->mhc_collapse_bwd(mh, d, post, X, y, dpost, dX));
-        uint16_t hb[512], hb2[512];
+        uint16_t hb[512], hb2[512], hb3[512];
         float sink_ = 0;
         BENCH("swiglu_fwd_bf16 512", 20000, t->swiglu_fwd_bf16(hb, X, X + 512, 512, 0.7f, 10.0f));
         BENCH("swiglu_bwd_bf16 512", 20000,
-              sink_ += t->swiglu_bwd_bf16(hb, hb2, X, X + 512, y, 512, 0.7f, 10.0f));
+              sink_ += t->swiglu_bwd_bf16(NULL, hb, hb2, X, X + 512, y, 512, 0.7f, 10.0f));
+        BENCH("swiglu_bwd_bf16 512 with h", 20000,
+              sink_ += t->swiglu_bwd_bf16(hb3, hb, hb2, X, X + 512, y, 512, 0.7f, 10.0f));
         if (k == 0)
             BENCH("swiglu libm fp32 512", 20000, swiglu_libm(Xo, X, X + 512, 512, 0.7f, 10.0f));
         if (sink_ == 1.2345f)
@@ -401,7 +409,16 @@ static int bench(int reps)
         if (k == 0)
             BENCH("linear_forward 64x1024x24", 200,
                   trex_linear_forward(NULL, ws, pool, pool + 65536, 64, 1024, 24));
+        /* the router's backward products of 64 rows (dz: the pool's first 64x24 floats) */
+        BENCH("gate_bwd_dx 64x1024x24", 200, t->gate_bwd_dx(gdx, pool, pool + 65536, 64, 1024, 24));
+        BENCH("gate_bwd_dw 64x1024x24", 200,
+              t->gate_bwd_dw(gdw, gws, pool, pool + 65536, 64, 1024, 24, 0, 1024));
+        if (k == 0)
+            BENCH("linear_backward 64x1024x24", 200,
+                  trex_linear_backward(NULL, gdx, gdw, pool, pool + 65536, pool + 65536, 64, 1024,
+                                       24, true));
     }
+    free(gdx), free(gdw), free(gws);
     free(pool), free(q), free(g), free(sink), free(ws), free(o), free(lse), free(z), free(D);
     free(dq), free(ds), free(P), free(ps), free(dpool), free(X), free(y), free(Xo), free(dX);
     return 0;

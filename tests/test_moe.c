@@ -11,9 +11,10 @@
  * 4. Bitwise identical results with no pool and with 2 threads, on a batch large enough to split the
  *    expert GEMMs into chunks; backward writes dx and accumulates weight gradients; bad hash input.
  * 5. bf16 mode (grouped expert GEMMs): bitwise identical for no pool and 2 threads, on a batch whose
- *    permuted rows span two grouped passes with an expert cut between them; outputs and every gradient
- *    within bf16 bounds of the fp32 path; the same routing and balance loss; dx written, weight
- *    gradients accumulated; a hash layer and an empty batch.
+ *    permuted rows span two grouped passes with an expert cut between them and on one with 20
+ *    experts in a pass (the backward's weight copies in waves); outputs and every gradient within
+ *    bf16 bounds of the fp32 path; the same routing and balance loss; dx written, weight gradients
+ *    accumulated; a hash layer and an empty batch.
  *
  * `test_moe --bench T [REPS [THREADS]]` instead times one bf16 layer at dsv4-bench's shapes (forward
  * with a cache, then backward) and prints wall and CPU seconds and a hash of the outputs (docs/perf.md,
@@ -1004,6 +1005,11 @@ static void test_bf16(trex_arena *arena)
     model_init(&m, 2, 1500, 72, 8, 3, 48, 1, 0.3, 0.15, 10.0, 21);
     model_set_bias(&m, 0, 10.0);
     bf16_case(&m, arena, pool, "bf16, two passes", 2e-2);
+    model_free(&m);
+    /* 20 experts in one pass: the backward's dx runs over three waves of [W1; W3] copies (at most 8
+     * experts each); d = 40 and I = 24 leave partial panels. */
+    model_init(&m, 1, 700, 40, 20, 3, 24, 1, 0.3, 0.15, 10.0, 24);
+    bf16_case(&m, arena, pool, "bf16, 20 experts in waves", 2e-2);
     model_free(&m);
     /* Hash layer, no clamp (limit 0), a small batch. */
     model_init(&m, 1, 37, 40, 6, 2, 24, 0, 0.0, 0.2, 0.0, 22);

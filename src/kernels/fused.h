@@ -145,11 +145,12 @@ typedef void (*trex_fused_mhc_collapse_bwd_fn)(int n, int64_t d, const float *w,
  *               sl = ac sig, dsl = sig (1 + ac (1 - sig)), ka = [a <= L], ku = [|u| <= L] (0 where the
  *               clamp is active); returns sum_j d_j h0_j (h0 = ac / (1 + e) uc) in 16 partial sums
  *               (element j in sum j mod 16, j ascending) combined as ((b0+b1)+(b2+b3)), b_k =
- *               (s_k+s_{k+8})+(s_{k+4}+s_{k+12}).
+ *               (s_k+s_{k+8})+(s_{k+4}+s_{k+12}); h not NULL: also writes h = bf16(h0 g), the bits
+ *               of swiglu_fwd (the backward's recomputed h without a second exp).
  * bf16(x) is trex_f32_to_bf16: what the bf16 GEMMs' packers do to an fp32 operand. n may be 0. */
 typedef void (*trex_fused_swiglu_fwd_fn)(uint16_t *h, const float *a, const float *u, int64_t n,
                                          float g, float L);
-typedef float (*trex_fused_swiglu_bwd_fn)(uint16_t *da, uint16_t *du, const float *a,
+typedef float (*trex_fused_swiglu_bwd_fn)(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
                                           const float *u, const float *dh, int64_t n, float g,
                                           float L);
 
@@ -286,12 +287,12 @@ void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const 
 
 void trex_fused_swiglu_fwd_bf16_ref(uint16_t *h, const float *a, const float *u, int64_t n,
                                     float g, float L);
-float trex_fused_swiglu_bwd_bf16_ref(uint16_t *da, uint16_t *du, const float *a, const float *u,
-                                     const float *dh, int64_t n, float g, float L);
+float trex_fused_swiglu_bwd_bf16_ref(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
+                                     const float *u, const float *dh, int64_t n, float g, float L);
 void trex_fused_swiglu_fwd_bf16_avx512(uint16_t *h, const float *a, const float *u, int64_t n,
                                        float g, float L);
-float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *da, uint16_t *du, const float *a, const float *u,
-                                        const float *dh, int64_t n, float g, float L);
+float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
+                                        const float *u, const float *dh, int64_t n, float g, float L);
 void trex_fused_gate_fwd_ref(float *z, const float *x, const float *gt, int64_t n, int64_t d,
                              int64_t E);
 void trex_fused_gate_fwd_avx512(float *z, const float *x, const float *gt, int64_t n, int64_t d,

@@ -37,6 +37,7 @@
 #define MOE_MAX_K 64    /* largest num_experts_per_tok handled (per-token arrays live on the stack) */
 #define MOE_CHUNK 1024  /* rows per expert GEMM: bounds the scratch, fixed so results do not vary */
 #define MOE_RANGE 8192  /* bf16 mode: permuted rows per grouped pass (bounds the scratch; fixed) */
+#define MOE_PAD 32      /* bf16 mode: padding (elements, 64 bytes) of the backward's bf16 rows */
 
 /* What backward needs, carved from ctx->arena by forward. */
 struct trex_moe_cache {
@@ -176,6 +177,7 @@ typedef struct gather_args {
     const void *src1, *src2; /* rows of d elements of esize bytes (fp32 or bf16) */
     void *dst1, *dst2;
     size_t esize;
+    int64_t ld;              /* gather_rows: row stride of sources and destinations (elements) */
 } gather_args;
 
 /* dst[r] = src[token of perm[r]] for one or two sources. */
@@ -183,12 +185,12 @@ static void gather_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const gather_args *g = arg;
-    const size_t row = (size_t)g->d * g->esize;
+    const size_t row = (size_t)g->d * g->esize, ld = (size_t)g->ld * g->esize;
     for (int64_t r = r0; r < r1; r++) {
         const size_t t = (size_t)(g->perm[r] / g->K);
-        memcpy((char *)g->dst1 + (size_t)r * row, (const char *)g->src1 + t * row, row);
+        memcpy((char *)g->dst1 + (size_t)r * ld, (const char *)g->src1 + t * ld, row);
         if (g->src2)
-            memcpy((char *)g->dst2 + (size_t)r * row, (const char *)g->src2 + t * row, row);
+            memcpy((char *)g->dst2 + (size_t)r * ld, (const char *)g->src2 + t * ld, row);
     }
 }
 
@@ -417,33 +419,39 @@ static void router_bwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
 typedef struct cvt_args {
     const float *src;
     uint16_t *dst;
-    int64_t d;
+    int64_t d, ld;
 } cvt_args;
 
-/* dst rows [r0, r1) = bf16(src rows). */
+/* dst rows [r0, r1) (ld apart) = bf16(src rows). */
 static void cvt_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const cvt_args *c = arg;
-    trex_cvt_f32_bf16(c->dst + r0 * c->d, c->src + r0 * c->d, (r1 - r0) * c->d);
+    if (c->ld == c->d) {
+        trex_cvt_f32_bf16(c->dst + r0 * c->d, c->src + r0 * c->d, (r1 - r0) * c->d);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++)
+        trex_cvt_f32_bf16(c->dst + r * c->ld, c->src + r * c->d, c->d);
 }
 
-static void to_bf16_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t n, int64_t d)
+static void to_bf16_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t n, int64_t d,
+                         int64_t ld)
 {
-    cvt_args ca = {src, dst, d};
+    cvt_args ca = {src, dst, d, ld};
     trex_pool_for(pool, n, grain_for(d), cvt_rows, &ca);
 }
 
 typedef struct swiglu16_args {
     const trex_fused_table *f;
     const float *a, *u;    /* [n, I] pre-activations */
-    uint16_t *h;           /* forward: [n, I] out, g * SwiGLU */
+    uint16_t *h;           /* forward: [n, I] out, g * SwiGLU; backward: the same, also written */
     const float *dh;       /* backward: [n, I] dL/d(weighted h) */
-    uint16_t *da, *du;     /* backward: [n, I] out */
+    uint16_t *da, *du;     /* backward: [n, I] out, rows la apart (side by side) */
     const int32_t *perm;   /* routed: slot of each row; NULL for the shared expert (g = 1) */
     const float *gw;       /* [N*K] mixing weights by slot */
     float *dg;             /* [N*K] dL/dg by slot (routed backward) */
-    int64_t I;
+    int64_t I, la;         /* la: row stride of da and du (backward) */
     float L;
 } swiglu16_args;
 
@@ -457,18 +465,117 @@ static void swiglu16_fwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
                               s->perm ? s->gw[s->perm[r]] : 1.0f, s->L);
 }
 
+/* The backward of rows [r0, r1), with h recomputed in the same pass (one exp per element). */
 static void swiglu16_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const swiglu16_args *s = arg;
     const int64_t I = s->I;
     for (int64_t r = r0; r < r1; r++) {
-        const float dot = s->f->swiglu_bwd_bf16(s->da + r * I, s->du + r * I, s->a + r * I,
-                                                s->u + r * I, s->dh + r * I, I,
+        const float dot = s->f->swiglu_bwd_bf16(s->h + r * I, s->da + r * s->la, s->du + r * s->la,
+                                                s->a + r * I, s->u + r * I, s->dh + r * I, I,
                                                 s->perm ? s->gw[s->perm[r]] : 1.0f, s->L);
         if (s->perm)
             s->dg[s->perm[r]] = dot;
     }
+}
+
+/* [W1; W3] of up to MOE_WAVE experts in bf16 ([2I, d] each, W1's rows then W3's, rows d + MOE_PAD
+ * apart; the parameter layout puts W2 between them, so this is a copy): the B of the backward's dx = [da du] [W1; W3] as one product of
+ * K = 2I per expert instead of two products against the fp32 weights (each packed by pairs, the
+ * slowest packer path, and the second reading and writing C again). Rounded as trex_f32_to_bf16, i.e.
+ * exactly what the packers made of the fp32 weights, and the one product sums k in the order of the
+ * two (the second continued from the first's C), so dx keeps its bits. */
+#define MOE_WAVE 8
+typedef struct w13_args {
+    const float *w1[MOE_WAVE], *w3[MOE_WAVE];
+    uint16_t *dst;
+    int64_t I, d;
+} w13_args;
+
+/* Rows [r0, r1) of the wave's [n * 2I, d] bf16 matrix (rows d + MOE_PAD apart). */
+static void w13_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const w13_args *w = arg;
+    const int64_t I = w->I, d = w->d;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t e = r / (2 * I), k = r - e * 2 * I;
+        const int64_t bound = e * 2 * I + (k < I ? I : 2 * I), end = bound < r1 ? bound : r1;
+        const float *src = k < I ? w->w1[e] + k * d : w->w3[e] + (k - I) * d;
+        for (int64_t q = r; q < end; q++)
+            trex_cvt_f32_bf16(w->dst + q * (d + MOE_PAD), src + (q - r) * d, d);
+        r = end;
+    }
+}
+
+static void w13_bf16(trex_pool *pool, uint16_t *dst, float *const *w1, float *const *w3,
+                     const int64_t *es, int64_t n, int64_t I, int64_t d)
+{
+    TREX_ASSERT(n <= MOE_WAVE);
+    w13_args wa = {.dst = dst, .I = I, .d = d};
+    for (int64_t j = 0; j < n; j++) {
+        wa.w1[j] = w1[es[j]];
+        wa.w3[j] = w3[es[j]];
+    }
+    trex_pool_for(pool, n * 2 * I, grain_for(d), w13_rows, &wa);
+}
+
+/* The pieces of a pass: expert e[i]'s group cut to [lo[i], hi[i]) inside [p0, p1), empty ones left
+ * out; n of them (arrays of E entries from the caller). */
+typedef struct pass_pieces {
+    int64_t n;
+    int64_t *e, *lo, *hi;
+} pass_pieces;
+
+static void pass_pieces_of(pass_pieces *pp, const piece_list *pl)
+{
+    pp->n = 0;
+    for (int64_t e = 0; e < pl->E; e++) {
+        const int64_t lo = pl->off[e] > pl->p0 ? pl->off[e] : pl->p0;
+        const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1;
+        if (hi <= lo)
+            continue;
+        pp->e[pp->n] = e, pp->lo[pp->n] = lo, pp->hi[pp->n] = hi;
+        pp->n++;
+    }
+}
+
+/* Scratch of bf16 mode's expert products beyond the row buffers: the [W1; W3] bf16 copies of a wave
+ * of experts and the pieces of a pass. */
+typedef struct w13_scratch {
+    uint16_t *wb;     /* [MOE_WAVE or fewer][2I, d + MOE_PAD] */
+    pass_pieces pp;   /* arrays of E */
+} w13_scratch;
+
+/* Backward dx = [da du] [W1; W3] of the pieces of pl (one product of K = 2I per expert from the bf16
+ * copy, written over dxg, row p0 first); dadu holds da and du side by side (rows la apart). */
+static void w13_backward_dx(trex_pool *pool, trex_gemm_ws *gws, const trex_moe_w *w,
+                            const piece_list *pl, w13_scratch *ws, trex_gemm_problem *probs,
+                            const uint16_t *dadu, int64_t la, float *dxg, int64_t I, int64_t d)
+{
+    pass_pieces *pp = &ws->pp;
+    pass_pieces_of(pp, pl);
+    const int64_t nw = (pp->n + MOE_WAVE - 1) / MOE_WAVE;
+    for (int64_t v = 0; v < nw; v++) {
+        const int64_t j0 = v * pp->n / nw, j1 = (v + 1) * pp->n / nw;
+        w13_bf16(pool, ws->wb, w->w1, w->w3, pp->e + j0, j1 - j0, I, d);
+        for (int64_t j = j0; j < j1; j++) {
+            const int64_t r = pp->lo[j] - pl->p0;
+            probs[j - j0] = (trex_gemm_problem){pp->hi[j] - pp->lo[j], d, 2 * I, dadu + r * la, la,
+                                                ws->wb + (j - j0) * 2 * I * (d + MOE_PAD),
+                                                d + MOE_PAD, dxg + r * d, d};
+        }
+        trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, j1 - j0);
+    }
+}
+
+/* The shared expert's [W1; W3] in bf16 (a one-expert list for w13_bf16). */
+static void w13_shared_bf16(trex_pool *pool, uint16_t *dst, const trex_moe_w *w, int64_t I, int64_t d)
+{
+    float *w1 = w->sw1, *w3 = w->sw3;
+    const int64_t e0 = 0;
+    w13_bf16(pool, dst, &w1, &w3, &e0, 1, I, d);
 }
 
 /* x to bf16 (xb), then the shared expert in passes of Cs tokens (y written), then the routed experts in
@@ -476,7 +583,9 @@ static void swiglu16_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
  * SwiGLU into bf16, one grouped call for W2, then each token adds its rows of the pass in expert order
  * (y summed as in the per-expert path: shared, then experts by index). With keep, a and u go to the
  * cache (else to the pass-sized c->a, c->u and sa, su). og [C, d] holds the experts' outputs; its first
- * C*d bf16 hold the gathered inputs until W2 overwrites them. */
+ * C*d bf16 hold the gathered inputs until W2 overwrites them. (One product of N = 2I per expert from a
+ * bf16 [W1; W3], which packs x once, measured no faster here: the copy's pass over the fp32 weights
+ * costs what it saves. The backward's dx uses the copy.) */
 static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe_cache *c, float *y,
                                     const float *x, uint16_t *xb, const trex_moe_w *w, bool keep,
                                     float *sa, float *su, float *og, uint16_t *hg,
@@ -485,7 +594,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe
     const int64_t N = c->N, K = c->K, I = c->I, d = c->d, E = c->E;
     const trex_fused_table *f = trex_fused();
     uint16_t *xg = (uint16_t *)og;
-    to_bf16_rows(pool, xb, x, N, d);
+    to_bf16_rows(pool, xb, x, N, d, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
         const int64_t n = N - r0 < Cs ? N - r0 : Cs;
         float *a = keep ? c->sa + r0 * I : sa, *u = keep ? c->su + r0 * I : su;
@@ -502,7 +611,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
         float *a = keep ? c->a + p0 * I : c->a, *u = keep ? c->u + p0 * I : c->u;
-        gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t)};
+        gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t), d};
         trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
         int64_t np = pieces_fwd(probs, &pl, w->w1, I, d, xg, d, d, a, I);
         np += pieces_fwd(probs + np, &pl, w->w3, I, d, xg, d, d, u, I);
@@ -518,6 +627,13 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe
 }
 
 /* ---- forward ------------------------------------------------------------------------------------- */
+
+/* bf16 mode's router products go through the fused table's skinny kernels (gate_*: the fp32 GEMM's
+ * bits) where it has vector leaves; the reference table's plain loops are slower than the GEMM. */
+static bool skinny_gate(void)
+{
+    return trex_fused()->isa >= TREX_ISA_AVX512;
+}
 
 static void *arena_get(trex_arena *a, size_t bytes, bool *ok)
 {
@@ -661,8 +777,9 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
         goto oom;
 
     /* Router logits, fp32 in both modes. bf16 mode: a skinny kernel with the same bits (the gate
-     * transposed to [d, E] once per call), instead of the blocked GEMM padding E to 32. */
-    if (grouped) {
+     * transposed to [d, E] once per call), instead of the blocked GEMM padding E to 32, where the
+     * fused table has vector leaves (below AVX-512 its plain loops are slower than the GEMM). */
+    if (grouped && skinny_gate()) {
         for (int64_t e = 0; e < E; e++)
             for (int64_t k = 0; k < d; k++)
                 gt[k * E + e] = w->gate[e * d + k];
@@ -758,14 +875,14 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
             const int64_t n = c->off[e + 1] - p0 < C ? c->off[e + 1] - p0 : C;
             const int32_t *perm = c->perm + p0;
             float *a = cache ? c->a + p0 * I : c->a, *u = cache ? c->u + p0 * I : c->u;
-            gather_args ga = {perm, K, d, x, NULL, xg, NULL, sizeof(float)};
+            gather_args ga = {perm, K, d, x, NULL, xg, NULL, sizeof(float), d};
             trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
             trex_linear_forward_ex(pool, gws, gdt, a, xg, w->w1[e], n, d, I);
             trex_linear_forward_ex(pool, gws, gdt, u, xg, w->w3[e], n, d, I);
             swiglu_args sg = {.a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I, .L = L};
             trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
             trex_linear_forward_ex(pool, gws, gdt, og, hg, w->w2[e], n, I, d);
-            gather_args sc = {perm, K, d, og, NULL, y, NULL, sizeof(float)};
+            gather_args sc = {perm, K, d, og, NULL, y, NULL, sizeof(float), d};
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }
     }
@@ -825,7 +942,7 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
         for (int64_t p0 = c->off[e]; p0 < c->off[e + 1]; p0 += C) {
             const int64_t n = c->off[e + 1] - p0 < C ? c->off[e + 1] - p0 : C;
             const int32_t *perm = c->perm + p0;
-            gather_args ga = {perm, K, d, x, dy, xg, dyg, sizeof(float)};
+            gather_args ga = {perm, K, d, x, dy, xg, dyg, sizeof(float), d};
             trex_pool_for(pool, n, grain_for(2 * d), gather_rows, &ga);
             swiglu_args sg = {.a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
                               .du = dug, .perm = perm, .gw = c->gw, .dg = dg, .I = I, .L = L};
@@ -834,7 +951,7 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
             trex_pool_for(pool, n, grain_for(I * 24), swiglu_bwd_rows, &sg);
             trex_linear_backward_ex(pool, gws, gdt, dxg, g->w1[e], dhg, xg, w->w1[e], n, d, I, false);
             trex_linear_backward_ex(pool, gws, gdt, dxg, g->w3[e], dug, xg, w->w3[e], n, d, I, true);
-            gather_args sc = {perm, K, d, dxg, NULL, dx, NULL, sizeof(float)};
+            gather_args sc = {perm, K, d, dxg, NULL, dx, NULL, sizeof(float), d};
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }
     }
@@ -843,7 +960,9 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
 /* bf16 mode: x and dy to bf16, the shared expert in passes of MOE_RANGE tokens, then the routed experts
  * in passes of MOE_RANGE permuted rows, each product one grouped call over the experts of the pass. dx
  * gets the shared expert's part (written), then each token adds its rows of every pass in expert
- * order. Operands other than weights are bf16 (see above); dh and dx are fp32 products. */
+ * order. Operands other than weights are bf16 (see above); dh and dx are fp32 products. Per pass:
+ * dh = dy W2; SwiGLU's backward, which also recomputes h (one exp); dW2 += dy^T h; dW1 += da^T x and
+ * dW3 += du^T x (one call); dx = [da du] [W1; W3] (one product of K = 2I per expert). */
 static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *c, float *dx,
                                      float *dg, const float *dy, const float *x, const trex_moe_w *w,
                                      trex_moe_w *g, float L)
@@ -855,64 +974,66 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
     const trex_fused_table *f = trex_fused();
     const int64_t C = N * K < MOE_RANGE ? N * K : MOE_RANGE, Cs = N < MOE_RANGE ? N : MOE_RANGE;
     const int64_t Ch = C > Cs ? C : Cs;
-    uint16_t *xb = scratch_x(ar, (size_t)(N * d) * sizeof(uint16_t));
-    uint16_t *dyb = scratch_x(ar, (size_t)(N * d) * sizeof(uint16_t));
-    /* [C, d] fp32: the gathered bf16 x and dy rows side by side, then the rows' dx */
-    float *dxg = scratch_x(ar, (size_t)(C * d) * sizeof(float));
-    uint16_t *xg = (uint16_t *)dxg, *dyg = xg + C * d;
+    /* bf16 rows that the packers read by pairs (32 rows, 64 bytes each, per tile: the operands of the
+     * weight gradients and the B of dx) lie lx = d + MOE_PAD and la = 2I + MOE_PAD apart: at 2 KiB
+     * (a power of two) the 32 rows fall into 2 sets of the L1 cache and evict each other. Measured
+     * at T = 4096: the backward's CPU time -3 to -5% (docs/perf.md "MoE class, round 5"). */
+    const int64_t lx = d + MOE_PAD, la = 2 * I + MOE_PAD;
+    uint16_t *xb = scratch_x(ar, (size_t)(N * lx) * sizeof(uint16_t));
+    uint16_t *dyb = scratch_x(ar, (size_t)(N * lx) * sizeof(uint16_t));
+    /* [C, lx] fp32: the gathered bf16 x and dy rows side by side, then the rows' dx ([C, d]) */
+    float *dxg = scratch_x(ar, (size_t)(C * lx) * sizeof(float));
+    uint16_t *xg = (uint16_t *)dxg, *dyg = xg + C * lx;
     uint16_t *hg = scratch_x(ar, (size_t)(Ch * I) * sizeof(uint16_t));
-    uint16_t *da = scratch_x(ar, (size_t)(Ch * I) * sizeof(uint16_t));
-    uint16_t *du = hg; /* h is spent (dW2) before SwiGLU's backward writes du */
+    uint16_t *dadu = scratch_x(ar, (size_t)(Ch * la) * sizeof(uint16_t)); /* da, du side by side */
     float *dhg = scratch_x(ar, (size_t)(Ch * I) * sizeof(float));
     trex_gemm_problem *probs = trex_arena_xalloc(ar, (size_t)(2 * E) * sizeof(trex_gemm_problem));
-    to_bf16_rows(pool, xb, x, N, d);
-    to_bf16_rows(pool, dyb, dy, N, d);
+    int64_t *pa = scratch_x(ar, (size_t)(3 * E) * sizeof(int64_t));
+    w13_scratch ws = {scratch_x(ar, (size_t)((E < MOE_WAVE ? E : MOE_WAVE) * 2 * I * lx) *
+                                        sizeof(uint16_t)),
+                      {0, pa, pa + E, pa + 2 * E}};
+    to_bf16_rows(pool, xb, x, N, d, lx);
+    to_bf16_rows(pool, dyb, dy, N, d, lx);
 
+    w13_shared_bf16(pool, ws.wb, w, I, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
         const int64_t n = N - r0 < Cs ? N - r0 : Cs;
-        const uint16_t *xr = xb + r0 * d, *dyr = dyb + r0 * d;
+        const uint16_t *xr = xb + r0 * lx, *dyr = dyb + r0 * lx;
         swiglu16_args sg = {.f = f, .a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg,
-                            .da = da, .du = du, .I = I, .L = L};
-        trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
-        /* dh = dy W2 (W2 [d, I]); dW2 += dy^T h */
-        probs[0] = (trex_gemm_problem){n, I, d, dyr, d, w->sw2, I, dhg, I};
+                            .da = dadu, .du = dadu + I, .I = I, .la = la, .L = L};
+        /* dh = dy W2 (W2 [d, I]); SwiGLU backward and h; dW2 += dy^T h */
+        probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, w->sw2, I, dhg, I};
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, 1);
-        probs[0] = (trex_gemm_problem){d, I, n, dyr, d, hg, I, g->sw2, I};
-        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 1);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
-        probs[0] = (trex_gemm_problem){I, d, n, da, I, xr, d, g->sw1, d};
-        probs[1] = (trex_gemm_problem){I, d, n, du, I, xr, d, g->sw3, d};
+        probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I};
+        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 1);
+        probs[0] = (trex_gemm_problem){I, d, n, dadu, la, xr, lx, g->sw1, d};
+        probs[1] = (trex_gemm_problem){I, d, n, dadu + I, la, xr, lx, g->sw3, d};
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 2);
-        probs[0] = (trex_gemm_problem){n, d, I, da, I, w->sw1, d, dx + r0 * d, d};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, 1);
-        probs[0] = (trex_gemm_problem){n, d, I, du, I, w->sw3, d, dx + r0 * d, d};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 1.0f, probs, 1);
+        probs[0] = (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d};
+        trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, 1);
     }
 
     for (int64_t p0 = 0; p0 < N * K; p0 += C) {
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
-        gather_args ga = {perm, K, d, xb, dyb, xg, dyg, sizeof(uint16_t)};
+        gather_args ga = {perm, K, d, xb, dyb, xg, dyg, sizeof(uint16_t), lx};
         trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
         swiglu16_args sg = {.f = f, .a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
-                            .da = da, .du = du, .perm = perm, .gw = c->gw, .dg = dg, .I = I,
-                            .L = L};
-        trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
-        /* dh = dy W2 (W2 [d, I] is op(B) as stored); dW2 += dy^T h. */
-        int64_t np = pieces_fwd(probs, &pl, w->w2, I, d, dyg, d, I, dhg, I);
+                            .da = dadu, .du = dadu + I, .perm = perm, .gw = c->gw, .dg = dg,
+                            .I = I, .la = la, .L = L};
+        /* dh = dy W2 (W2 [d, I] is op(B) as stored); SwiGLU backward and h; dW2 += dy^T h. */
+        int64_t np = pieces_fwd(probs, &pl, w->w2, I, d, dyg, lx, I, dhg, I);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
-        np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, d, hg, I);
-        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
-        /* dW1 += da^T x, dW3 += du^T x in one call; dx = da W1 + du W3 (over xg and dyg, now spent). */
-        np = pieces_wgrad(probs, &pl, g->w1, I, d, da, I, xg, d);
-        np += pieces_wgrad(probs + np, &pl, g->w3, I, d, du, I, xg, d);
+        np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, lx, hg, I);
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
-        np = pieces_fwd(probs, &pl, w->w1, d, I, da, I, d, dxg, d);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
-        np = pieces_fwd(probs, &pl, w->w3, d, I, du, I, d, dxg, d);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 1.0f, probs, np);
+        /* dW1 += da^T x, dW3 += du^T x in one call; dx = [da du] [W1; W3] (over xg and dyg, spent). */
+        np = pieces_wgrad(probs, &pl, g->w1, I, d, dadu, la, xg, lx);
+        np += pieces_wgrad(probs + np, &pl, g->w3, I, d, dadu + I, la, xg, lx);
+        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        w13_backward_dx(pool, gws, w, &pl, &ws, probs, dadu, la, dxg, I, d);
         combine_args cb = {c->spos, dxg, dx, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
     }
@@ -956,7 +1077,7 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     router_bwd_args rb = {c->z, c->s, dg, cbal, c->idx, dz, E, K, T,
                           (float)cfg->routed_scaling_factor};
     trex_pool_for(pool, N, grain_for(E * 8), router_bwd_rows, &rb);
-    if (c->spos) { /* bf16 mode: skinny kernels with the fp32 GEMM's bits */
+    if (c->spos && skinny_gate()) { /* bf16 mode: skinny kernels with the fp32 GEMM's bits */
         float *ws = scratch_x(ar, (size_t)(E * d) * sizeof(float));
         gate_bwd_args gb = {trex_fused(), dz, x, w->gate, dx, g->gate, ws, N, d, E};
         trex_pool_for(pool, N, 4, gate_bwd_dx_rows, &gb);

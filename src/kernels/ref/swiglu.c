@@ -46,8 +46,8 @@ void trex_fused_swiglu_fwd_bf16_ref(uint16_t *h, const float *a, const float *u,
     }
 }
 
-float trex_fused_swiglu_bwd_bf16_ref(uint16_t *da, uint16_t *du, const float *a, const float *u,
-                                     const float *dh, int64_t n, float g, float L)
+float trex_fused_swiglu_bwd_bf16_ref(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
+                                     const float *u, const float *dh, int64_t n, float g, float L)
 {
     float part[16] = {0};
     for (int64_t j = 0; j < n; j++) {
@@ -70,7 +70,10 @@ float trex_fused_swiglu_bwd_bf16_ref(uint16_t *da, uint16_t *du, const float *a,
         const float sig = 1.0f / (1.0f + ex);
         const float sl = ac * sig;
         const float dsl = sig * (1.0f + ac * (1.0f - sig));
-        part[j % 16] += dh[j] * ((ac / (1.0f + ex)) * uc);
+        const float h0 = (ac / (1.0f + ex)) * uc; /* swiglu_fwd's (s * uc) */
+        part[j % 16] += dh[j] * h0;
+        if (h)
+            h[j] = trex_f32_to_bf16(h0 * g);
         const float d0 = dh[j] * g;
         du[j] = trex_f32_to_bf16((ku * d0) * sl);
         da[j] = trex_f32_to_bf16(((ka * d0) * uc) * dsl);

@@ -56,23 +56,57 @@ void trex_fused_gate_fwd_avx512(float *z, const float *x, const float *gt, int64
 }
 
 /* dx[t][j] = s + dx[t][j], s = sum_e dz[t][e] gate[e][j] from +0, e increasing: 16 columns per
- * register, 4 registers of one row at a time. */
+ * register, 4 registers of a row, GATE_DX_ROWS rows at a time (each gate load serves them all; the
+ * rows left over one at a time). */
+#define GATE_DX_ROWS 4
 void trex_fused_gate_bwd_dx_avx512(float *dx, const float *dz, const float *gate, int64_t n,
                                    int64_t d, int64_t E)
 {
-    for (int64_t t = 0; t < n; t++) {
-        const float *zr = dz + t * E;
-        float *o = dx + t * d;
-        for (int64_t j = 0; j < d; j += 64) {
-            __mmask16 m[4];
+    for (int64_t j = 0; j < d; j += 64) {
+        __mmask16 m[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const int64_t left = d - j - 16 * q;
+            m[q] = left >= 16 ? (__mmask16)0xffff
+                              : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+        }
+        int64_t t = 0;
+        for (; t + GATE_DX_ROWS <= n; t += GATE_DX_ROWS) {
+            __m512 s[GATE_DX_ROWS][4];
+#pragma GCC unroll 4
+            for (int r = 0; r < GATE_DX_ROWS; r++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    s[r][q] = _mm512_setzero_ps();
+            for (int64_t e = 0; e < E; e++) {
+                __m512 gv[4];
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    gv[q] = _mm512_maskz_loadu_ps(m[q], gate + e * d + j + 16 * q);
+#pragma GCC unroll 4
+                for (int r = 0; r < GATE_DX_ROWS; r++) {
+                    const __m512 zv = _mm512_set1_ps(dz[(t + r) * E + e]);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+                        s[r][q] = _mm512_add_ps(s[r][q], _mm512_mul_ps(zv, gv[q]));
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < GATE_DX_ROWS; r++) {
+                float *o = dx + (t + r) * d + j;
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    _mm512_mask_storeu_ps(o + 16 * q, m[q],
+                                          _mm512_add_ps(s[r][q], _mm512_maskz_loadu_ps(m[q], o + 16 * q)));
+            }
+        }
+        for (; t < n; t++) {
+            const float *zr = dz + t * E;
+            float *o = dx + t * d + j;
             __m512 s[4];
 #pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                const int64_t left = d - j - 16 * q;
-                m[q] = left >= 16 ? (__mmask16)0xffff
-                                  : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+            for (int q = 0; q < 4; q++)
                 s[q] = _mm512_setzero_ps();
-            }
             for (int64_t e = 0; e < E; e++) {
                 const __m512 zv = _mm512_set1_ps(zr[e]);
 #pragma GCC unroll 4
@@ -82,8 +116,8 @@ void trex_fused_gate_bwd_dx_avx512(float *dx, const float *dz, const float *gate
             }
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++)
-                _mm512_mask_storeu_ps(o + j + 16 * q, m[q],
-                                      _mm512_add_ps(s[q], _mm512_maskz_loadu_ps(m[q], o + j + 16 * q)));
+                _mm512_mask_storeu_ps(o + 16 * q, m[q],
+                                      _mm512_add_ps(s[q], _mm512_maskz_loadu_ps(m[q], o + 16 * q)));
         }
     }
 }

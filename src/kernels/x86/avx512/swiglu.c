@@ -78,8 +78,8 @@ static inline float tree16(__m512 v)
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
-float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *da, uint16_t *du, const float *a, const float *u,
-                                        const float *dh, int64_t n, float g, float L)
+float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
+                                        const float *u, const float *dh, int64_t n, float g, float L)
 {
     const __m512 vL = _mm512_set1_ps(L), vnL = _mm512_set1_ps(-L), vg = _mm512_set1_ps(g);
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
@@ -107,6 +107,8 @@ float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *da, uint16_t *du, const float 
             sig, _mm512_add_ps(one, _mm512_mul_ps(ac, _mm512_sub_ps(one, sig))));
         const __m512 h0 = _mm512_mul_ps(_mm512_div_ps(ac, den), uc);
         dot = _mm512_mask_add_ps(dot, m, dot, _mm512_mul_ps(d, h0));
+        if (h)
+            _mm256_mask_storeu_epi16(h + j, m, to_bf16(_mm512_mul_ps(h0, vg)));
         const __m512 d0 = _mm512_mul_ps(d, vg);
         _mm256_mask_storeu_epi16(du + j, m, to_bf16(_mm512_mul_ps(_mm512_mul_ps(ku, d0), sl)));
         _mm256_mask_storeu_epi16(
