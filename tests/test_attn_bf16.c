@@ -22,8 +22,9 @@
  *    within a quarter of the bound above (measured: at most 0.06 of that), and the
  *    relative L2 distance of every output below 2e-3 (against fp32 the bf16 rounding alone gives
  *    about 1e-3 .. 1e-2).
- * 3. Two calls give the same bits (the second with the entries passed already rounded, Vb); the
- *    scratch guard is intact.
+ * 3. Two calls give the same bits (the second with the entries, q and g passed already rounded: Vb,
+ *    part of it consecutive rows, which the AMX leaves read in place, and qb, gb, with the backward's
+ *    fp32 q and g NULL); the scratch guard is intact.
  * 4. The indexer scores dots_bf16 (rows rounded to bf16, bf16 keys, fp32 sums) at every level
  *    against an fp64 product of the rounded-on-entry keys and the unrounded rows: |err| <= 1.25
  *    (2^-9 + c 2^-23) sum_k |a_k K_k|, and against the reference within a quarter of that; with and
@@ -258,28 +259,39 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
     float **dV = malloc((size_t)(n + 1) * sizeof *dV);
     uint16_t *vrows = malloc((size_t)(n * c + 1) * sizeof(uint16_t));
     const uint16_t **Vb = malloc((size_t)(n + 1) * sizeof *Vb);
-    if (!dV || !vrows || !Vb)
+    uint16_t *qb = malloc((size_t)(H * c) * sizeof(uint16_t)), *gb = malloc((size_t)(H * c) * 2);
+    if (!dV || !vrows || !Vb || !qb || !gb)
         exit(2);
+    /* the rounded entries: consecutive rows for the first 16 * (n / 32) entries (the AMX leaves read
+     * full blocks of such rows in place), the rest in reverse order (copied) */
+    const int64_t ncons = 16 * (n / 32);
     for (int64_t e = 0; e < n; e++) {
+        const int64_t row = e < ncons ? e : n - 1 - (e - ncons);
         for (int64_t i = 0; i < c; i++)
-            vrows[e * c + i] = to_bf16(s->V[e][i]);
-        Vb[e] = vrows + e * c;
+            vrows[row * c + i] = to_bf16(s->V[e][i]);
+        Vb[e] = vrows + row * c;
+    }
+    for (int64_t i = 0; i < H * c; i++) {
+        qb[i] = to_bf16(s->q[i]);
+        gb[i] = to_bf16(s->g[i]);
     }
     *repeat_ok = 1;
     for (int rep = 0; rep < 2; rep++) {
         float *o = rep ? o2 : x->o, *lse = rep ? lse2 : x->lse, *z = rep ? z2 : x->z;
         float *dq = rep ? dq2 : x->dq, *ds = rep ? ds2 : x->ds, *ps = rep ? ps2 : x->ps;
         float *dpool = rep ? dp2 : x->dpool;
-        const uint16_t *const *vb = rep ? Vb : NULL; /* the second time: the entries pre-rounded */
-        t->sattn_fwd_bf16(o, lse, z, ws, s->q, s->V, vb, n, H, c, s->sink, s->scale);
+        /* the second time: the entries, q and g pre-rounded */
+        const uint16_t *const *vb = rep ? Vb : NULL;
+        const uint16_t *qr = rep ? qb : NULL, *gr = rep ? gb : NULL;
+        t->sattn_fwd_bf16(o, lse, z, ws, s->q, qr, s->V, vb, n, H, c, s->sink, s->scale);
         /* the backward takes the fp32 reference's lse and D, so each entry is checked on its own */
-        t->sattn_bwd_query_bf16(dq, ds, rep ? NULL : x->P, ws, s->g, s->q, s->V, vb, n, H, c,
-                                s->sink, s->scale, s->lse, s->D);
+        t->sattn_bwd_query_bf16(dq, ds, rep ? NULL : x->P, ws, rep ? NULL : s->g, gr, s->q, qr,
+                                s->V, vb, n, H, c, s->sink, s->scale, s->lse, s->D);
         memcpy(dpool, s->dpool0, (size_t)(n * c) * sizeof(float));
         for (int64_t e = 0; e < n; e++)
             dV[e] = dpool + e * c;
-        t->sattn_bwd_entries_bf16(dV, ps, ws, s->V, vb, n, s->q, s->g, H, c, s->scale, s->lse,
-                                  s->D);
+        t->sattn_bwd_entries_bf16(dV, ps, ws, s->V, vb, n, rep ? NULL : s->q, qr,
+                                  rep ? NULL : s->g, gr, H, c, s->scale, s->lse, s->D);
     }
     *repeat_ok = same_bits(o2, x->o, H * c) && same_bits(lse2, x->lse, H) &&
                  same_bits(z2, x->z, H * n) && same_bits(dq2, x->dq, H * c) &&
@@ -289,7 +301,7 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
     for (int64_t i = 0; i < 64; i++)
         *guard_ok &= ws[wsn + i] == GUARD;
     free(wbuf), free(o2), free(lse2), free(z2), free(dq2), free(ds2), free(ps2), free(dp2), free(dV);
-    free(vrows), free(Vb);
+    free(vrows), free(Vb), free(qb), free(gb);
 }
 
 static void outs_free(outs *x)
@@ -393,14 +405,14 @@ static int bench(int reps)
                  b16 ? "bf16" : "fp32");
         /* the fp32 entries, or the bf16 ones with the entries rounded per call (Vb NULL) */
 #define f(o, lse, z, ws, q, V, ...)                                                           \
-    (b16 ? t->sattn_fwd_bf16(o, lse, z, ws, q, V, NULL, __VA_ARGS__)                          \
+    (b16 ? t->sattn_fwd_bf16(o, lse, z, ws, q, NULL, V, NULL, __VA_ARGS__)                    \
          : best->sattn_fwd(o, lse, z, ws, q, V, __VA_ARGS__))
 #define bq(dq, ds, P, ws, g, q, V, ...)                                                       \
-    (b16 ? t->sattn_bwd_query_bf16(dq, ds, P, ws, g, q, V, NULL, __VA_ARGS__)                 \
+    (b16 ? t->sattn_bwd_query_bf16(dq, ds, P, ws, g, NULL, q, NULL, V, NULL, __VA_ARGS__)     \
          : best->sattn_bwd_query(dq, ds, P, ws, g, q, V, __VA_ARGS__))
-#define be(dV, ps, ws, V, ...)                                                                \
-    (b16 ? t->sattn_bwd_entries_bf16(dV, ps, ws, V, NULL, __VA_ARGS__)                        \
-         : best->sattn_bwd_entries(dV, ps, ws, V, __VA_ARGS__))
+#define be(dV, ps, ws, V, n_, q_, g_, ...)                                                    \
+    (b16 ? t->sattn_bwd_entries_bf16(dV, ps, ws, V, NULL, n_, q_, NULL, g_, NULL, __VA_ARGS__)  \
+         : best->sattn_bwd_entries(dV, ps, ws, V, n_, q_, g_, __VA_ARGS__))
         f(o, lse, z, ws, q, V, n, H, c, sink, scale);
         for (int64_t h = 0; h < H; h++)
             D[h] = best->dot(g + h * c, o + h * c, c);

@@ -48,6 +48,14 @@
 typedef float (*trex_fused_dot_fn)(const float *a, const float *b, int64_t n);
 /* y[i] += a * x[i] for i < n (a multiply, then an add: am_axpy_f's bits; the indexer KL gradients). */
 typedef void (*trex_fused_axpy_fn)(float *y, float a, const float *x, int64_t n);
+/* Many axpys at once: for r < R, j < J ascending, with k = r*sr + j*sj: when on[k] != 0,
+ * Y_r[i] += A[k] * X[j][i] for i < c (Y_r = Y + r*ldy), each term exactly as the axpy above (so the
+ * bits of those R*J axpy calls in that order per row); terms with on[k] == 0 are skipped. The rows
+ * Y_r stay in registers over the J terms (the indexer KL gradients: diq_h += sum_s a_sh K_s, and
+ * dK_s += sum_h a_sh iq_h). */
+typedef void (*trex_fused_axpy_rows_fn)(float *Y, int64_t ldy, int64_t R, const float *A,
+                                        const unsigned char *on, int64_t sr, int64_t sj,
+                                        const float *const *X, int64_t J, int64_t c);
 /* out[r*n + e] = dot(A + r*lda, V[e], c) for r < R, e < n, each exactly as the dot above. */
 typedef void (*trex_fused_dots_fn)(float *out, const float *A, int64_t lda, int64_t R,
                                    const float *const *V, int64_t n, int64_t c);
@@ -89,13 +97,18 @@ typedef void (*trex_fused_sattn_bwd_entries_fn)(float *const *dV, float *psum, f
  * depend only on that entry and the query, not on which other entries share the call.
  * One more argument than the fp32 entries, Vb after V: NULL, or the entries already rounded, Vb[e] =
  * bf(V[e]) (c bf16 values each; model/attention.c rounds kv and the compressed entries once per
- * layer), which the leaves then copy instead of rounding V[e] again (the same results). */
+ * layer), which the leaves then copy instead of rounding V[e] again (the same results). Likewise qb
+ * after q and gb after g: NULL, or q (g) already rounded, qb = bf(q) [H*c] (model/attention.c rounds q
+ * and the output gradient once per layer), which the leaves read instead of rounding q (g) on every
+ * call (the same results); q (g) may then be NULL. */
 typedef void (*trex_fused_sattn_fwd_bf16_fn)(float *o, float *lse, float *z, float *ws,
-                                             const float *q, const float *const *V,
+                                             const float *q, const uint16_t *qb,
+                                             const float *const *V,
                                              const uint16_t *const *Vb, int64_t n, int64_t H,
                                              int64_t c, const float *sink, float scale);
 typedef void (*trex_fused_sattn_bwd_query_bf16_fn)(float *dq, float *dsink, float *P, float *ws,
-                                                   const float *g, const float *q,
+                                                   const float *g, const uint16_t *gb,
+                                                   const float *q, const uint16_t *qb,
                                                    const float *const *V,
                                                    const uint16_t *const *Vb, int64_t n,
                                                    int64_t H, int64_t c, const float *sink,
@@ -103,7 +116,8 @@ typedef void (*trex_fused_sattn_bwd_query_bf16_fn)(float *dq, float *dsink, floa
 typedef void (*trex_fused_sattn_bwd_entries_bf16_fn)(float *const *dV, float *psum, float *ws,
                                                      const float *const *V,
                                                      const uint16_t *const *Vb, int64_t n,
-                                                     const float *q, const float *g, int64_t H,
+                                                     const float *q, const uint16_t *qb,
+                                                     const float *g, const uint16_t *gb, int64_t H,
                                                      int64_t c, float scale, const float *lse,
                                                      const float *D);
 
@@ -224,6 +238,7 @@ typedef struct trex_fused_table {
     trex_fused_dot_fn dot;
     trex_fused_dots_fn dots;
     trex_fused_axpy_fn axpy;
+    trex_fused_axpy_rows_fn axpy_rows;
     trex_fused_sattn_fwd_fn sattn_fwd;
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
@@ -263,6 +278,9 @@ const trex_fused_table *trex_fused_for(trex_isa cap);
 /* ---- leaves (reached only through the tables) ---- */
 float trex_fused_dot_avx512(const float *a, const float *b, int64_t n);
 void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n);
+void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
+                                 const unsigned char *on, int64_t sr, int64_t sj,
+                                 const float *const *X, int64_t J, int64_t c);
 void trex_fused_dots_avx512(float *out, const float *A, int64_t lda, int64_t R,
                             const float *const *V, int64_t n, int64_t c);
 void trex_fused_sattn_fwd_avx512(float *o, float *lse, float *z, float *ws, const float *q,
@@ -334,16 +352,19 @@ void trex_fused_rmsnorm_dw_avx512(float *dw, const float *dy, const float *x, co
 
 /* bf16 attention: the reference (kernels/ref/attn_bf16.c) and the AMX leaves (kernels/x86/amx/attn.c). */
 void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
-                                   int64_t H, int64_t c, const float *sink, float scale);
+                                   const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale);
 void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const float *q, const float *const *V,
+                                         const float *g, const uint16_t *gb, const float *q,
+                                         const uint16_t *qb, const float *const *V,
                                          const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
                                          const float *sink, float scale, const float *lse,
                                          const float *D);
 void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
                                            const float *const *V, const uint16_t *const *Vb,
-                                           int64_t n, const float *q, const float *g, int64_t H,
+                                           int64_t n, const float *q, const uint16_t *qb,
+                                           const float *g, const uint16_t *gb, int64_t H,
                                            int64_t c, float scale, const float *lse,
                                            const float *D);
 void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda, int64_t R,
@@ -351,16 +372,19 @@ void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda
 void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda, int64_t R,
                               const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
 void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
-                                   int64_t H, int64_t c, const float *sink, float scale);
+                                   const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale);
 void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const float *q, const float *const *V,
+                                         const float *g, const uint16_t *gb, const float *q,
+                                         const uint16_t *qb, const float *const *V,
                                          const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
                                          const float *sink, float scale, const float *lse,
                                          const float *D);
 void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
                                            const float *const *V, const uint16_t *const *Vb,
-                                           int64_t n, const float *q, const float *g, int64_t H,
+                                           int64_t n, const float *q, const uint16_t *qb,
+                                           const float *g, const uint16_t *gb, int64_t H,
                                            int64_t c, float scale, const float *lse,
                                            const float *D);
 

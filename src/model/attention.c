@@ -33,9 +33,9 @@
 
 #define QBLOCK 4  /* queries per work item of the query-side loops */
 #define KTILE 16  /* window entries per work item of the key-side loop (fixed: independent of threads) */
-/* compressed entries per work item of the key side: small, so that the zigzag order balances the
- * threads (an early entry is attended by many more queries than a late one); a thread's run of items
- * still makes one call per query (kcmp_items), so small items cost no extra calls */
+/* compressed entries per tile of the key side: small, so that the split of the tiles between the
+ * threads by work (kcmp_bounds) can be fine where few entries exist; a thread's run of tiles still
+ * makes one call per query (kcmp_items), so small tiles cost no extra calls */
 #define KCTILE 4
 
 /* Sizes of one layer. */
@@ -181,6 +181,16 @@ void trex_attn_prof_dump(double div)
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
+/* Asks for `bytes` at p (NULL: nothing) to be brought towards the cache, one request per 64-byte line:
+ * the per-query loops fetch the next query's rounded q and g while the current one computes. */
+static void prefetch_bytes(const void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch((const char *)p + o, 0, 2);
+}
+
 static size_t lay(size_t *total, size_t bytes)
 {
     size_t off = *total;
@@ -234,8 +244,7 @@ static void idx_scores(float *restrict score, const float *restrict ia, int64_t 
     }
 }
 
-/* Indices of the k largest of score[0..n) (equal scores: the lower index wins), ascending into out.
- * heap: k slots; mark: n bytes, zero on entry and on return. */
+/* "a ranks below b": a lower score, or an equal one at a higher index (topk_select's order). */
 static bool topk_worse(const float *score, int64_t a, int64_t b)
 {
     return score[a] < score[b] || (score[a] == score[b] && a > b);
@@ -258,8 +267,46 @@ static void topk_sift(int64_t *heap, int64_t size, int64_t i, const float *score
     }
 }
 
+/* The k-th largest of v[0..n) (1 <= k <= n, no NaN), by quickselect in place (v is scratch). */
+static float kth_largest(float *v, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n - 1;
+    const int64_t want = k - 1; /* position in descending order */
+    while (lo < hi) {
+        /* median of three as the pivot, then a three-way partition: > p | == p | < p */
+        const int64_t mid = lo + (hi - lo) / 2;
+        float a = v[lo], b = v[mid], c = v[hi];
+        const float p = (a > b) ? ((b > c) ? b : (a > c ? c : a)) : ((a > c) ? a : (b > c ? c : b));
+        int64_t lt = lo, i = lo, gt = hi;
+        while (i <= gt) {
+            const float x = v[i];
+            if (x > p) {
+                v[i++] = v[lt];
+                v[lt++] = x;
+            } else if (x < p) {
+                v[i] = v[gt];
+                v[gt--] = x;
+            } else {
+                i++;
+            }
+        }
+        if (want < lt)
+            hi = lt - 1;
+        else if (want > gt)
+            lo = gt + 1;
+        else
+            return p;
+    }
+    return v[lo];
+}
+
+/* Indices of the k largest of score[0..n) (equal scores: the lower index wins), ascending into out.
+ * Without NaNs: the k-th largest value thr by quickselect (tmp: n floats of scratch), then one pass
+ * in index order takes every score above thr and the first k - #(above) equal to it, which is that
+ * set. With a NaN somewhere (a broken run), the heap below, as before. heap: k slots; mark: n bytes,
+ * zero on entry and on return. */
 static void topk_select(int64_t *out, const float *score, int64_t n, int64_t k, int64_t *heap,
-                        unsigned char *mark)
+                        unsigned char *mark, float *tmp)
 {
     TREX_ASSERT(k <= n);
     if (k == n) {
@@ -269,6 +316,26 @@ static void topk_select(int64_t *out, const float *score, int64_t n, int64_t k, 
     }
     if (k == 0)
         return;
+    bool nan = false;
+    for (int64_t i = 0; i < n; i++) {
+        tmp[i] = score[i];
+        nan |= score[i] != score[i];
+    }
+    if (!nan) {
+        const float thr = kth_largest(tmp, n, k);
+        int64_t above = 0;
+        for (int64_t i = 0; i < n; i++)
+            above += score[i] > thr;
+        int64_t eq = k - above, j = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (score[i] > thr || (score[i] == thr && eq > 0)) {
+                eq -= score[i] == thr;
+                out[j++] = i;
+            }
+        }
+        TREX_ASSERT(j == k);
+        return;
+    }
     /* a min-heap on "better": the root is the worst of the k best seen so far */
     for (int64_t i = 0; i < k; i++)
         heap[i] = i;
@@ -300,27 +367,87 @@ typedef struct rope_task {
     const int64_t *pos;
     const float *ct, *st;
     bool inverse;
+    uint16_t *vb;      /* NULL, or [rows, nh * dim]: each rotated row rounded to bf16 */
 } rope_task;
 
 static void rope_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const rope_task *a = arg;
+    const int64_t w = a->nh * a->dim;
     for (int64_t r = r0; r < r1; r++) {
         const float *cs = a->ct + a->pos[r] * a->half, *sn = a->st + a->pos[r] * a->half;
         for (int64_t h = 0; h < a->nh; h++)
             trex_rope_rotate(a->v + (r * a->nh + h) * a->dim + a->off, cs, sn, a->half, a->inverse);
+        if (a->vb) /* while the row is in the cache */
+            trex_cvt_f32_bf16(a->vb + r * w, a->v + r * w, w);
     }
 }
 
-/* Rotates the last r dims of every vector of v [rows, nh, dim]; row i at table position pos[i]. */
+/* Rotates the last r dims of every vector of v [rows, nh, dim]; row i at table position pos[i]. vb
+ * (may be NULL) receives the rotated rows rounded to bf16 in the same pass. */
+static void rope_apply_bf16(trex_pool *pool, float *v, uint16_t *vb, int64_t rows, int64_t nh,
+                            int64_t dim, const attn_dims *dm, const int64_t *pos, const float *ct,
+                            const float *st, bool inverse)
+{
+    rope_task a = {v, nh, dim, dim - dm->r, dm->half, pos, ct, st, inverse, vb};
+    int64_t work = nh * dm->r;
+    trex_pool_for(pool, rows, work >= 4096 ? 1 : 4096 / work, rope_rows, &a);
+}
+
 static void rope_apply(trex_pool *pool, float *v, int64_t rows, int64_t nh, int64_t dim,
                        const attn_dims *dm, const int64_t *pos, const float *ct, const float *st,
                        bool inverse)
 {
-    rope_task a = {v, nh, dim, dim - dm->r, dm->half, pos, ct, st, inverse};
-    int64_t work = nh * dm->r;
-    trex_pool_for(pool, rows, work >= 4096 ? 1 : 4096 / work, rope_rows, &a);
+    rope_apply_bf16(pool, v, NULL, rows, nh, dim, dm, pos, ct, st, inverse);
+}
+
+/* The query's per-head weightless RMSNorm and RoPE in one pass, a few tokens at a time while they are
+ * in the cache (the same per-row kernels as two passes, so the same bits), and in bf16 mode the result
+ * rounded to bf16 for the attention core (qb, may be NULL). */
+typedef struct qprep_task {
+    float *q, *rstd;   /* [N, H*c] in place, [N*H] */
+    uint16_t *qb;      /* NULL or [N, H*c] */
+    const attn_dims *dm;
+    const int64_t *pos;
+    const float *ct, *st;
+} qprep_task;
+
+#define QPREP_TOKENS 4 /* tokens per step: 4 x 32 KiB at dsv4-bench's shapes */
+
+static void qprep_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const qprep_task *a = arg;
+    const attn_dims *dm = a->dm;
+    const int64_t H = dm->H, c = dm->c, hc = H * c;
+    for (int64_t t = t0; t < t1; t += QPREP_TOKENS) {
+        const int64_t nt = t1 - t < QPREP_TOKENS ? t1 - t : QPREP_TOKENS;
+        float *q = a->q + t * hc;
+        trex_rmsnorm_forward(NULL, q, a->rstd + t * H, q, NULL, nt * H, c, dm->eps);
+        rope_task r = {a->q, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, a->qb};
+        rope_rows(&r, t, t + nt, tid);
+    }
+}
+
+/* Rows of src [rows, w] rounded to bf16 into dst, over the pool. */
+typedef struct cvt_task {
+    uint16_t *dst;
+    const float *src;
+    int64_t w;
+} cvt_task;
+
+static void cvt_rows_task(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const cvt_task *a = arg;
+    trex_cvt_f32_bf16(a->dst + r0 * a->w, a->src + r0 * a->w, (r1 - r0) * a->w);
+}
+
+static void cvt_rows_pool(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t w)
+{
+    cvt_task a = {dst, src, w};
+    trex_pool_for(pool, rows, w >= 16384 ? 1 : 16384 / (w > 0 ? w : 1), cvt_rows_task, &a);
 }
 
 /* ---- compressor (MODEL_SPEC §3.4) ------------------------------------------------------------- */
@@ -555,6 +682,7 @@ typedef struct qtask {
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;             /* bf16 mode: these two instead */
     trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
+    const uint16_t *qb, *gb;  /* bf16 mode: q and gO rounded once per layer [N, H*c] (gb: backward) */
     const float *sink;
     bool select;              /* forward: choose top-k (CSA sparse) */
     bool kl;                  /* KL terms (forward) / KL gradient (backward) */
@@ -611,7 +739,7 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, const 
         if (dm->csa && c->sparse) {
             if (a->select) {
                 ncs = dm->topk < vis ? dm->topk : vis;
-                topk_select(cidx, scores, vis, ncs, heap, mark);
+                topk_select(cidx, scores, vis, ncs, heap, mark, ia); /* ia: free here */
                 for (int64_t i = 0; i < ncs; i++)
                     a->sel[t * dm->topk + i] = (int32_t)cidx[i];
                 a->nsel[t] = (int32_t)ncs;
@@ -657,8 +785,9 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
                                &nw, &ncs);
     AP_T(AP_T_GATHER, tid);
     if (a->sattn_fwd_bf16)
-        a->sattn_fwd_bf16(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V,
-                          c->kvb ? Vb : NULL, n, H, dm->c, a->sink, dm->scale);
+        a->sattn_fwd_bf16(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc,
+                          a->qb ? a->qb + t * hc : NULL, V, c->kvb ? Vb : NULL, n, H, dm->c,
+                          a->sink, dm->scale);
     else
         a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H,
                      dm->c, a->sink, dm->scale);
@@ -726,7 +855,9 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
     const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
     if (a->sattn_bwd_query_bf16)
         a->sattn_bwd_query_bf16(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL,
-                                (float *)(w + a->L.ws), a->gO + t * hc, c->q + t * hc, V,
+                                (float *)(w + a->L.ws), a->gb ? NULL : a->gO + t * hc,
+                                a->gb ? a->gb + t * hc : NULL, c->q + t * hc,
+                                a->qb ? a->qb + t * hc : NULL, V,
                                 c->kvb ? Vb : NULL, n, H, dm->c, a->sink, dm->scale,
                                 c->lse + t * H, a->D + t * H);
     else
@@ -748,6 +879,8 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
         c->dots_bf16(ia, (float *)(w + a->L.dws), iq, cI, nI, c->ikb + cb * cI, cidx, ncs, cI);
     else
         a->fk->dots(ia, iq, cI, nI, kp, ncs, cI);
+    /* entry by entry (the entry's key row stays in the first-level cache for its heads, and so do
+     * the nI rows of diq; axpy_rows, head rows in registers over all entries, measured slower here) */
     for (int64_t i = 0; i < ncs; i++) {
         float psum = 0.0f;
         for (int64_t h = 0; h < H; h++)
@@ -770,10 +903,15 @@ static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
 {
     const qtask *a = arg;
     char *w = a->scr + (size_t)tid * a->stride;
+    const int64_t hc = a->dm->H * a->dm->c;
     for (int64_t k = k0; k < k1; k++) {
         const int64_t b = zigzag(k, a->nqb);
         const int64_t t1 = (b + 1) * QBLOCK < a->dm->N ? (b + 1) * QBLOCK : a->dm->N;
         for (int64_t t = b * QBLOCK; t < t1; t++) {
+            if (t + 1 < t1) { /* the next query's rounded q and g, while this one computes */
+                prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
+                prefetch_bytes(a->gb ? a->gb + (t + 1) * hc : NULL, (size_t)hc * 2);
+            }
             if (fwd)
                 qfwd_one(a, t, w, tid);
             else
@@ -803,12 +941,14 @@ typedef struct ktask {
     trex_fused_sattn_bwd_entries_bf16_fn sattn_bwd_entries_bf16; /* bf16 mode: this one instead */
     bool bf16;              /* scratch sized for the bf16 entries */
     const float *gO, *D;
+    const uint16_t *qb, *gb; /* bf16 mode: q and gO rounded [N, H*c] */
     float *dkv;             /* [N, c] */
     float *dC, *dik;        /* [nc, c], [nc, cI] */
     bool kl;
     float il_scale;
     const int64_t *tiles;   /* compressed tiles: (document, i0, i1) triples */
     int64_t ntiles;
+    const int64_t *bounds;  /* [threads + 1]: work item p = tiles bounds[p] .. bounds[p+1] - 1 */
     int64_t kmax;           /* most entries of one key-side call (kscr_max) */
     char *scr;              /* per thread: entry lists, psum, indexer head scores, run marks */
     size_t stride;
@@ -819,7 +959,8 @@ typedef struct kscr {
     const uint16_t **Vb;
     float **dV;
     float *psum, *av, *ws, *ia, *dws;
-    const float **kp;
+    const float **kp, **xp; /* xp: the query's indexer head rows [nI] */
+    unsigned char *on;      /* [nI * kmax] ReLU-active flags of the KL terms */
     int64_t *ent;
     unsigned char *mine;    /* [nc] compressed entries of the thread's run (zero between runs) */
 } kscr;
@@ -838,7 +979,7 @@ static int64_t kscr_max(const attn_dims *dm, const attn_docs *docs, bool sparse)
 
 /* Byte offsets of the per-thread key-side scratch. */
 typedef struct kscr_lay {
-    size_t V, Vb, dV, psum, av, ent, ws, ia, kp, mine, dws, total;
+    size_t V, Vb, dV, psum, av, ent, ws, ia, kp, xp, on, mine, dws, total;
 } kscr_lay;
 
 static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf16)
@@ -856,6 +997,8 @@ static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf
     L.ws = lay(&t, (size_t)wsf * sizeof(float));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * km) * sizeof(float));
     L.kp = lay(&t, (size_t)km * sizeof(float *));
+    L.xp = lay(&t, (size_t)(dm->nI + 1) * sizeof(float *));
+    L.on = lay(&t, (size_t)((dm->nI + 1) * km));
     L.mine = lay(&t, (size_t)nc + 1);
     const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(km, dm->nI, dm->cI) : 1;
     L.dws = lay(&t, (size_t)dws * sizeof(float));
@@ -877,6 +1020,8 @@ static kscr kscr_get(const ktask *a, int tid)
     k.ws = (float *)(w + L.ws);
     k.ia = (float *)(w + L.ia);
     k.kp = (const float **)(w + L.kp);
+    k.xp = (const float **)(w + L.xp);
+    k.on = (unsigned char *)(w + L.on);
     k.mine = (unsigned char *)(w + L.mine);
     k.dws = (float *)(w + L.dws);
     return k;
@@ -898,6 +1043,10 @@ static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
         return;
     const int64_t tmax = (j1 - 1 + dm->nwin - 1 < N - 1) ? j1 - 1 + dm->nwin - 1 : N - 1;
     for (int64_t t = j0; t <= tmax; t++) {
+        if (t < tmax) {
+            prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
+            prefetch_bytes(a->gb ? a->gb + (t + 1) * hc : NULL, (size_t)hc * 2);
+        }
         const int64_t jlo = (t - dm->nwin + 1 > j0) ? t - dm->nwin + 1 : j0;
         const int64_t jhi = (t < j1 - 1) ? t : j1 - 1;
         int64_t n = 0;
@@ -911,8 +1060,10 @@ static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
         }
         if (a->sattn_bwd_entries_bf16)
             a->sattn_bwd_entries_bf16(ks.dV, ks.psum, ks.ws, ks.V, a->c->kvb ? ks.Vb : NULL, n,
-                                      a->c->q + t * hc, a->gO + t * hc, H, c, dm->scale,
-                                      a->c->lse + t * H, a->D + t * H);
+                                      a->c->q + t * hc, a->qb ? a->qb + t * hc : NULL,
+                                      a->gb ? NULL : a->gO + t * hc,
+                                      a->gb ? a->gb + t * hc : NULL, H, c,
+                                      dm->scale, a->c->lse + t * H, a->D + t * H);
         else
             a->sattn_bwd_entries(ks.dV, ks.psum, ks.ws, ks.V, n, a->c->q + t * hc, a->gO + t * hc,
                                  H, c, dm->scale, a->c->lse + t * H, a->D + t * H);
@@ -937,7 +1088,9 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n, int
     }
     if (a->sattn_bwd_entries_bf16)
         a->sattn_bwd_entries_bf16(ks->dV, ks->psum, ks->ws, ks->V, c->cmpb ? ks->Vb : NULL, n,
-                                  c->q + t * hc, a->gO + t * hc, H, dm->c, dm->scale,
+                                  c->q + t * hc, a->qb ? a->qb + t * hc : NULL,
+                                  a->gb ? NULL : a->gO + t * hc, a->gb ? a->gb + t * hc : NULL, H,
+                                  dm->c, dm->scale,
                                   c->lse + t * H, a->D + t * H);
     else
         a->sattn_bwd_entries(ks->dV, ks->psum, ks->ws, ks->V, n, c->q + t * hc, a->gO + t * hc, H,
@@ -953,25 +1106,65 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n, int
         c->dots_bf16(ks->ia, ks->dws, iq, cI, nI, c->ikb, ks->ent, n, cI);
     else
         a->fk->dots(ks->ia, iq, cI, nI, ks->kp, n, cI);
+    for (int64_t h = 0; h < nI; h++)
+        ks->xp[h] = iq + h * cI;
     for (int64_t i = 0; i < n; i++) {
         const int64_t e = ks->ent[i];
         const float pp = ks->psum[i] / c->mass[t];
         const float sc = idx_from_heads(ks->av, ks->ia, n, i, hw, nI);
         const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
-        for (int64_t h = 0; h < nI; h++)
-            if (ks->av[h] > 0.0f)
-                a->fk->axpy(a->dik + e * cI, dI * hw[h], iq + h * cI, cI);
+        /* column i of ia becomes the coefficients dI hw_h (heads ascending, ReLU-active ones) */
+        for (int64_t h = 0; h < nI; h++) {
+            ks->on[h * n + i] = ks->av[h] > 0.0f;
+            ks->ia[h * n + i] = dI * hw[h];
+        }
+        a->fk->axpy_rows(a->dik + e * cI, 0, 1, ks->ia + i, ks->on + i, 0, n, ks->xp, nI, cI);
     }
     AP_T(AP_T_KC_KL, tid);
 }
 
-/* Work item of tile j under zigzag: the inverse of zigzag(k, n). */
-static int64_t unzigzag(int64_t j, int64_t n)
+/* Splits the nt compressed tiles (document order) into `parts` runs of consecutive tiles of about
+ * equal work, run p = tiles bounds[p] .. bounds[p+1] - 1. The work of an entry is the number of
+ * queries that attend it: its selections in sparse mode (counted into cnt [nc]), else every query of
+ * its document from the first that sees it. Only the speed depends on the split (kcmp_items). */
+static void kcmp_bounds(int64_t *bounds, int64_t parts, const int64_t *tiles, int64_t nt,
+                        const attn_dims *dm, const attn_docs *docs, const trex_attn_cache *C,
+                        int64_t *cnt)
 {
-    return 2 * j < n ? 2 * j : 2 * (n - 1 - j) + 1;
+    const int64_t nc = docs->nc;
+    if (dm->csa && C->sparse) {
+        memset(cnt, 0, (size_t)nc * sizeof *cnt);
+        for (int64_t t = 0; t < dm->N; t++) {
+            const int64_t cb = docs->cstart[docs->seg[t]];
+            for (int64_t q = 0; q < C->nsel[t]; q++)
+                cnt[cb + C->sel[t * dm->topk + q]]++;
+        }
+    } else {
+        for (int64_t e = 0; e < nc; e++) {
+            const int64_t sg = docs->cseg[e], i = e - docs->cstart[sg];
+            const int64_t v = docs->len[sg] - ((i + 1) * dm->m - 1);
+            cnt[e] = v > 0 ? v : 0;
+        }
+    }
+    double total = 0.0;
+    for (int64_t e = 0; e < nc; e++)
+        total += (double)cnt[e];
+    bounds[0] = 0;
+    double cum = 0.0;
+    int64_t p = 1;
+    for (int64_t j = 0; j < nt && p < parts; j++) {
+        while (p < parts && cum >= total * (double)p / (double)parts)
+            bounds[p++] = j;
+        const int64_t e0 = docs->cstart[tiles[3 * j]];
+        for (int64_t i = tiles[3 * j + 1]; i < tiles[3 * j + 2]; i++)
+            cum += (double)cnt[e0 + i];
+    }
+    for (; p <= parts; p++)
+        bounds[p] = nt;
 }
 
-/* The thread's run of work items [k0, k1) covers some tiles (zigzag order); document by document
+/* The thread's run of work items [k0, k1) covers the tiles bounds[k0] .. bounds[k1] - 1 (kcmp_bounds:
+ * consecutive tiles of about equal work per thread); document by document
  * (ascending), every query that attends an entry of the run's tiles makes one call with all those
  * entries (ascending), queries ascending. Each entry's result in a call depends only on that entry
  * and the query (kernels/fused.h), and each entry gets its terms in query order, so the sums are the
@@ -991,8 +1184,7 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
         const int64_t s = a->tiles[3 * j];
         int64_t jend = j, imin = -1, imax = 0;
         for (; jend < a->ntiles && a->tiles[3 * jend] == s; jend++) {
-            const int64_t k = unzigzag(jend, a->ntiles);
-            if (k < k0 || k >= k1)
+            if (jend < a->bounds[k0] || jend >= a->bounds[k1])
                 continue;
             const int64_t i0 = a->tiles[3 * jend + 1], i1 = a->tiles[3 * jend + 2];
             if (imin < 0)
@@ -1020,8 +1212,14 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
                     if (mine[i])
                         ks.ent[n++] = cb + i;
             }
-            if (n > 0)
+            if (n > 0) {
+                if (t + 1 < s0 + L) { /* most later queries attend some entry of the run */
+                    const int64_t hc = dm->H * dm->c;
+                    prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
+                    prefetch_bytes(a->gb ? a->gb + (t + 1) * hc : NULL, (size_t)hc * 2);
+                }
                 kcmp_query(a, t, &ks, n, tid);
+            }
         }
         memset(ks.mine + cb + imin, 0, (size_t)(imax - imin));
     }
@@ -1029,20 +1227,28 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
 
 /* ---- D = g.o per (token, head) ------------------------------------------------------------------ */
 
-typedef struct delta_task {
-    float *D;
-    const float *g, *o;
-    int64_t rows, c;
+/* The backward's pass over the output gradient g [N, H, c], token by token: D = g.o per head (as
+ * am_sattn_delta, one dot per (token, head)), then g rotated back by RoPE (as rope_apply) and, in bf16 mode, rounded into gb. */
+typedef struct gprep_task {
+    float *D, *g;
+    uint16_t *gb;          /* NULL or [N, H*c] */
+    const float *o;
+    const attn_dims *dm;
+    const int64_t *pos;
+    const float *ct, *st;
     trex_fused_dot_fn dot;
-} delta_task;
+} gprep_task;
 
-/* D[r] = g_r . o_r for rows r = t*H + h (am_sattn_delta, one row per (token, head)). */
-static void delta_rows(void *arg, int64_t r0, int64_t r1, int tid)
+static void gprep_rows(void *arg, int64_t t0, int64_t t1, int tid)
 {
-    (void)tid;
-    const delta_task *a = arg;
-    for (int64_t r = r0; r < r1; r++)
-        a->D[r] = a->dot(a->g + r * a->c, a->o + r * a->c, a->c);
+    const gprep_task *a = arg;
+    const attn_dims *dm = a->dm;
+    const int64_t H = dm->H, c = dm->c;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t h = 0; h < H; h++)
+            a->D[t * H + h] = a->dot(a->g + (t * H + h) * c, a->o + (t * H + h) * c, c);
+    rope_task r = {a->g, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, a->gb};
+    rope_rows(&r, t0, t1, tid);
 }
 
 /* ---- weightless per-head RMS backward (q) ----------------------------------------------------- */
@@ -1054,6 +1260,7 @@ typedef struct qnorm_task {
     const int64_t *tpos;
     const float *ct, *st;
     trex_fused_dot_fn dot;
+    uint16_t *dqb;         /* NULL, or [N, H*c]: the result rounded to bf16 for the products */
 } qnorm_task;
 
 /* q = R(y), y = u * rs. With g = dL/dq, rotation-invariance of dot products gives
@@ -1075,6 +1282,8 @@ static void qnorm_rows(void *arg, int64_t t0, int64_t t1, int tid)
             trex_rope_rotate(g + dm->nope, a->ct + a->tpos[t] * dm->half,
                              a->st + a->tpos[t] * dm->half, dm->half, true);
         }
+        if (a->dqb) /* while the token's row is in the cache */
+            trex_cvt_f32_bf16(a->dqb + t * dm->H * c, a->dq + t * dm->H * c, dm->H * c);
     }
 }
 
@@ -1252,9 +1461,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     FALLOC(C->q, N * hc);
     FALLOC(C->q_rstd, N * H);
     trex_linear_forward_ex(pool, gws, gdt, C->q, C->qr, w->wq_b, N, dc, hc);
-    trex_rmsnorm_forward(pool, C->q, C->q_rstd, C->q, NULL, N * H, c, dm->eps);
-    rope_apply(pool, C->q, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
-    AP(AP_F_QPROJ);
+    AP(AP_F_QPROJ); /* its per-head norm and RoPE run right before the core loop (qprep_rows) */
 
     /* window kv path */
     FALLOC(C->kva, N * c);
@@ -1290,10 +1497,10 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
         /* bf16 mode: the indexer scores take bf16 keys (docs/precision.md), rounded once here */
         if (gdt == TREX_BF16 && trex_fused()->dots_bf16) {
             const int64_t nk = (docs->nc + 16) * cI;
-            C->ikb = trex_arena_alloc(ar, (size_t)nk * sizeof(uint16_t));
+            C->ikb = trex_arena_alloc_uninit(ar, (size_t)nk * sizeof(uint16_t));
             if (!C->ikb)
                 goto oom;
-            trex_cvt_f32_bf16(C->ikb, C->icmp.out, docs->nc * cI);
+            cvt_rows_pool(pool, C->ikb, C->icmp.out, docs->nc, cI);
             memset(C->ikb + docs->nc * cI, 0, (size_t)(16 * cI) * sizeof(uint16_t));
             /* the per-thread scratch holds dots_bf16's workspace only beside the bf16 core (qscr_layout,
              * kscr_layout): every table has both or neither */
@@ -1326,12 +1533,16 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     const bool core_bf16 = gdt == TREX_BF16 && qa.fk->sattn_fwd_bf16;
     qa.sattn_fwd = qa.fk->sattn_fwd;
     qa.sattn_fwd_bf16 = core_bf16 ? qa.fk->sattn_fwd_bf16 : NULL;
-    if (core_bf16) { /* the entries rounded once (see kvb) */
-        FALLOC(C->kvb, N * c);
-        trex_cvt_f32_bf16(C->kvb, C->kv, N * c);
+    if (core_bf16) { /* the entries rounded once (see kvb), written whole: not zeroed first */
+        C->kvb = trex_arena_alloc_uninit(ar, (size_t)(N * c) * sizeof *C->kvb);
+        if (!C->kvb)
+            goto oom;
+        cvt_rows_pool(pool, C->kvb, C->kv, N, c);
         if (dm->m > 0 && docs->nc > 0) {
-            FALLOC(C->cmpb, docs->nc * c);
-            trex_cvt_f32_bf16(C->cmpb, C->cmp.out, docs->nc * c);
+            C->cmpb = trex_arena_alloc_uninit(ar, (size_t)(docs->nc * c) * sizeof *C->cmpb);
+            if (!C->cmpb)
+                goto oom;
+            cvt_rows_pool(pool, C->cmpb, C->cmp.out, docs->nc, c);
         }
     }
     qa.sink = w->attn_sink;
@@ -1347,13 +1558,28 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.nqb = (N + QBLOCK - 1) / QBLOCK;
     qa.L = qscr_layout(dm, docs, C->sparse, core_bf16);
     qa.stride = qa.L.total;
+    const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
+    FALLOC(C->u, N * G * dg);
+    /* scratch from here to the end of the core loop: the bf16 copy of q and the threads' scratch */
+    const trex_arena_mark core_mark = trex_arena_mark_get(ar);
+    uint16_t *qb = NULL;
+    if (core_bf16) {
+        qb = trex_arena_alloc_uninit(ar, (size_t)(N * hc) * sizeof *qb);
+        if (!qb)
+            goto oom;
+    }
+    AP(AP_F_CORE);
+    /* q's per-head norm and RoPE, and its bf16 copy, in one pass */
+    qprep_task qp = {C->q, C->q_rstd, qb, dm, docs->tpos, C->rcos, C->rsin};
+    trex_pool_for(pool, N, QPREP_TOKENS, qprep_rows, &qp);
+    AP(AP_F_QPROJ);
+    qa.qb = qb;
     FALLOC(qa.scr, qa.stride * (size_t)nthreads(ctx));
     trex_pool_for(pool, qa.nqb, 1, qfwd_items, &qa);
+    trex_arena_rewind(ar, core_mark);
     AP(AP_F_CORE);
 
     /* grouped low-rank output projection */
-    const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
-    FALLOC(C->u, N * G * dg);
     for (int64_t gi = 0; gi < G; gi++)
         trex_gemm_ex(pool, gws, gdt, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
                      w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
@@ -1381,6 +1607,17 @@ oom:
 
 #define XALLOC(count) trex_arena_xalloc(ctx->arena, (size_t)((count) + 1) * sizeof(float))
 
+/* Backward scratch that is written whole before it is read: not zeroed (aborts when out of memory,
+ * as trex_arena_xalloc). */
+static void *xalloc_uninit(trex_arena *ar, size_t bytes)
+{
+    void *p = trex_arena_alloc_uninit(ar, bytes);
+    if (!p)
+        TREX_ABORT("attention backward: out of memory in the activation arena allocating %zu bytes "
+                   "(%zu in use)", bytes, trex_arena_used(ar));
+    return p;
+}
+
 void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                         const trex_seqinfo *seq, float *dx, const float *dy, const float *x,
                         const trex_attn_w *w, trex_attn_w *g, const trex_attn_cache *cache,
@@ -1405,7 +1642,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     /* output projections */
     float *du = XALLOC(N * G * dg);
     trex_linear_backward_ex(pool, gws, gdt, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
-    float *gO = XALLOC(N * hc);
+    float *gO = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float)); /* beta 0 below */
     for (int64_t gi = 0; gi < G; gi++) {
         trex_gemm_ex(pool, gws, gdt, false, false, N, gin, dg, 1.0f, du + gi * dg, G * dg,
                      w->wo_a + gi * dg * gin, gin, 0.0f, gO + gi * gin, hc);
@@ -1414,14 +1651,24 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     }
     /* D = g.o is rotation-invariant: take it in the output frame, then rotate g back to the frame
      * of the attention output before its inverse RoPE (the backward of R^-1 is R). */
+    /* bf16 mode: the attention core reads q and g rounded once here (gb in the pass over gO) */
+    const bool core_bf16 = gdt == TREX_BF16 && trex_fused()->sattn_bwd_query_bf16; /* as the forward */
+    uint16_t *qb = NULL, *gb = NULL;
+    if (core_bf16)
+        gb = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof *gb);
     float *D = XALLOC(N * H);
-    delta_task dt = {D, gO, C->o, H * N, c, trex_fused()->dot};
-    trex_pool_for(pool, H * N, 4096 / c + 1, delta_rows, &dt);
-    rope_apply(pool, gO, N, H, c, dm, docs->tpos, C->rcos, C->rsin, false);
+    gprep_task gp = {D, gO, gb, C->o, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
+    trex_pool_for(pool, N, 1, gprep_rows, &gp);
+    if (core_bf16) {
+        /* the core reads gb, never the fp32 gO again: its first half takes q's bf16 copy */
+        qb = (uint16_t *)gO;
+        cvt_rows_pool(pool, qb, C->q, N, hc);
+    }
     AP(AP_B_OUT);
 
-    /* query side: dq, d sink, indexer query-side gradients */
-    float *dq = XALLOC(N * hc), *dsink_t = XALLOC(N * H);
+    /* query side: dq (written whole by the core), d sink, indexer query-side gradients */
+    float *dq = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float));
+    float *dsink_t = XALLOC(N * H);
     float *diq = NULL, *dhw = NULL;
     if (kl) {
         diq = XALLOC(N * dm->nI * dm->cI);
@@ -1432,7 +1679,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qa.docs = docs;
     qa.c = C;
     qa.fk = trex_fused();
-    const bool core_bf16 = gdt == TREX_BF16 && qa.fk->sattn_bwd_query_bf16; /* as the forward */
+    qa.qb = qb;
+    qa.gb = gb;
     qa.sattn_bwd_query = qa.fk->sattn_bwd_query;
     qa.sattn_bwd_query_bf16 = core_bf16 ? qa.fk->sattn_bwd_query_bf16 : NULL;
     qa.sink = w->attn_sink;
@@ -1468,6 +1716,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     ka.sattn_bwd_entries_bf16 = core_bf16 ? ka.fk->sattn_bwd_entries_bf16 : NULL;
     ka.bf16 = core_bf16;
     ka.gO = gO;
+    ka.qb = qb;
+    ka.gb = gb;
     ka.D = D;
     ka.dkv = dkv;
     ka.kl = kl;
@@ -1503,15 +1753,31 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
         ka.dik = dik;
         ka.tiles = tiles;
         ka.ntiles = nt;
-        trex_pool_for(pool, nt, 1, kcmp_items, &ka);
+        const int64_t parts = nthreads(ctx);
+        int64_t *bounds = trex_arena_xalloc(ctx->arena, (size_t)(parts + 1) * sizeof *bounds);
+        int64_t *cnt = trex_arena_xalloc(ctx->arena, (size_t)docs->nc * sizeof *cnt);
+        kcmp_bounds(bounds, parts, tiles, nt, dm, docs, C, cnt);
+        ka.bounds = bounds;
+        trex_pool_for(pool, parts, 1, kcmp_items, &ka);
     }
     AP(AP_B_KCMP);
 
     /* q path: per-head RMS and RoPE, wq_b, q_norm, wq_a (dx is written here) */
-    qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
+    /* bf16 mode: dq rounded to bf16 in the same pass, into gb (free after the key side), so that its
+     * two products pack 2-byte rows (the same bits as rounding while packing) */
+    uint16_t *dqb = gb;
+    qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot, dqb};
     trex_pool_for(pool, N, (4096 / (hc > 0 ? hc : 1)) + 1, qnorm_rows, &qn);
     float *dqr = XALLOC(N * dc), *dqa = XALLOC(N * dc);
-    trex_linear_backward_ex(pool, gws, gdt, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
+    if (dqb) {
+        TREX_ASSERT(gdt == TREX_BF16);
+        const trex_gemm_problem px = {N, dc, hc, dqb, hc, w->wq_b, dc, dqr, dc};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, &px, 1);
+        const trex_gemm_problem pw = {hc, dc, N, dqb, hc, C->qr, dc, g->wq_b, dc};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, true, false, 1.0f, 1.0f, &pw, 1);
+    } else {
+        trex_linear_backward_ex(pool, gws, gdt, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
+    }
     trex_rmsnorm_backward(pool, dqa, g->q_norm, dqr, C->qa, w->q_norm, C->qa_rstd, N, dc, false);
     trex_linear_backward_ex(pool, gws, gdt, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
     AP(AP_B_QPATH);

@@ -46,6 +46,19 @@ static void round_into(float *dst, const float *src, int64_t n)
         dst[i] = bf(src[i]);
 }
 
+/* q (or g) rounded: widened from xb when given (the same values, xb = bf(x)), else rounded from x */
+static void query_into(float *dst, const float *x, const uint16_t *xb, int64_t n)
+{
+    if (!xb) {
+        round_into(dst, x, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)xb[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+
 /* entry e rounded: widened from Vb[e] when given (the same values), else rounded from V[e] */
 static void entry_into(float *dst, const float *const *V, const uint16_t *const *Vb, int64_t e,
                        int64_t c)
@@ -61,11 +74,12 @@ static void entry_into(float *dst, const float *const *V, const uint16_t *const 
 }
 
 void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
-                                   int64_t H, int64_t c, const float *sink, float scale)
+                                   const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale)
 {
     float *rq = ws, *mxs = ws + H * c, *dens = mxs + H, *rv = dens + H;
-    round_into(rq, q, H * c);
+    query_into(rq, q, qb, H * c);
     for (int64_t e = 0; e < n; e++) {
         entry_into(rv + e * c, V, Vb, e, c);
         for (int64_t h = 0; h < H; h++)
@@ -97,14 +111,15 @@ void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, co
 }
 
 void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const float *q, const float *const *V,
+                                         const float *g, const uint16_t *gb, const float *q,
+                                         const uint16_t *qb, const float *const *V,
                                          const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
                                          const float *sink, float scale, const float *lse,
                                          const float *D)
 {
     float *rq = ws, *rg = ws + H * c, *dzb = ws + 2 * H * c, *rv = dzb + H * n;
-    round_into(rq, q, H * c);
-    round_into(rg, g, H * c);
+    query_into(rq, q, qb, H * c);
+    query_into(rg, g, gb, H * c);
     for (int64_t e = 0; e < n; e++) {
         entry_into(rv + e * c, V, Vb, e, c);
         for (int64_t h = 0; h < H; h++) {
@@ -135,12 +150,13 @@ void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, floa
 
 void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
                                            const float *const *V, const uint16_t *const *Vb,
-                                           int64_t n, const float *q, const float *g, int64_t H,
-                                           int64_t c, float scale, const float *lse, const float *D)
+                                           int64_t n, const float *q, const uint16_t *qb,
+                                           const float *g, const uint16_t *gb, int64_t H, int64_t c,
+                                           float scale, const float *lse, const float *D)
 {
     float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *ab = ws + 2 * H * c + c;
-    round_into(rq, q, H * c);
-    round_into(rg, g, H * c);
+    query_into(rq, q, qb, H * c);
+    query_into(rg, g, gb, H * c);
     for (int64_t e = 0; e < n; e++) {
         entry_into(rv, V, Vb, e, c);
         float ps = 0.0f;

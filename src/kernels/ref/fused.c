@@ -29,6 +29,15 @@ static void axpy_ref(float *y, float a, const float *x, int64_t n)
     am_axpy_f(y, a, x, n);
 }
 
+static void axpy_rows_ref(float *Y, int64_t ldy, int64_t R, const float *A, const unsigned char *on,
+                          int64_t sr, int64_t sj, const float *const *X, int64_t J, int64_t c)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < J; j++)
+            if (on[r * sr + j * sj])
+                am_axpy_f(Y + r * ldy, A[r * sr + j * sj], X[j], c);
+}
+
 static void dots_ref(float *out, const float *A, int64_t lda, int64_t R, const float *const *V,
                      int64_t n, int64_t c)
 {
@@ -92,6 +101,7 @@ static const trex_fused_table table_ref = {
     .dot = dot_ref,
     .dots = dots_ref,
     .axpy = axpy_ref,
+    .axpy_rows = axpy_rows_ref,
     .sattn_fwd = sattn_fwd_ref,
     .sattn_bwd_query = sattn_bwd_query_ref,
     .sattn_bwd_entries = sattn_bwd_entries_ref,
@@ -125,6 +135,7 @@ static const trex_fused_table table_avx512 = {
     .dot = trex_fused_dot_avx512,
     .dots = trex_fused_dots_avx512,
     .axpy = trex_fused_axpy_avx512,
+    .axpy_rows = trex_fused_axpy_rows_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
@@ -156,6 +167,7 @@ static const trex_fused_table table_amx = {
     .dot = trex_fused_dot_avx512,
     .dots = trex_fused_dots_avx512,
     .axpy = trex_fused_axpy_avx512,
+    .axpy_rows = trex_fused_axpy_rows_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,

@@ -37,6 +37,7 @@
 typedef struct attn_ws {
     int64_t Hp, cp, np;
     uint16_t *qb, *gb;   /* [Hp][cp] row-major bf16 q, g (zero padded) */
+    const uint16_t *qr, *gr; /* the rows the products read: qb, gb, or the caller's rounded q, g */
     uint16_t *qv, *gv;   /* Q^T, G^T as VNNI B tiles: [Hp/16][cp/32] tiles of [16 pairs][16 heads][2] */
     uint16_t *vb;        /* [np][cp] row-major bf16 entries */
     uint16_t *vv;        /* V as VNNI B tiles: [np/32][cp/16] tiles of [16 pairs][16 dims][2] */
@@ -150,58 +151,115 @@ static void interleave_pair(uint16_t *dst, int64_t jstride, const uint16_t *r0, 
     }
 }
 
-/* q (and g, when not NULL) rounded to bf16 rows [Hp x cp] and packed as VNNI B tiles of Q^T (G^T). */
-static void pack_query(const attn_ws *w, const float *q, const float *g, int64_t H, int64_t c)
+/* The bf16 rows [Hp x cp] of x [H x c] in scr: x rounded, or the caller's rounded xb copied (zero
+ * padded). A copy even when xb needs no padding: the transposes that follow gather 4-byte words from
+ * 16 rows at a time, which is slow from memory and fast from the first-level cache. */
+static const uint16_t *query_rows(uint16_t *scr, const float *x, const uint16_t *xb, int64_t H,
+                                  int64_t Hp, int64_t c, int64_t cp)
 {
-    cvt_rows(w->qb, q, H, w->Hp, c, w->cp);
-    pack_xt_vnni(w->qv, w->qb, w->Hp, w->cp);
-    if (g) {
-        cvt_rows(w->gb, g, H, w->Hp, c, w->cp);
-        pack_xt_vnni(w->gv, w->gb, w->Hp, w->cp);
+    if (!xb) {
+        cvt_rows(scr, x, H, Hp, c, cp);
+        return scr;
     }
+    if (H == Hp && c == cp) {
+        memcpy(scr, xb, (size_t)(H * c) * 2);
+        return scr;
+    }
+    for (int64_t r = 0; r < Hp; r++) {
+        uint16_t *d = scr + r * cp;
+        const int64_t k = r < H ? c : 0;
+        if (k)
+            memcpy(d, xb + r * c, (size_t)c * 2);
+        memset(d + k, 0, (size_t)(cp - k) * 2);
+    }
+    return scr;
+}
+
+/* q (and g, when g or gb is not NULL) as bf16 rows [Hp x cp] (w->qr, w->gr; qb, gb: already
+ * rounded, or NULL; q or g may be NULL when its rounded copy is given) and packed as VNNI B tiles of
+ * Q^T (G^T). */
+static void pack_query(attn_ws *w, const float *q, const uint16_t *qb, const float *g,
+                       const uint16_t *gb, int64_t H, int64_t c)
+{
+    w->qr = query_rows(w->qb, q, qb, H, w->Hp, c, w->cp);
+    pack_xt_vnni(w->qv, w->qr, w->Hp, w->cp);
+    w->gr = NULL;
+    if (g || gb) {
+        w->gr = query_rows(w->gb, g, gb, H, w->Hp, c, w->cp);
+        pack_xt_vnni(w->gv, w->gr, w->Hp, w->cp);
+    }
+}
+
+/* Entries e0 .. e0+15 are 16 consecutive rows of one rounded array (Vb[e] = Vb[e0] + (e - e0) c) with
+ * no padding (c == cp): the score product then loads its A tile straight from there (stride c), and
+ * pack_entries does not copy them. The same answer in both places (a function of the pointers). */
+static bool direct_block(const uint16_t *const *Vb, int64_t n, int64_t e0, int64_t c, int64_t cp)
+{
+    if (!Vb || c != cp || e0 + 16 > n)
+        return false;
+    for (int64_t k = 1; k < 16; k++)
+        if (Vb[e0 + k] != Vb[e0] + k * c)
+            return false;
+    return true;
+}
+
+/* Row e of the rounded entries as the products read it: the caller's Vb[e] (e < n, no padding) or
+ * the scratch row of vb. */
+static inline const uint16_t *entry_row(const attn_ws *w, const uint16_t *const *Vb, int64_t n,
+                                        int64_t e, int64_t c)
+{
+    return (Vb && e < n && c == w->cp) ? Vb[e] : w->vb + e * w->cp;
 }
 
 /* The entries rounded into vb [np][cp] (zero rows past n) and, when vv is not NULL, also as VNNI B
  * tiles for the output product: tile (b, j) = rows 32b .. 32b+31, dims 16j .. 16j+15. Vb (may be
- * NULL): the entries already rounded, copied instead of rounded again. */
+ * NULL): the entries already rounded, read (or copied) instead of rounded again; rows of a
+ * direct_block are not copied (the score product reads them in place). */
 static void pack_entries(const attn_ws *w, const float *const *V, const uint16_t *const *Vb,
                          int64_t n, int64_t c)
 {
     const int64_t cp = w->cp, nj = cp / 16;
     /* the score product runs over 16-row blocks, the output product over 32-entry steps */
     const int64_t rows = w->vv ? w->np : (n + 15) / 16 * 16;
-    for (int64_t e = 0; e < rows; e++) {
-        if (Vb && e < n) { /* already rounded: a copy */
-            memcpy(w->vb + e * cp, Vb[e], (size_t)c * 2);
-            memset(w->vb + e * cp + c, 0, (size_t)(cp - c) * 2);
-        } else {
-            cvt_row(w->vb + e * cp, e < n ? V[e] : NULL, c, cp);
+    for (int64_t e0 = 0; e0 < rows; e0 += 16) {
+        if (direct_block(Vb, n, e0, c, cp))
+            continue;
+        for (int64_t e = e0; e < e0 + 16; e++) {
+            if (Vb && e < n) { /* already rounded: a copy */
+                memcpy(w->vb + e * cp, Vb[e], (size_t)c * 2);
+                memset(w->vb + e * cp + c, 0, (size_t)(cp - c) * 2);
+            } else {
+                cvt_row(w->vb + e * cp, e < n ? V[e] : NULL, c, cp);
+            }
         }
     }
     if (!w->vv)
         return;
     for (int64_t e = 0; e < w->np; e += 2) {
         const int64_t b = e / 32, kp = (e % 32) / 2;
-        interleave_pair(w->vv + (b * nj) * 512 + kp * 32, 512, w->vb + e * cp, w->vb + (e + 1) * cp,
-                        cp);
+        interleave_pair(w->vv + (b * nj) * 512 + kp * 32, 512, entry_row(w, Vb, n, e, c),
+                        entry_row(w, Vb, n, e + 1, c), cp);
     }
 }
 
 /* ---- products --------------------------------------------------------------------------------- */
 
 /* S^T (and dP^T when w->dt): st[e][h] = sum_k vb[e][k] qv.., for the 16-row blocks of the n entries,
- * two blocks at a time (one in the tail). */
-static void scores_t(const attn_ws *w, int64_t n)
+ * two blocks at a time (one in the tail); a direct_block's A tile is read from Vb in place. */
+static void scores_t(const attn_ws *w, const uint16_t *const *Vb, int64_t n, int64_t c)
 {
     const int64_t n16 = (n + 15) / 16 * 16;
     const int64_t cp = w->cp, Hp = w->Hp, ns = cp / 32;
-    const size_t sa = (size_t)cp * 2, so = (size_t)Hp * 4;
+    const size_t so = (size_t)Hp * 4;
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
         const uint16_t *bq = w->qv + hg * ns * 512;
         const uint16_t *bg = w->dt ? w->gv + hg * ns * 512 : NULL;
         int64_t e = 0;
         for (; e + 32 <= n16; e += 32) {
-            const uint16_t *a0 = w->vb + e * cp, *a1 = w->vb + (e + 16) * cp;
+            const bool d0 = direct_block(Vb, n, e, c, cp), d1 = direct_block(Vb, n, e + 16, c, cp);
+            const uint16_t *a0 = d0 ? Vb[e] : w->vb + e * cp;
+            const uint16_t *a1 = d1 ? Vb[e + 16] : w->vb + (e + 16) * cp;
+            const size_t sa = (size_t)cp * 2; /* c == cp for a direct block */
             _tile_zero(0);
             _tile_zero(1);
             if (bg) {
@@ -228,7 +286,8 @@ static void scores_t(const attn_ws *w, int64_t n)
             }
         }
         if (e < n16) {
-            const uint16_t *a0 = w->vb + e * cp;
+            const uint16_t *a0 = direct_block(Vb, n, e, c, cp) ? Vb[e] : w->vb + e * cp;
+            const size_t sa = (size_t)cp * 2;
             _tile_zero(0);
             if (bg)
                 _tile_zero(2);
@@ -354,8 +413,9 @@ static inline __mmask16 head_mask(int64_t H, int64_t hg)
 /* ---- entries ---------------------------------------------------------------------------------- */
 
 void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const float *const *V, const uint16_t *const *Vb, int64_t n,
-                                   int64_t H, int64_t c, const float *sink, float scale)
+                                   const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
+                                   const float *sink, float scale)
 {
     if (n == 0) {
         for (int64_t h = 0; h < H; h++) {
@@ -365,13 +425,13 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
         }
         return;
     }
-    const attn_ws w = ws_layout(ws, n, H, c, false, false);
+    attn_ws w = ws_layout(ws, n, H, c, false, false);
     const int64_t Hp = w.Hp, np = w.np;
-    pack_query(&w, q, NULL, H, c);
+    pack_query(&w, q, qb, NULL, NULL, H, c);
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
-    scores_t(&w, n);
+    scores_t(&w, Vb, n, c);
     /* softmax, 16 heads at a time (a row of S^T), exp and the divide vectorised */
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
@@ -418,7 +478,8 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
 }
 
 void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const float *q, const float *const *V,
+                                         const float *g, const uint16_t *gb, const float *q,
+                                         const uint16_t *qb, const float *const *V,
                                          const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
                                          const float *sink, float scale, const float *lse,
                                          const float *D)
@@ -430,13 +491,13 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
             dq[i] = 0.0f;
         return;
     }
-    const attn_ws w = ws_layout(ws, n, H, c, true, false);
+    attn_ws w = ws_layout(ws, n, H, c, true, false);
     const int64_t Hp = w.Hp, np = w.np;
-    pack_query(&w, q, g, H, c);
+    pack_query(&w, q, qb, g, gb, H, c);
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
-    scores_t(&w, n);
+    scores_t(&w, Vb, n, c);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
         const __mmask16 hm = head_mask(H, hg);
@@ -474,24 +535,25 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
  * another order and so made the bits depend on the grouping, hence on the thread count. */
 void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
                                            const float *const *V, const uint16_t *const *Vb,
-                                           int64_t n, const float *q, const float *g, int64_t H,
-                                           int64_t c, float scale, const float *lse, const float *D)
+                                           int64_t n, const float *q, const uint16_t *qb,
+                                           const float *g, const uint16_t *gb, int64_t H, int64_t c,
+                                           float scale, const float *lse, const float *D)
 {
     if (n == 0)
         return;
-    const attn_ws w = ws_layout(ws, n, H, c, true, true);
+    attn_ws w = ws_layout(ws, n, H, c, true, true);
     const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hp, nj = cp / 16;
-    pack_query(&w, q, g, H, c);
+    pack_query(&w, q, qb, g, gb, H, c);
     /* [G ; Q] as VNNI B: K index 32 s + 2 kp (+1) is row r of the stack (G rows, then Q rows) */
     for (int64_t r = 0; r < K; r += 2) {
-        const uint16_t *x0 = r < Hp ? w.gb + r * cp : w.qb + (r - Hp) * cp;
+        const uint16_t *x0 = r < Hp ? w.gr + r * cp : w.qr + (r - Hp) * cp;
         const int64_t s = r / 32, kp = (r % 32) / 2;
         interleave_pair(w.b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
     }
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
-    scores_t(&w, n);
+    scores_t(&w, Vb, n, c);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t e = 0; e < n; e++) {
         uint16_t *row = w.a2 + e * K;

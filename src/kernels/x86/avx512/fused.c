@@ -111,6 +111,39 @@ void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n)
     }
 }
 
+/* trex_fused_axpy_rows_fn: 128 floats of a row Y_r (8 registers) at a time over all J terms, each
+ * term a multiply then an add as above, so the same bits as one axpy call per term. */
+void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
+                                 const unsigned char *on, int64_t sr, int64_t sj,
+                                 const float *const *X, int64_t J, int64_t c)
+{
+    for (int64_t r = 0; r < R; r++) {
+        float *y = Y + r * ldy;
+        const float *a = A + r * sr;
+        const unsigned char *o = on + r * sr;
+        int64_t i = 0;
+        for (; i + 128 <= c; i += 128) {
+            __m512 acc[8];
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+                acc[k] = _mm512_loadu_ps(y + i + 16 * k);
+            for (int64_t j = 0; j < J; j++) {
+                if (!o[j * sj])
+                    continue;
+                const __m512 va = _mm512_set1_ps(a[j * sj]);
+                const float *x = X[j] + i;
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+                    acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(va, _mm512_loadu_ps(x + 16 * k)));
+            }
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+                _mm512_storeu_ps(y + i + 16 * k, acc[k]);
+        }
+        if (i < c)
+            for (int64_t j = 0; j < J; j++)
+                if (o[j * sj])
+                    trex_fused_axpy_avx512(y + i, a[j * sj], X[j] + i, c - i);
+    }
+}
+
 void trex_fused_dots_avx512(float *out, const float *A, int64_t lda, int64_t R,
                             const float *const *V, int64_t n, int64_t c)
 {
