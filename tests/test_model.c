@@ -326,6 +326,77 @@ static void test_bits(fixture *f)
     free(g2);
 }
 
+/* The bf16x3g1 head (bf16 compute) with gradients pairs its row chunks (model.c head_forward3): the
+ * losses are the same bits for any chunking (every logit is one sum over K = 3d), the gradients differ
+ * only by the order of the head gradient's sums, and the thread count changes no bit. Chunks of 6 rows
+ * pair up (one pair ends with a 2-row chunk; the MTP head's last chunk is alone), 7-row chunks never pair
+ * (odd), and with 2-row chunks over a masked stretch a chunk without targets ends the pair before it. */
+static void test_head_pairs(fixture *f)
+{
+    const int64_t n = f->w.layout.n_float;
+    float *g1 = calloc((size_t)n, sizeof *g1), *g2 = calloc((size_t)n, sizeof *g2);
+    TREX_ASSERT(g1 && g2);
+    uint8_t mask[B * T];
+    memcpy(mask, f->mask, sizeof mask);
+    for (int i = 7; i < 13; i++) /* rows 6-11 of the main head lose their targets */
+        mask[i] = 0;
+    trex_batch masked = f->batch;
+    masked.loss_mask = mask;
+    static const int64_t rows[] = {6, 7, 2};
+    const trex_param *hw = trex_layout_find(&f->w.layout, "head.weight");
+    TREX_ASSERT(hw);
+    trex_err err;
+    for (int b = 0; b < 2; b++) {
+        const trex_batch *batch = b ? &masked : &f->batch;
+        trex_model_opts o = f->opts;
+        o.compute = TREX_BF16;
+        trex_losses l1, l2;
+        memset(g1, 0, sizeof(float) * (size_t)n);
+        CHECK(trex_model_forward(f->m1, batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "head pairs: %s", err.msg);
+        trex_model_backward(f->m1);
+        for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+            o.head_chunk_rows = rows[k];
+            for (int p = 0; p < 2; p++) {
+                trex_model *m = p == 0 ? f->m1 : f->m2;
+                float *g = p == 0 ? g2 : g1; /* 1 thread into g2, then 2 threads compared with it */
+                if (p == 1) {
+                    g = calloc((size_t)n, sizeof *g);
+                    TREX_ASSERT(g);
+                } else {
+                    memset(g2, 0, sizeof(float) * (size_t)n);
+                }
+                CHECK(trex_model_forward(m, batch, &o, g, NULL, NULL, &l2, &err) == TREX_OK, "head pairs: %s",
+                      err.msg);
+                trex_model_backward(m);
+                CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "bf16 head, %lld-row chunks%s, %d threads: same losses",
+                      (long long)rows[k], b ? ", masked" : "", p + 1);
+                if (p == 1) {
+                    CHECK(memcmp(g, g2, sizeof(float) * (size_t)n) == 0,
+                          "bf16 head, %lld-row chunks%s: same gradient bits with 1 and 2 threads", (long long)rows[k],
+                          b ? ", masked" : "");
+                    free(g);
+                    continue;
+                }
+                double mx = 0.0, gmax = 0.0;
+                int64_t nother = 0; /* differing entries outside head.weight: d hn is the same sums */
+                for (int64_t i = 0; i < n; i++) {
+                    mx = fmax(mx, fabs((double)g1[i] - g2[i]));
+                    gmax = fmax(gmax, fabs((double)g1[i]));
+                    nother += (i < hw->offset || i >= hw->offset + hw->numel) && memcmp(&g1[i], &g2[i], 4) != 0;
+                }
+                CHECK(gmax > 0.0 && mx <= 1e-6 * gmax,
+                      "bf16 head, %lld-row chunks%s: gradients as with one chunk, max diff %.3g (max |g| %.3g)",
+                      (long long)rows[k], b ? ", masked" : "", mx, gmax);
+                CHECK(nother == 0,
+                      "bf16 head, %lld-row chunks%s: gradients but head.weight's the same bits (%lld differ)",
+                      (long long)rows[k], b ? ", masked" : "", (long long)nother);
+            }
+        }
+    }
+    free(g1);
+    free(g2);
+}
+
 /* Every recompute policy (full, attention, moe) gives the same bits as keeping everything: the
  * losses and every gradient (dense and sparse, fp32 and bf16 compute, 1 and 2 threads); each holds less in the activation
  * arena after the backward, and leaves the expert loads of the forward untouched (counted once). */
@@ -511,6 +582,7 @@ int main(void)
     test_bad_input(&f);
     test_packed(&f);
     test_bits(&f);
+    test_head_pairs(&f);
     test_recompute(&f);
     /* The indexer's inputs and the attention probabilities in its loss are detached
      * (docs/model-conventions.md), so grad.* is d loss/d param only with indexer_weight 0 for the

@@ -560,9 +560,16 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  *                 as [3V, d] rows (W_hi, W_hi, W_lo), summed over blocks of the vocabulary  (K = 3V)
  * The chunk is held transposed ([V, rows]) so that both d W and d hn read it in place.
  * With 1-term gradients (TREX_HEAD_BF16X3_G1: the logits as above, the two gradient products as
- * bf16 hi x hi like every other gradient of bf16 mode) the chunk is [V, pw] floats, dl is its hi part
- * in place (rows of 2pw bf16), dW += dl hn_hi (K = pw) and dhn = dl^T W_hi, W_hi read from W3 with
- * ldb 3d (K = V, in blocks). */
+ * bf16 hi x hi like every other gradient of bf16 mode) dl is the hi part of the chunk's d logits^T in
+ * place (rows of 2 ldc bf16), dW += dl hn_hi (K = rows, hn_hi read from hnF with ldb 3d) and
+ * dhn = dl^T W_hi, W_hi read from W3 with ldb 3d (K = V, in blocks). With gradients and more than one
+ * chunk, two chunks of pw rows share one buffer of [V, 3 pw / 2] floats (ldc 3 pw / 2): the first
+ * chunk's logits at column 0, its d logits (bf16) then in the first pw bf16 columns of each row, i.e.
+ * the first pw / 2 floats; the second chunk's logits at float column pw / 2, its d logits in place next
+ * to the first's. Both gradient products then run once over the pair (dW with K = 2 pw, dhn with 2 pw
+ * rows): dW [V, d] fp32, read and written per product, is streamed half as often (docs/perf.md "LM head
+ * in bf16 mode", round 5). Chunks of an odd row count (a padding column) do not pair; a chunk without
+ * targets ends the pair before it (whose first chunk then runs its products alone). */
 
 /* Rows of logits per chunk in bf16x3 by default: large enough that the weight streamed per chunk is
  * paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). */
@@ -707,22 +714,53 @@ static void transpose_rows(void *arg, int64_t i0, int64_t i1, int tid)
             j->out[i * j->V + v] = j->L[v * j->ldc + i];
 }
 
+/* The 1-term gradient products of rows [r0, r0 + rows) of the head pass, whose d logits^T are the bf16
+ * columns [0, rows) of dl (row stride ldl bf16): dW += dl hn_hi (K = rows) and dhn = dl^T W_hi (K = V in
+ * vocabulary blocks of HEAD3_DHN_VOCAB1, each a sum over the whole block per element). */
+static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
+                        const uint16_t *dl, int64_t ldl, int64_t r0, int64_t rows, float *dW)
+{
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
+    trex_pool *pool = m->ctx.pool;
+    trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * 3 * d, 3 * d, 1.0f, dW,
+                   d);
+    for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1) {
+        const int64_t vn = V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1;
+        trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * ldl, ldl, W3 + v0 * 3 * d, 3 * d,
+                       v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
+    }
+}
+
+/* Whether the 1-term head pairs its chunks (see above): gradients, more than one chunk of R rows, and
+ * an even number of rows per chunk. */
+static bool head3_pairs(const trex_model *m, int64_t R, bool grads)
+{
+    const int64_t rc = head3_chunk_rows(m, R);
+    return grads && !m->head_g3 && rc < R && rc % 2 == 0;
+}
+
 /* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, 3d] made by head_run.
  * chunk holds V * ldc floats for pw = head3_chunk_rows rounded up to even, ldc = 3 pw / 2 (3-term
- * gradients) or pw; hnB 3 * pw * d; m->ce_max and m->ce_sum as sized by trex_model_forward. */
+ * gradients, or pairs of 1-term chunks: head3_pairs) or pw; hnB 3 * pw * d (3-term gradients only);
+ * m->ce_max and m->ce_sum as sized by trex_model_forward. */
 static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
                             uint16_t *hnB, float *out, float *chunk, double *nll, float *dW, float scale)
 {
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, R = hp->R;
     const int64_t rc = head3_chunk_rows(m, R), nb = (V + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
-    const bool g3 = m->head_g3;
+    const bool g3 = m->head_g3, pairs = head3_pairs(m, R, dW != NULL);
     trex_pool *pool = m->ctx.pool;
+    /* pairs: rows [held_r0, held_r0 + held) whose d logits^T wait in the first held bf16 columns of the
+     * chunk for the second chunk of their pair (held is even: a whole number of floats) */
+    int64_t held = 0, held_r0 = 0;
     for (int64_t r0 = 0; r0 < R; r0 += rc) {
-        const int64_t rows = R - r0 < rc ? R - r0 : rc, pw = rows + (rows & 1), ldc = g3 ? 3 * pw / 2 : pw;
+        const int64_t rows = R - r0 < rc ? R - r0 : rc, pw = rows + (rows & 1);
+        const int64_t ldc = g3 ? 3 * pw / 2 : pairs ? 3 * rc / 2 : pw;
+        float *L = chunk + held / 2; /* this chunk's logits^T [V, rows] (ldc) */
         trex_gemm_bf16(pool, m->ctx.ws, false, true, V, rows, 3 * d, 1.0f, W3, 3 * d, hnF + r0 * 3 * d,
-                       3 * d, 0.0f, chunk, ldc);
+                       3 * d, 0.0f, L, ldc);
         if (out) {
-            tr_job t = {chunk, out + r0 * V, V, ldc, rows};
+            tr_job t = {L, out + r0 * V, V, ldc, rows};
             trex_pool_for(pool, rows, 1, transpose_rows, &t);
         }
         bool any = false;
@@ -736,9 +774,9 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
         float *et = m->ce_max + nb * pw;
         for (int64_t i = 0; i < rows; i++) {
             const int32_t t = hp->tgt[r0 + i];
-            lt[i] = t >= 0 ? (double)chunk[(int64_t)t * ldc + i] : 0.0;
+            lt[i] = t >= 0 ? (double)L[(int64_t)t * ldc + i] : 0.0;
         }
-        ce3_job j = {chunk, V, rows, pw, ldc, r0, nb, hp->tgt, scale, grad, m->ce_max, m->ce_sum, lt, hp->lse, nll,
+        ce3_job j = {L, V, rows, pw, ldc, r0, nb, hp->tgt, scale, grad, m->ce_max, m->ce_sum, lt, hp->lse, nll,
                      trex_fused()};
         trex_pool_for(pool, nb, 1, ce3_fwd_blocks, &j);
         trex_pool_for(pool, pw, 16, ce3_comb_cols, &j);
@@ -746,6 +784,9 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
             continue;
         if (!grad) {
             memset(hp->dhn + r0 * d, 0, (size_t)(rows * d) * sizeof(float));
+            if (held) /* the held chunk goes alone */
+                head3_grad1(m, hp, W3, hnF, (const uint16_t *)(const void *)chunk, 2 * ldc, held_r0, held, dW);
+            held = 0;
             continue;
         }
         if (g3) {
@@ -753,7 +794,7 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
         } else {
             for (int64_t i = 0; i < rows; i++) {
                 const int32_t t = hp->tgt[r0 + i];
-                et[i] = t >= 0 ? chunk[(int64_t)t * ldc + i] : 0.0f;
+                et[i] = t >= 0 ? L[(int64_t)t * ldc + i] : 0.0f;
             }
             trex_pool_for(pool, nb, 1, ce3_grad_blocks, &j);
             for (int64_t i = 0; i < rows; i++) { /* the one-hot: d logit of the target */
@@ -762,7 +803,7 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
                     continue;
                 const float c = m->ce_max[t / HEAD3_CE_VOCAB * pw + i];
                 const float x = (c != 0.0f ? et[i] * c : 0.0f) - scale;
-                ((uint16_t *)(void *)(chunk + (int64_t)t * ldc))[i] = trex_f32_to_bf16(x);
+                ((uint16_t *)(void *)(L + (int64_t)t * ldc))[i] = trex_f32_to_bf16(x);
             }
         }
         const uint16_t *dl = (const uint16_t *)(const void *)chunk;
@@ -782,19 +823,14 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
                 trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, 3 * vn, 1.0f, dl + v0 * 3 * pw, pw,
                                W3 + v0 * 3 * d, d, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
             }
+        } else if (pairs && !held && rows == pw && r0 + rows < R) {
+            held = rows, held_r0 = r0; /* the first of a pair: its products wait for the second */
         } else {
-            /* hnB: hn_hi of the chunk's rows, the padding row zero */
-            for (int64_t i = 0; i < rows; i++)
-                memcpy(hnB + i * d, hnF + (r0 + i) * 3 * d, (size_t)d * sizeof *hnB);
-            memset(hnB + rows * d, 0, (size_t)((pw - rows) * d) * sizeof *hnB);
-            trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, pw, 1.0f, dl, 2 * ldc, hnB, d, 1.0f, dW, d);
-            for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1) {
-                const int64_t vn = V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1;
-                trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * 2 * ldc, 2 * ldc,
-                               W3 + v0 * 3 * d, 3 * d, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
-            }
+            head3_grad1(m, hp, W3, hnF, dl, 2 * ldc, held ? held_r0 : r0, held + rows, dW);
+            held = 0;
         }
     }
+    TREX_ASSERT(held == 0);
     double s = 0.0;
     for (int64_t r = 0; r < R; r++)
         s += nll[r];
@@ -1096,12 +1132,12 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     m->w3 = m->hnB = NULL;
     m->head3 = trex_model_head_bf16x3(&m->opts);
     m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
-    if (m->head3) { /* the transposed chunk, its d logits in place, hn's planes, the CE's partials */
+    if (m->head3) { /* the transposed chunk (or pair), its d logits in place, hn's planes, the CE's partials */
         const int64_t pw = head3_chunk_rows(m, N) + (head3_chunk_rows(m, N) & 1);
         const int64_t nb = (cfg->vocab_size + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
-        ALLOC(m->chunk, cfg->vocab_size * (m->head_g3 ? 3 * pw / 2 : pw));
-        if (backward)
-            ALLOC(m->hnB, (m->head_g3 ? 3 : 1) * pw * d);
+        ALLOC(m->chunk, cfg->vocab_size * (m->head_g3 || head3_pairs(m, N, backward) ? 3 * pw / 2 : pw));
+        if (backward && m->head_g3)
+            ALLOC(m->hnB, 3 * pw * d);
         ALLOC(m->ce_max, (nb + 1) * pw);
         ALLOC(m->ce_sum, (nb + 1) * pw);
     } else if (backward || !logits || (m->mtp && !mtp_logits)) { /* (with gradients it holds dlogits) */
