@@ -384,6 +384,27 @@ static void test_arena(void)
     }
     CHECK(dirty == 0, "every block zeroed and aligned (%d bad)", dirty);
 
+    /* Chunks grow geometrically: every new chunk is at least as large as all before it, so passes
+     * that rewind and ask for large blocks do not strand one small tail after another. */
+    {
+        trex_mem gm;
+        memset(&gm, 0, sizeof gm);
+        trex_arena *g = trex_arena_create(&gm, TREX_REGION_ACTS, 4096);
+        size_t before = 0;
+        int grew = 0, doubled = 0;
+        for (int i = 0; g && i < 6; i++) {
+            CHECK(trex_arena_xalloc(g, 3000) != NULL, "grow %d", i);
+            size_t now = trex_arena_reserved(g);
+            if (now != before) {
+                grew++;
+                doubled += now >= 2 * before;
+            }
+            before = now;
+        }
+        CHECK(grew >= 3 && doubled == grew, "each new chunk doubles the reservation (%d of %d)", doubled, grew);
+        trex_arena_destroy(g);
+    }
+
     /* mark/rewind: scratch carved after a mark is reused, blocks before it survive. */
     trex_arena_reset(ar);
     unsigned char *keep = trex_arena_xalloc(ar, 1000);

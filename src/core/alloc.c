@@ -207,7 +207,14 @@ static void *arena_alloc(trex_arena *a, size_t bytes, bool zero)
             break;
         a->cur = a->cur->next;
     }
-    arena_chunk *c = chunk_new(a, need > a->chunk_bytes ? need : a->chunk_bytes);
+    /* A new chunk is at least as large as all before it: passes that rewind and then ask for blocks
+     * larger than the free tails would otherwise strand tail after tail and touch their pages (the
+     * model's T = 4096 step held ~1.8x its high-water mark). Untouched pages of a chunk cost no memory,
+     * so the chunks grow geometrically, and fall back to the request when so much is refused. */
+    size_t grow = a->reserved > a->chunk_bytes ? a->reserved : a->chunk_bytes;
+    arena_chunk *c = chunk_new(a, need > grow ? need : grow);
+    if (!c && grow > need && grow > a->chunk_bytes)
+        c = chunk_new(a, need > a->chunk_bytes ? need : a->chunk_bytes);
     if (!c)
         return NULL;
     if (a->cur)

@@ -99,7 +99,8 @@ static void ar_alloc(sim_arena *a, size_t bytes)
         a->c = c, a->cap = cap;
     }
     sim_chunk *c = &a->c[a->n];
-    c->size = need > ARENA_CHUNK ? need : ARENA_CHUNK;
+    const size_t grow = a->reserved > ARENA_CHUNK ? a->reserved : ARENA_CHUNK; /* as core/alloc.c */
+    c->size = need > grow ? need : grow;
     c->used = need;
     c->dirty = need;
     a->touched_new += need;
