@@ -206,6 +206,18 @@ void trex_linear_backward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compu
  *     w = (float)(w decay - (step_size m) / (sqrt(v) / bc2_sqrt + eps))
  *   each operation one IEEE-rounded double operation, no fused multiply-add. */
 #define TREX_SUMSQ_LANES 16
+/* The lanes' tree above (l[TREX_SUMSQ_LANES] is overwritten): s_j, t_j, u_j, then u_0 + u_1. Every
+ * fixed-lane sum of the kernels and of mHC combines its lanes with it. */
+static inline double trex_lanes_sum16(double *l)
+{
+    for (int j = 0; j < 8; j++)
+        l[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++)
+        l[j] = l[j] + l[j + 4];
+    for (int j = 0; j < 2; j++)
+        l[j] = l[j] + l[j + 2];
+    return l[0] + l[1];
+}
 typedef struct trex_adamw_consts {
     double b1, b2, eps;
     double step_size; /* lr / (1 - beta1^t) */

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "trex/status.h"
 
 #if !defined(MHC_REAL) || !defined(MHC_SUFFIX) || !defined(MHC_EXP) || !defined(MHC_SQRT)
@@ -32,18 +33,6 @@
 /* Reals of Sinkhorn scratch: the softmax, then per normalisation step its output and denominators. */
 #define MHC_SK_SCRATCH(n, iters) ((n) * (n) + (2 * (iters) - 1) * ((n) * (n) + (n)))
 #define MHC_SK_SCRATCH_MAX MHC_SK_SCRATCH(MHC_MAX_N, MHC_MAX_ITERS)
-/* The 16 lanes of a sum over d combined in a fixed tree (l is overwritten): s_j = l_j + l_{j+8},
- * t_j = s_j + s_{j+4}, u_j = t_j + t_{j+2}, u_0 + u_1 (trex_sumsq's tree, kernels/kernels.h). */
-static inline double mhc_lanes_sum(double *l)
-{
-    for (int j = 0; j < 8; j++)
-        l[j] = l[j] + l[j + 8];
-    for (int j = 0; j < 4; j++)
-        l[j] = l[j] + l[j + 4];
-    for (int j = 0; j < 2; j++)
-        l[j] = l[j] + l[j + 2];
-    return l[0] + l[1];
-}
 #endif
 
 #define MHC(name) MHC_CAT(name, MHC_SUFFIX)
@@ -61,14 +50,15 @@ static inline real MHC(mhc_rho_ss)(double ss, int64_t len, real norm_eps)
 }
 
 /* sum_i a_i b_i over len values in double, in 16 lanes (value i in lane i mod 16, i ascending, from
- * +0; each product rounded, then added: for float the products are exact) and mhc_lanes_sum's tree.
- * Every sum over d of this file runs so, and the AVX-512 leaves (kernels/fused.h) give its bits. */
+ * +0; each product rounded, then added: for float the products are exact) and trex_lanes_sum16's tree
+ * (kernels/kernels.h). Every sum over d of this file runs so, and the AVX-512 leaves (kernels/fused.h)
+ * give its bits. */
 static inline double MHC(mhc_lane_dot)(int64_t len, const real *a, const real *b)
 {
     double l[16] = {0};
     for (int64_t i = 0; i < len; i++)
         l[i % 16] += (double)a[i] * (double)b[i];
-    return mhc_lanes_sum(l);
+    return trex_lanes_sum16(l);
 }
 
 /* rho = 1 / sqrt(mean(v^2) + norm_eps) over the len values of v (the flattened streams); for float,

@@ -13,18 +13,6 @@
 
 #define L TREX_SUMSQ_LANES
 
-/* the lane tree (l is overwritten) */
-static double lanes_sum(double *l)
-{
-    for (int j = 0; j < 8; j++)
-        l[j] = l[j] + l[j + 8];
-    for (int j = 0; j < 4; j++)
-        l[j] = l[j] + l[j + 4];
-    for (int j = 0; j < 2; j++)
-        l[j] = l[j] + l[j + 2];
-    return l[0] + l[1];
-}
-
 /* the optimizer's lane sum (kernels/ref/optim.c), without its NaN/Inf count */
 double trex_fused_sumsq_ref(const float *x, int64_t n)
 {
@@ -58,7 +46,7 @@ static double bwd_dot(const float *dy, const float *x, const float *w, int64_t d
         const double g = w ? (double)dy[k] * (double)w[k] : (double)dy[k];
         l[k % L] += g * (double)x[k];
     }
-    return lanes_sum(l);
+    return trex_lanes_sum16(l);
 }
 
 void trex_fused_rmsnorm_bwd_ref(float *dx, const float *dy, const float *x, const float *w,

@@ -56,15 +56,8 @@ double trex_sumsq_ref(const float *x, int64_t n, int64_t *nonfinite)
         bad += !isfinite(v);
         lane[j] += v * v;
     }
-    double s[8];
-    for (int j = 0; j < 8; j++)
-        s[j] = lane[j] + lane[j + 8];
-    for (int j = 0; j < 4; j++)
-        s[j] = s[j] + s[j + 4];
-    for (int j = 0; j < 2; j++)
-        s[j] = s[j] + s[j + 2];
     *nonfinite = bad;
-    return s[0] + s[1];
+    return trex_lanes_sum16(lane);
 }
 
 #if defined(__SSE2__)

@@ -307,7 +307,7 @@ void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const floa
 /* mhc_lane_dot (model/mhc_real.h) of float rows: 16 double lanes, value i in lane i mod 16, as two
  * registers of 8 doubles (lanes 0-7, 8-15); a product of two floats is exact in double, so one fused
  * multiply-add per lane rounds once, as the reference's product then add; the tail is a masked load
- * (zeros add +0); the lanes combine in mhc_lanes_sum's tree. */
+ * (zeros add +0); the lanes combine in trex_lanes_sum16's tree. */
 static inline double lanes_tree(__m512d a0, __m512d a1)
 {
     const __m512d s = _mm512_add_pd(a0, a1);
