@@ -45,38 +45,9 @@
 #include <time.h>
 
 #include "check.h"
+#define TEST_RNG_SEED 0x2545f4914f6cdd1dull
+#include "rand_fill.h"
 #include "kernels/fused.h"
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static float frand(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static void fill(float *v, int64_t n, float amp)
-{
-    for (int64_t i = 0; i < n; i++)
-        v[i] = amp * frand();
-}
-
-static float *xmalloc_f(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static int same_bits(const float *a, const float *b, int64_t n)
-{
-    return n == 0 || memcmp(a, b, (size_t)n * sizeof(float)) == 0;
-}
 
 /* worst ratio |x - r| / bound (bound + tiny), and relative L2 of x - r */
 typedef struct cmp {

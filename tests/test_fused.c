@@ -17,6 +17,8 @@
 #include <time.h>
 
 #include "check.h"
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "rand_fill.h"
 #include "kernels/fused.h"
 #include "kernels/kernels.h"
 
@@ -29,37 +31,6 @@
 #define MHC_EXP expf
 #define MHC_SQRT sqrtf
 #include "model/mhc_real.h"
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static float frand(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static void fill(float *v, int64_t n, float amp)
-{
-    for (int64_t i = 0; i < n; i++)
-        v[i] = amp * frand();
-}
-
-static int same_bits(const float *a, const float *b, int64_t n)
-{
-    return n == 0 || memcmp(a, b, (size_t)n * sizeof(float)) == 0;
-}
-
-static float *xmalloc_f(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 
 /* The attention entries of table t against the reference on one shape. */
 static void check_sattn(const trex_fused_table *t, const trex_fused_table *r, int64_t n, int64_t H,

@@ -19,40 +19,11 @@
 #include <time.h>
 
 #include "check.h"
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
+#include "rand_fill.h"
 #include "kernels/fused.h"
 #include "kernels/kernels.h"
 #include "trex/pool.h"
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-
-static float frand(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static void fill(float *v, int64_t n, float amp)
-{
-    for (int64_t i = 0; i < n; i++)
-        v[i] = amp * frand();
-}
-
-static float *xmalloc_f(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static int same_bits(const float *a, const float *b, int64_t n)
-{
-    return n == 0 || memcmp(a, b, (size_t)n * sizeof(float)) == 0;
-}
 
 #define U 0x1p-24 /* unit roundoff of fp32 */
 
