@@ -167,6 +167,26 @@ typedef void (*trex_fused_swiglu_fwd_fn)(uint16_t *h, const float *a, const floa
 typedef float (*trex_fused_swiglu_bwd_fn)(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
                                           const float *u, const float *dh, int64_t n, float g,
                                           float L);
+/* SwiGLU's clamp with limit L > 0 (L <= 0: none): ac = min(a, L), uc = clamp(u, -L, L); *ka, *ku are
+ * 1, or 0 where the clamp cut (the backward's masks). The scalar backwards share it. */
+static inline void trex_swiglu_clamp(float *ac, float *uc, float *ka, float *ku, float L)
+{
+    *ka = 1.0f;
+    *ku = 1.0f;
+    if (L > 0.0f) {
+        if (*ac > L) {
+            *ac = L;
+            *ka = 0.0f;
+        }
+        if (*uc > L) {
+            *uc = L;
+            *ku = 0.0f;
+        } else if (*uc < -L) {
+            *uc = -L;
+            *ku = 0.0f;
+        }
+    }
+}
 
 /* Cross-entropy of the LM head in bf16 mode (model/model.c head_forward3; docs/precision.md "The LM
  * head"), over a chunk of logits held transposed: L [n, ld] fp32, row v = vocabulary entry v, column

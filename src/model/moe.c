@@ -347,21 +347,8 @@ static void swiglu_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
         const float g = s->perm ? s->gw[s->perm[r]] : 1.0f;
         float dot = 0.0f; /* dg, summed in j order; h0 below has the bits of swiglu_f */
         for (int64_t j = 0; j < I; j++) {
-            float ac = a[j], uc = u[j];
-            float ka = 1.0f, ku = 1.0f;
-            if (L > 0.0f) {
-                if (ac > L) {
-                    ac = L;
-                    ka = 0.0f;
-                }
-                if (uc > L) {
-                    uc = L;
-                    ku = 0.0f;
-                } else if (uc < -L) {
-                    uc = -L;
-                    ku = 0.0f;
-                }
-            }
+            float ac = a[j], uc = u[j], ka, ku;
+            trex_swiglu_clamp(&ac, &uc, &ka, &ku, L);
             const float ex = expf(-ac);
             const float sig = 1.0f / (1.0f + ex);
             const float sl = ac * sig;

@@ -51,21 +51,8 @@ float trex_fused_swiglu_bwd_bf16_ref(uint16_t *h, uint16_t *da, uint16_t *du, co
 {
     float part[16] = {0};
     for (int64_t j = 0; j < n; j++) {
-        float ac = a[j], uc = u[j];
-        float ka = 1.0f, ku = 1.0f;
-        if (L > 0.0f) {
-            if (ac > L) {
-                ac = L;
-                ka = 0.0f;
-            }
-            if (uc > L) {
-                uc = L;
-                ku = 0.0f;
-            } else if (uc < -L) {
-                uc = -L;
-                ku = 0.0f;
-            }
-        }
+        float ac = a[j], uc = u[j], ka, ku;
+        trex_swiglu_clamp(&ac, &uc, &ka, &ku, L);
         const float ex = swiglu_exp_ref(-ac);
         const float sig = 1.0f / (1.0f + ex);
         const float sl = ac * sig;
