@@ -19,6 +19,7 @@
 #include "check.h"
 #define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
 #include "rand_fill.h"
+#include "fused_levels.h"
 #include "kernels/fused.h"
 #include "kernels/kernels.h"
 
@@ -419,19 +420,8 @@ int main(int argc, char **argv)
         CHECK(same_bits(o1, o2, 5), "ref collapse is mhc_collapse_f");
     }
 
-    const trex_isa caps[] = {TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
-    const trex_fused_table *seen[4] = {ref};
-    int nseen = 1;
-    for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
-        const trex_fused_table *t = trex_fused_for(caps[k]);
-        int dup = 0;
-        for (int i = 0; i < nseen; i++)
-            dup |= seen[i] == t;
-        if (!dup)
-            seen[nseen++] = t;
-    }
-    if (nseen == 1)
-        printf("note: only the reference level is available on this machine; comparing it with itself\n");
+    const trex_fused_table *seen[4];
+    const int nseen = fused_levels(ref, seen);
     for (int k = 0; k < nseen; k++) {
         const trex_fused_table *t = seen[k];
         printf("level %s\n", t->name);

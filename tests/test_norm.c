@@ -21,6 +21,7 @@
 #include "check.h"
 #define TEST_RNG_SEED 0x243f6a8885a308d3ull
 #include "rand_fill.h"
+#include "fused_levels.h"
 #include "kernels/fused.h"
 #include "kernels/kernels.h"
 #include "trex/pool.h"
@@ -345,19 +346,8 @@ int main(int argc, char **argv)
     }
     const trex_fused_table *ref = trex_fused_for(TREX_ISA_REF);
     CHECK(ref->isa == TREX_ISA_REF, "the ref cap gives the reference table");
-    const trex_isa caps[] = {TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
-    const trex_fused_table *seen[4] = {ref};
-    int nseen = 1;
-    for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
-        const trex_fused_table *t = trex_fused_for(caps[k]);
-        int dup = 0;
-        for (int i = 0; i < nseen; i++)
-            dup |= seen[i] == t;
-        if (!dup)
-            seen[nseen++] = t;
-    }
-    if (nseen == 1)
-        printf("note: only the reference level is available on this machine; comparing it with itself\n");
+    const trex_fused_table *seen[4];
+    const int nseen = fused_levels(ref, seen);
     const int64_t dims[] = {1, 7, 16, 17, 31, 256, 512, 513, 1024};
     const int64_t rows[] = {0, 1, 3, 37};
     for (int k = 0; k < nseen; k++) {
