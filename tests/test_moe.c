@@ -217,7 +217,11 @@ typedef struct model {
     double alpha;
     trex_config cfg;
     int32_t *tokens, *tid2eid;
-    int64_t o_x, o_gate, o_w1, o_w3, o_w2, o_sw1, o_sw3, o_sw2, P;
+    /* Expert e's w1 at o_w1 + e ew, its w3 at o_w3 + e ew: with the trex layout (w1, w3 of each expert
+     * side by side, [W1; W3] one matrix in place) o_w3 = o_w1 + I d and ew = 2 I d; split (every
+     * expert's w1, then every expert's w3, and the shared expert's w1, w2, w3) exercises bf16 mode's
+     * other path. The routed w1 and w3 fill [o_w1, o_w2) in both. */
+    int64_t o_x, o_gate, o_w1, o_w3, o_w2, o_sw1, o_sw3, o_sw2, P, ew;
     double *th;   /* [P] x then every weight */
     float *thf;   /* fp32 copy */
     double *bias; /* [E] */
@@ -225,8 +229,9 @@ typedef struct model {
     double *R;    /* [N*d] loss weights */
 } model;
 
-static void model_init(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int64_t K, int64_t I,
-                       int layer, double alpha, double wstd, double limit, uint64_t seed)
+static void model_init_split(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int64_t K,
+                             int64_t I, int layer, double alpha, double wstd, double limit,
+                             uint64_t seed, bool split)
 {
     memset(m, 0, sizeof *m);
     m->B = B, m->T = T, m->N = B * T, m->d = d, m->E = E, m->K = K, m->I = I, m->V = 50;
@@ -247,12 +252,13 @@ static void model_init(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int
     m->o_x = 0;
     m->o_gate = m->o_x + m->N * d;
     m->o_w1 = m->o_gate + E * d;
-    m->o_w3 = m->o_w1 + E * I * d;
-    m->o_w2 = m->o_w3 + E * I * d;
+    m->o_w3 = m->o_w1 + (split ? E : 1) * I * d;
+    m->ew = split ? I * d : 2 * I * d;
+    m->o_w2 = m->o_w1 + 2 * E * I * d;
     m->o_sw1 = m->o_w2 + E * d * I;
-    m->o_sw3 = m->o_sw1 + I * d;
-    m->o_sw2 = m->o_sw3 + I * d;
-    m->P = m->o_sw2 + d * I;
+    m->o_sw3 = m->o_sw1 + (split ? 2 : 1) * I * d;
+    m->o_sw2 = split ? m->o_sw1 + I * d : m->o_sw3 + I * d;
+    m->P = m->o_sw1 + 3 * I * d;
     m->th = xcalloc((size_t)m->P, sizeof(double));
     m->thf = xcalloc((size_t)m->P, sizeof(float));
     m->bias = xcalloc((size_t)E, sizeof(double));
@@ -282,6 +288,12 @@ static void model_init(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int
             } while (dup);
             m->tid2eid[v * K + k] = e;
         }
+}
+
+static void model_init(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int64_t K, int64_t I,
+                       int layer, double alpha, double wstd, double limit, uint64_t seed)
+{
+    model_init_split(m, B, T, d, E, K, I, layer, alpha, wstd, limit, seed, false);
 }
 
 static void model_free(model *m)
@@ -353,7 +365,7 @@ static double ref_forward(const model *m, const double *th, double *y, int32_t *
                 w1 = th + m->o_sw1, w3 = th + m->o_sw3, w2 = th + m->o_sw2;
             } else {
                 const int64_t e = it[k];
-                w1 = th + m->o_w1 + e * I * d, w3 = th + m->o_w3 + e * I * d;
+                w1 = th + m->o_w1 + e * m->ew, w3 = th + m->o_w3 + e * m->ew;
                 w2 = th + m->o_w2 + e * d * I;
                 g = m->cfg.routed_scaling_factor * s[t * E + e] / S;
             }
@@ -425,8 +437,8 @@ static void views(wviews *v, const model *m, float *flat, bool grads)
 {
     TREX_ASSERT(m->E <= 64);
     for (int64_t e = 0; e < m->E; e++) {
-        v->w1[e] = flat + m->o_w1 + e * m->I * m->d;
-        v->w3[e] = flat + m->o_w3 + e * m->I * m->d;
+        v->w1[e] = flat + m->o_w1 + e * m->ew;
+        v->w3[e] = flat + m->o_w3 + e * m->ew;
         v->w2[e] = flat + m->o_w2 + e * m->d * m->I;
     }
     v->w = (trex_moe_w){.gate = flat + m->o_gate,
@@ -479,16 +491,34 @@ static void layer_grad(const model *m, const trex_ctx *ctx, float *y, float *gra
     free(dy);
 }
 
+/* The tensors of the flat vector as ranges [o0, o1) (the routed w1 and w3 as one): x, gate, w1+w3,
+ * w2, sw1, sw3, sw2. */
+typedef struct prange {
+    const char *name;
+    int64_t o0, o1;
+} prange;
+#define N_RANGES 7
+
+static void model_ranges(const model *m, prange r[N_RANGES])
+{
+    const int64_t Id = m->I * m->d;
+    r[0] = (prange){"x", 0, m->o_gate};
+    r[1] = (prange){"gate", m->o_gate, m->o_w1};
+    r[2] = (prange){"w1+w3", m->o_w1, m->o_w2};
+    r[3] = (prange){"w2", m->o_w2, m->o_sw1};
+    r[4] = (prange){"sw1", m->o_sw1, m->o_sw1 + Id};
+    r[5] = (prange){"sw3", m->o_sw3, m->o_sw3 + Id};
+    r[6] = (prange){"sw2", m->o_sw2, m->o_sw2 + Id};
+}
+
 static const char *param_name(const model *m, int64_t p)
 {
-    return p < m->o_gate  ? "x"
-           : p < m->o_w1  ? "gate"
-           : p < m->o_w3  ? "w1"
-           : p < m->o_w2  ? "w3"
-           : p < m->o_sw1 ? "w2"
-           : p < m->o_sw3 ? "sw1"
-           : p < m->o_sw2 ? "sw3"
-                          : "sw2";
+    prange r[N_RANGES];
+    model_ranges(m, r);
+    for (int k = 0; k < N_RANGES; k++)
+        if (p >= r[k].o0 && p < r[k].o1)
+            return r[k].name;
+    return "?";
 }
 
 /* ---- 2. forward against the naive reference ------------------------------------------------------ */
@@ -753,7 +783,7 @@ static void test_grads(trex_arena *arena)
     model_init(&m, 2, 7, 16, 6, 2, 8, 1, 0.3, 0.3, 1.5, 3);
     for (int64_t q = 0; q < m.I * m.d; q++) {
         model_set(&m, m.o_sw3 + q, m.th[m.o_sw3 + q] * 400.0);
-        model_set(&m, m.o_w3 + 2 * m.I * m.d + q, m.th[m.o_w3 + 2 * m.I * m.d + q] * 400.0);
+        model_set(&m, m.o_w3 + 2 * m.ew + q, m.th[m.o_w3 + 2 * m.ew + q] * 400.0);
     }
     {
         trex_ctx ctx = {.pool = NULL, .arena = arena};
@@ -780,7 +810,7 @@ static void test_grads(trex_arena *arena)
         int64_t nfull = 0, bad = 0;
         for (int w = 0; w < 2; w++)
             for (int64_t i = 0; i < m.I; i++) {
-                const float *row = grad + (w ? m.o_w3 + 2 * m.I * m.d : m.o_sw3) + i * m.d;
+                const float *row = grad + (w ? m.o_w3 + 2 * m.ew : m.o_sw3) + i * m.d;
                 int64_t nz = 0;
                 for (int64_t j = 0; j < m.d; j++)
                     nz += row[j] != 0.0f;
@@ -880,19 +910,20 @@ static void test_threads(trex_arena *arena)
         /* Exact doubling but for expert 0, whose two chunks add in another order: compare with the
          * largest gradient of the same tensor. */
         bool dx = true;
-        double gmax[8] = {0}, err[8] = {0};
-        const int64_t o[9] = {m.o_gate, m.o_w1, m.o_w3, m.o_w2, m.o_sw1, m.o_sw3, m.o_sw2, P, P};
+        double gmax[N_RANGES] = {0}, err[N_RANGES] = {0};
+        prange r[N_RANGES];
+        model_ranges(&m, r);
         for (int64_t p = 0; p < m.o_gate; p++)
             dx = dx && g2[p] == g1[p];
-        for (int w = 0; w < 7; w++)
-            for (int64_t p = o[w]; p < o[w + 1]; p++) {
+        for (int w = 1; w < N_RANGES; w++)
+            for (int64_t p = r[w].o0; p < r[w].o1; p++) {
                 gmax[w] = fmax(gmax[w], fabs(g1[p]));
                 err[w] = fmax(err[w], fabs(g2[p] - 2.0 * g1[p]));
             }
         CHECK(dx, "dx is written (=)");
-        for (int w = 0; w < 7; w++)
+        for (int w = 1; w < N_RANGES; w++)
             CHECK(gmax[w] > 0 && err[w] <= 1e-6 * gmax[w], "%s gradients accumulate (+=): error %g "
-                  "of max %g", param_name(&m, o[w]), err[w], gmax[w]);
+                  "of max %g", r[w].name, err[w], gmax[w]);
         free(dy);
     }
     free(g1), free(g2), free(y1), free(y2);
@@ -947,11 +978,12 @@ static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *
     double mx;
     const double ey = rel_err(y32, y1, 0, n, &mx);
     CHECK(mx > 0 && ey <= tol, "%s: y within %g of fp32: %.3g", label, tol, ey);
-    const int64_t o[9] = {0, m->o_gate, m->o_w1, m->o_w3, m->o_w2, m->o_sw1, m->o_sw3, m->o_sw2, P};
-    const char *nm[8] = {"dx", "gate", "w1", "w3", "w2", "sw1", "sw3", "sw2"};
-    for (int w = 0; w < 8; w++) {
-        const double e = rel_err(g32, g1, o[w], o[w + 1], &mx);
-        CHECK(mx > 0 && e <= tol, "%s: %s gradient within %g of fp32: %.3g", label, nm[w], tol, e);
+    prange r[N_RANGES];
+    model_ranges(m, r);
+    for (int w = 0; w < N_RANGES; w++) {
+        const double e = rel_err(g32, g1, r[w].o0, r[w].o1, &mx);
+        CHECK(mx > 0 && e <= tol, "%s: %s gradient within %g of fp32: %.3g", label,
+              w ? r[w].name : "dx", tol, e);
     }
 
     /* A second backward from a fresh forward: dx rewritten, weight gradients doubled (up to the
@@ -974,9 +1006,9 @@ static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *
         CHECK(memcmp(g1, g2, (size_t)m->o_gate * sizeof(float)) == 0, "%s: dx is written (=)",
               label);
         double worst = 0;
-        for (int w = 1; w < 8; w++) {
+        for (int w = 1; w < N_RANGES; w++) {
             double gmax = 0, err = 0;
-            for (int64_t p = o[w]; p < o[w + 1]; p++) {
+            for (int64_t p = r[w].o0; p < r[w].o1; p++) {
                 gmax = fmax(gmax, fabs(g1[p]));
                 err = fmax(err, fabs(g2[p] - 2.0 * g1[p]));
             }
@@ -988,6 +1020,56 @@ static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *
     free(g32), free(g1), free(g2), free(y32), free(y1), free(y2);
     trex_gemm_ws_destroy(ws1);
     trex_gemm_ws_destroy(ws2);
+}
+
+/* Tensor q of m (0 x, 1 gate, 2 + e w1[e], 2 + E + e w3[e], 2 + 2E + e w2[e], 2 + 3E sw1, sw3, sw2):
+ * offset and size in the flat vector. */
+static int64_t tensor_at(const model *m, int64_t q, int64_t *n)
+{
+    const int64_t E = m->E, Id = m->I * m->d;
+    *n = q == 0 ? m->o_gate : q == 1 ? E * m->d : Id;
+    return q == 0              ? 0
+           : q == 1            ? m->o_gate
+           : q < 2 + E         ? m->o_w1 + (q - 2) * m->ew
+           : q < 2 + 2 * E     ? m->o_w3 + (q - 2 - E) * m->ew
+           : q < 2 + 3 * E     ? m->o_w2 + (q - 2 - 2 * E) * Id
+           : q == 2 + 3 * E    ? m->o_sw1
+           : q == 3 + 3 * E    ? m->o_sw3
+                               : m->o_sw2;
+}
+
+/* One layer with [W1; W3] in place and the same values with W1 and W3 apart: bf16 mode runs a | u and
+ * [dW1; dW3] as one product or as two, with the same bits. */
+static void test_bf16_layouts(trex_arena *arena, trex_pool *pool)
+{
+    model a, b;
+    model_init(&a, 1, 300, 40, 6, 2, 24, 1, 0.3, 0.15, 10.0, 31);
+    model_init_split(&b, 1, 300, 40, 6, 2, 24, 1, 0.3, 0.15, 10.0, 31, true);
+    const int64_t nt = 5 + 3 * a.E;
+    for (int64_t q = 0; q < nt; q++) {
+        int64_t n, oa = tensor_at(&a, q, &n), ob = tensor_at(&b, q, &n);
+        memcpy(b.th + ob, a.th + oa, (size_t)n * sizeof *b.th);
+        memcpy(b.thf + ob, a.thf + oa, (size_t)n * sizeof *b.thf);
+    }
+    trex_gemm_ws *ws = trex_gemm_ws_create();
+    float *ga = xcalloc((size_t)a.P, sizeof(float)), *gb = xcalloc((size_t)b.P, sizeof(float));
+    float *ya = xcalloc((size_t)(a.N * a.d), sizeof(float)), *yb = xcalloc((size_t)(b.N * b.d), sizeof(float));
+    double ba = 0, bb = 0;
+    trex_ctx c = {.pool = pool, .arena = arena, .compute = TREX_BF16, .ws = ws};
+    layer_grad(&a, &c, ya, ga, &ba, NULL);
+    layer_grad(&b, &c, yb, gb, &bb, NULL);
+    CHECK(memcmp(ya, yb, (size_t)(a.N * a.d) * sizeof(float)) == 0, "bf16 layouts: y bitwise equal");
+    int64_t bad = 0;
+    for (int64_t q = 0; q < nt; q++) {
+        int64_t n, oa = tensor_at(&a, q, &n), ob = tensor_at(&b, q, &n);
+        bad += memcmp(ga + oa, gb + ob, (size_t)n * sizeof(float)) != 0;
+    }
+    CHECK(bad == 0 && ba == bb, "bf16 layouts: %lld of %lld gradient tensors differ", (long long)bad,
+          (long long)nt);
+    free(ga), free(gb), free(ya), free(yb);
+    trex_gemm_ws_destroy(ws);
+    model_free(&a);
+    model_free(&b);
 }
 
 static void test_bf16(trex_arena *arena)
@@ -1011,6 +1093,12 @@ static void test_bf16(trex_arena *arena)
     model_init(&m, 1, 700, 40, 20, 3, 24, 1, 0.3, 0.15, 10.0, 24);
     bf16_case(&m, arena, pool, "bf16, 20 experts in waves", 2e-2);
     model_free(&m);
+    /* The same with W1 and W3 apart (every expert's w1, then every w3; the shared expert's w1, w2,
+     * w3): bf16 mode runs a | u and [dW1; dW3] as two problems each. */
+    model_init_split(&m, 1, 700, 40, 20, 3, 24, 1, 0.3, 0.15, 10.0, 24, true);
+    bf16_case(&m, arena, pool, "bf16, 20 experts, [W1; W3] apart", 2e-2);
+    model_free(&m);
+    test_bf16_layouts(arena, pool);
     /* Hash layer, no clamp (limit 0), a small batch. */
     model_init(&m, 1, 37, 40, 6, 2, 24, 0, 0.0, 0.2, 0.0, 22);
     bf16_case(&m, arena, pool, "bf16, hash layer", 2e-2);

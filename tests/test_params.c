@@ -237,13 +237,13 @@ static void test_tiny_layout(void)
         "layers.1.attn.indexer.compressor.wgate.weight", "layers.1.attn.indexer.compressor.ape",
         "layers.1.attn.indexer.compressor.norm.weight", "layers.1.hc_ffn_fn", "layers.1.hc_ffn_base",
         "layers.1.hc_ffn_scale", "layers.1.ffn_norm.weight", "layers.1.ffn.gate.weight",
-        "layers.1.ffn.gate.tid2eid", "layers.1.ffn.experts.0.w1.weight", "layers.1.ffn.experts.0.w2.weight",
-        "layers.1.ffn.experts.0.w3.weight", "layers.1.ffn.experts.1.w1.weight"};
+        "layers.1.ffn.gate.tid2eid", "layers.1.ffn.experts.0.w1.weight", "layers.1.ffn.experts.0.w3.weight",
+        "layers.1.ffn.experts.0.w2.weight", "layers.1.ffn.experts.1.w1.weight"};
     const trex_param *first = trex_layout_find(&lay, order[0]);
     for (size_t k = 0; first && k < sizeof order / sizeof order[0]; k++)
         CHECK(first + k < lay.params + lay.count && !strcmp(first[k].name, order[k]), "order: %s at %zu",
               order[k], k);
-    static const char *const tail[] = {"mtp.0.ffn.shared_experts.w3.weight", "mtp.0.e_proj.weight",
+    static const char *const tail[] = {"mtp.0.ffn.shared_experts.w2.weight", "mtp.0.e_proj.weight",
                                        "mtp.0.h_proj.weight", "mtp.0.enorm.weight", "mtp.0.hnorm.weight",
                                        "mtp.0.norm.weight", "mtp.0.hc_head_fn", "mtp.0.hc_head_base",
                                        "mtp.0.hc_head_scale", "hc_head_fn", "hc_head_base", "hc_head_scale",
@@ -251,6 +251,22 @@ static void test_tiny_layout(void)
     const int64_t nt = (int64_t)(sizeof tail / sizeof tail[0]);
     for (int64_t k = 0; k < nt; k++)
         CHECK(!strcmp(lay.params[lay.count - nt + k].name, tail[k]), "tail order: %s", tail[k]);
+    /* every expert's (and shared expert's) w3 starts where its w1 ends: [W1; W3] is one matrix in
+     * place (bf16 mode's MoE products rely on it where they can, docs/params.md) */
+    int64_t n_w1 = 0, bad_w13 = 0;
+    for (int64_t k = 0; k < lay.count; k++) {
+        const trex_param *w1 = &lay.params[k];
+        const size_t len = strlen(w1->name);
+        if (len < 10 || strcmp(w1->name + len - 10, ".w1.weight") != 0)
+            continue;
+        char name3[256];
+        snprintf(name3, sizeof name3, "%.*s.w3.weight", (int)(len - 10), w1->name);
+        const trex_param *w3 = trex_layout_find(&lay, name3);
+        n_w1++;
+        bad_w13 += !w3 || w3->offset != w1->offset + w1->numel || w3 != w1 + 1;
+    }
+    CHECK(n_w1 == 7 * 9 && bad_w13 == 0, "%" PRId64 " of %" PRId64 " w3 tensors not right after their w1",
+          bad_w13, n_w1);
     const trex_param *p = trex_layout_find(&lay, "layers.4.ffn.experts.3.w2.weight");
     CHECK(p && p->expert == 3 && p->layer == 4 && p->kind == TREX_P_EXPERT && p->trainable, "expert fields");
     p = trex_layout_find(&lay, "mtp.0.attn.wkv.weight");
@@ -447,6 +463,35 @@ static trex_code write_variant(const trex_weights *w, const variant *v, const in
     return rc;
 }
 
+/* Writes the weights with every expert's (and shared expert's) tensors in the order w1, w2, w3: the
+ * layout's order before the sixth sitting of issue 4 (now w1, w3, w2). */
+static trex_code write_old_order(const trex_weights *w, const int64_t *ints, const char *path, trex_err *err)
+{
+    trex_st_writer *wr = trex_st_writer_create();
+    trex_code rc = TREX_OK;
+    const trex_param *held = NULL; /* a w3 waiting for its w2 */
+    for (int64_t k = 0; k < w->layout.count && rc == TREX_OK; k++) {
+        const trex_param *p = &w->layout.params[k];
+        const size_t len = strlen(p->name);
+        if (len > 10 && !strcmp(p->name + len - 10, ".w3.weight")) {
+            held = p;
+            continue;
+        }
+        for (int q = 0; q < 2 && rc == TREX_OK; q++) {
+            const trex_param *t = q == 0 ? p : held;
+            if (!t)
+                continue;
+            rc = t->is_int ? trex_st_writer_add(wr, t->name, TREX_I64, t->ndim, t->shape, ints + t->offset, err)
+                           : trex_st_writer_add(wr, t->name, TREX_F32, t->ndim, t->shape, w->f + t->offset, err);
+        }
+        held = NULL;
+    }
+    if (rc == TREX_OK)
+        rc = trex_st_writer_write(wr, path, err);
+    trex_st_writer_destroy(wr);
+    return rc;
+}
+
 static void test_load_errors(void)
 {
     trex_config c;
@@ -527,6 +572,22 @@ static void test_load_errors(void)
         CHECK(strstr(err.msg, path) != NULL, "%s: message lacks the file: %s", v->label, err.msg);
         CHECK(strstr(err.msg, v->expect) != NULL, "%s: message lacks \"%s\": %s", v->label, v->expect, err.msg);
         CHECK(w2.f == NULL && w2.layout.params == NULL, "%s: nothing left allocated", v->label);
+    }
+    /* A file in the old tensor order (w1, w2, w3 per expert) loads by name: the same weights. */
+    CHECK(write_old_order(&w, ints, path, &err) == TREX_OK, "old order: write: %s", err.msg);
+    trex_st_file *f = NULL;
+    if (trex_st_open(&f, path, &err) == TREX_OK) {
+        int64_t moved = 0;
+        for (int64_t k = 0; k < trex_st_count(f) && k < w.layout.count; k++)
+            moved += strcmp(trex_st_entry_at(f, k)->name, w.layout.params[k].name) != 0;
+        CHECK(trex_st_count(f) == w.layout.count && moved > 0, "old order: %" PRId64 " tensors at other places",
+              moved);
+        trex_st_close(f);
+    }
+    CHECK(trex_weights_load(&w2, &c, path, &mem, &err) == TREX_OK, "old order: load: %s", err.msg);
+    if (w2.f) {
+        CHECK(same_weights(&w, &w2), "old order: the same weights by name");
+        trex_weights_free(&w2);
     }
     /* not a file */
     snprintf(path, sizeof path, "%s/none.safetensors", tmpdir);

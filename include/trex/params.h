@@ -6,7 +6,7 @@
  * counts parameters of V4-Pro without allocating them — and the same layout sizes the runtime's
  * parameter, gradient and optimizer regions. Order: embed, layers 0..L-1, mtp.0, hc_head_*, norm, head;
  * inside a block: hc_attn_*, attn_norm, attn.*, hc_ffn_*, ffn_norm, ffn.* (gate, experts 0..E-1 with
- * w1 w2 w3, shared_experts), then for mtp.0 its e_proj, h_proj, enorm, hnorm, norm, hc_head_*. */
+ * w1 w3 w2, shared_experts w1 w3 w2), then for mtp.0 its e_proj, h_proj, enorm, hnorm, norm, hc_head_*. */
 #ifndef TREX_PARAMS_H
 #define TREX_PARAMS_H
 

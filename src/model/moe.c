@@ -38,6 +38,7 @@
 #define MOE_CHUNK 1024  /* rows per expert GEMM: bounds the scratch, fixed so results do not vary */
 #define MOE_RANGE 8192  /* bf16 mode: permuted rows per grouped pass (bounds the scratch; fixed) */
 #define MOE_PAD 32      /* bf16 mode: padding (elements, 64 bytes) of the backward's bf16 rows */
+#define MOE_PAD_AU 16   /* bf16 mode: padding (floats, 64 bytes) of the a | u rows */
 
 /* What backward needs, carved from ctx->arena by forward. */
 struct trex_moe_cache {
@@ -50,8 +51,10 @@ struct trex_moe_cache {
     int64_t *off;      /* [E+1] start of each expert's group in permuted order */
     int32_t *perm;     /* [N*K] permuted position -> slot t*K+k */
     int32_t *spos;     /* [N,K] bf16 mode: each token's permuted positions, ascending (else NULL) */
-    float *a, *u;      /* [N*K, I] routed W1x and W3x before the clamp, permuted order */
+    float *a, *u;      /* [N*K, I] routed W1x and W3x before the clamp, permuted order, rows lau apart */
     float *sa, *su;    /* [N, I] the same for the shared expert */
+    int64_t lau;       /* row stride of a, u, sa, su: I (fp32 mode, separate arrays); 2I + MOE_PAD_AU
+                        * (bf16 mode: a | u side by side, u = a + I, one product's C) */
 };
 
 /* ---- elementwise helpers ------------------------------------------------------------------------- */
@@ -431,25 +434,39 @@ static void to_bf16_rows(trex_pool *pool, uint16_t *dst, const float *src, int64
 
 typedef struct swiglu16_args {
     const trex_fused_table *f;
-    const float *a, *u;    /* [n, I] pre-activations */
+    const float *a, *u;    /* [n, I] pre-activations, rows lau apart */
     uint16_t *h;           /* forward: [n, I] out, g * SwiGLU; backward: the same, also written */
     const float *dh;       /* backward: [n, I] dL/d(weighted h) */
     uint16_t *da, *du;     /* backward: [n, I] out, rows la apart (side by side) */
     const int32_t *perm;   /* routed: slot of each row; NULL for the shared expert (g = 1) */
     const float *gw;       /* [N*K] mixing weights by slot */
     float *dg;             /* [N*K] dL/dg by slot (routed backward) */
-    int64_t I, la;         /* la: row stride of da and du (backward) */
+    int64_t I, la, lau;    /* la: row stride of da and du (backward); lau: of a and u */
     float L;
 } swiglu16_args;
 
+/* Asks for the n floats at p in cache (one prefetch per 64-byte line). */
+static inline void prefetch_f(const float *p, int64_t n)
+{
+    for (int64_t j = 0; j < n; j += 16)
+        __builtin_prefetch(p + j, 0, 3);
+}
+
+/* a and u of a row lie side by side (one product's C), two streams in each 4 KiB page, which the
+ * hardware prefetcher follows poorly: the next row's a and u are asked for while this row runs. */
 static void swiglu16_fwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const swiglu16_args *s = arg;
     const int64_t I = s->I;
-    for (int64_t r = r0; r < r1; r++)
-        s->f->swiglu_fwd_bf16(s->h + r * I, s->a + r * I, s->u + r * I, I,
+    for (int64_t r = r0; r < r1; r++) {
+        if (r + 1 < r1) {
+            prefetch_f(s->a + (r + 1) * s->lau, I);
+            prefetch_f(s->u + (r + 1) * s->lau, I);
+        }
+        s->f->swiglu_fwd_bf16(s->h + r * I, s->a + r * s->lau, s->u + r * s->lau, I,
                               s->perm ? s->gw[s->perm[r]] : 1.0f, s->L);
+    }
 }
 
 /* The backward of rows [r0, r1), with h recomputed in the same pass (one exp per element). */
@@ -459,20 +476,64 @@ static void swiglu16_bwd_rows(void *arg, int64_t r0, int64_t r1, int tid)
     const swiglu16_args *s = arg;
     const int64_t I = s->I;
     for (int64_t r = r0; r < r1; r++) {
+        if (r + 1 < r1) {
+            prefetch_f(s->a + (r + 1) * s->lau, I);
+            prefetch_f(s->u + (r + 1) * s->lau, I);
+        }
         const float dot = s->f->swiglu_bwd_bf16(s->h + r * I, s->da + r * s->la, s->du + r * s->la,
-                                                s->a + r * I, s->u + r * I, s->dh + r * I, I,
+                                                s->a + r * s->lau, s->u + r * s->lau, s->dh + r * I, I,
                                                 s->perm ? s->gw[s->perm[r]] : 1.0f, s->L);
         if (s->perm)
             s->dg[s->perm[r]] = dot;
     }
 }
 
+/* bf16 mode: whether [W1; W3] of every routed expert and of the shared expert is one [2I, d] matrix in
+ * place (W3 right after W1, rows d apart): the parameter layout puts w3 right after w1 and has no gap
+ * between them when I d is a multiple of 16 (docs/params.md); weights and gradients are checked
+ * separately. Then the two products in which W1 and W3 share the other operand run as one product
+ * each: a | u = x [W1; W3]^T of N = 2I and [dW1; dW3] += [da du]^T x of M = 2I (x packed once, not
+ * twice). Otherwise (matrices built elsewhere, odd shapes) W1 and W3 run as two problems each. Both
+ * forms give the same bits (each element of C sums its k in the same order). */
+static bool w13_adjacent(const trex_moe_w *w, int64_t E, int64_t I, int64_t d)
+{
+    bool adj = w->sw3 == w->sw1 + I * d;
+    for (int64_t e = 0; e < E && adj; e++)
+        adj = w->w3[e] == w->w1[e] + I * d;
+    return adj;
+}
+
+/* The problems of a | u = x [W1; W3]^T over the pieces of pl: C = au (rows lau apart, a in columns
+ * [0, I), u in [I, 2I)), A = xg (bf16, lda). Returns the count. */
+static int64_t pieces_w13_fwd(trex_gemm_problem *probs, const piece_list *pl, float *const *w1,
+                              float *const *w3, bool adj, int64_t I, int64_t d, const uint16_t *xg,
+                              int64_t lda, float *au, int64_t lau)
+{
+    if (adj)
+        return pieces_fwd(probs, pl, w1, 2 * I, d, xg, lda, d, au, lau);
+    const int64_t np = pieces_fwd(probs, pl, w1, I, d, xg, lda, d, au, lau);
+    return np + pieces_fwd(probs + np, pl, w3, I, d, xg, lda, d, au + I, lau);
+}
+
+/* The problems of [dW1; dW3] += [da du]^T x over the pieces of pl (dadu rows la apart, xg rows lx
+ * apart, both bf16). Returns the count. */
+static int64_t pieces_w13_wgrad(trex_gemm_problem *probs, const piece_list *pl, float *const *g1,
+                                float *const *g3, bool adj, int64_t I, int64_t d,
+                                const uint16_t *dadu, int64_t la, const uint16_t *xg, int64_t lx)
+{
+    if (adj)
+        return pieces_wgrad(probs, pl, g1, 2 * I, d, dadu, la, xg, lx);
+    const int64_t np = pieces_wgrad(probs, pl, g1, I, d, dadu, la, xg, lx);
+    return np + pieces_wgrad(probs + np, pl, g3, I, d, dadu + I, la, xg, lx);
+}
+
 /* [W1; W3] of up to MOE_WAVE experts in bf16 ([2I, d] each, W1's rows then W3's, rows d + MOE_PAD
- * apart; the parameter layout puts W2 between them, so this is a copy): the B of the backward's dx = [da du] [W1; W3] as one product of
- * K = 2I per expert instead of two products against the fp32 weights (each packed by pairs, the
- * slowest packer path, and the second reading and writing C again). Rounded as trex_f32_to_bf16, i.e.
- * exactly what the packers made of the fp32 weights, and the one product sums k in the order of the
- * two (the second continued from the first's C), so dx keeps its bits. */
+ * apart): the B of the backward's dx = [da du] [W1; W3], one product of K = 2I per expert. A copy
+ * even where [W1; W3] is one matrix in place: packing the fp32 weights for this product (B not
+ * transposed: pairs of rows 4 KiB apart, the slowest packer path) measured 7-14% slower than this copy
+ * plus packing its padded bf16 rows (docs/perf.md "MoE class, round 6"). Rounded as trex_f32_to_bf16,
+ * i.e. exactly what the packers make of the fp32 weights, and the one product sums k in the order of
+ * two products of K = I (the second continued from the first's C), so dx has the bits of those. */
 #define MOE_WAVE 8
 typedef struct w13_args {
     const float *w1[MOE_WAVE], *w3[MOE_WAVE];
@@ -566,29 +627,28 @@ static void w13_shared_bf16(trex_pool *pool, uint16_t *dst, const trex_moe_w *w,
 }
 
 /* x to bf16 (xb), then the shared expert in passes of Cs tokens (y written), then the routed experts in
- * passes of C permuted rows: gather xb, one grouped call for W1 and W3 of every expert of the pass,
- * SwiGLU into bf16, one grouped call for W2, then each token adds its rows of the pass in expert order
- * (y summed as in the per-expert path: shared, then experts by index). With keep, a and u go to the
- * cache (else to the pass-sized c->a, c->u and sa, su). og [C, d] holds the experts' outputs; its first
- * C*d bf16 hold the gathered inputs until W2 overwrites them. (One product of N = 2I per expert from a
- * bf16 [W1; W3], which packs x once, measured no faster here: the copy's pass over the fp32 weights
- * costs what it saves. The backward's dx uses the copy.) */
+ * passes of C permuted rows: gather xb, one grouped call for a | u = x [W1; W3]^T of every expert of
+ * the pass, SwiGLU into bf16, one grouped call for W2, then each token adds its rows of the pass in
+ * expert order (y summed as in the per-expert path: shared, then experts by index). With keep, a | u
+ * go to the cache (else to the pass-sized c->a and sa), rows lau apart. og [C, d] holds the experts'
+ * outputs; its first C*d bf16 hold the gathered inputs until W2 overwrites them. */
 static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe_cache *c, float *y,
                                     const float *x, uint16_t *xb, const trex_moe_w *w, bool keep,
-                                    float *sa, float *su, float *og, uint16_t *hg,
-                                    trex_gemm_problem *probs, int64_t C, int64_t Cs, float L)
+                                    float *sa, float *og, uint16_t *hg, trex_gemm_problem *probs,
+                                    int64_t C, int64_t Cs, float L)
 {
-    const int64_t N = c->N, K = c->K, I = c->I, d = c->d, E = c->E;
+    const int64_t N = c->N, K = c->K, I = c->I, d = c->d, E = c->E, lau = c->lau;
     const trex_fused_table *f = trex_fused();
+    const bool adj = w13_adjacent(w, E, I, d);
     uint16_t *xg = (uint16_t *)og;
     to_bf16_rows(pool, xb, x, N, d, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
-        const int64_t n = N - r0 < Cs ? N - r0 : Cs;
-        float *a = keep ? c->sa + r0 * I : sa, *u = keep ? c->su + r0 * I : su;
-        probs[0] = (trex_gemm_problem){n, I, d, xb + r0 * d, d, w->sw1, d, a, I};
-        probs[1] = (trex_gemm_problem){n, I, d, xb + r0 * d, d, w->sw3, d, u, I};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, 2);
-        swiglu16_args sg = {.f = f, .a = a, .u = u, .h = hg, .I = I, .L = L};
+        const int64_t n = N - r0 < Cs ? N - r0 : Cs, soff[2] = {0, n};
+        const piece_list sp = {soff, 1, 0, n};
+        float *a = keep ? c->sa + r0 * lau : sa;
+        int64_t np = pieces_w13_fwd(probs, &sp, &w->sw1, &w->sw3, adj, I, d, xb + r0 * d, d, a, lau);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .I = I, .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
         probs[0] = (trex_gemm_problem){n, d, I, hg, I, w->sw2, I, y + r0 * d, d};
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, 1);
@@ -597,14 +657,13 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
-        float *a = keep ? c->a + p0 * I : c->a, *u = keep ? c->u + p0 * I : c->u;
+        float *a = keep ? c->a + p0 * lau : c->a;
         gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t), d};
         trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
-        int64_t np = pieces_fwd(probs, &pl, w->w1, I, d, xg, d, d, a, I);
-        np += pieces_fwd(probs + np, &pl, w->w3, I, d, xg, d, d, u, I);
+        int64_t np = pieces_w13_fwd(probs, &pl, w->w1, w->w3, adj, I, d, xg, d, a, lau);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
-        swiglu16_args sg = {.f = f, .a = a, .u = u, .h = hg, .perm = perm, .gw = c->gw, .I = I,
-                            .L = L};
+        swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .perm = perm, .gw = c->gw, .I = I,
+                            .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
         np = pieces_fwd(probs, &pl, w->w2, d, I, hg, I, I, og, d); /* outputs over the inputs */
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
@@ -729,26 +788,32 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     const int64_t cmax = grouped ? MOE_RANGE : MOE_CHUNK;
     const int64_t C = (grouped ? N * K : N) < cmax ? (grouped ? N * K : N) : cmax;
     const int64_t Cs = N < cmax ? N : cmax; /* shared expert rows per pass */
+    /* fp32 mode: a, u (sa, su) separate arrays; bf16 mode: a | u side by side, one product's C. */
+    c->lau = grouped ? 2 * I + MOE_PAD_AU : I;
     if (grouped)
         c->spos = arena_get_as(ar, (size_t)(N * K) * sizeof(int32_t), true, &ok);
-    if (cache) {
-        c->a = arena_get_as(ar, (size_t)(N * K * I) * sizeof(float), grouped, &ok);
-        c->u = arena_get_as(ar, (size_t)(N * K * I) * sizeof(float), grouped, &ok);
-        c->sa = arena_get_as(ar, (size_t)(N * I) * sizeof(float), grouped, &ok);
-        c->su = arena_get_as(ar, (size_t)(N * I) * sizeof(float), grouped, &ok);
+    if (cache && grouped) {
+        c->a = arena_get_as(ar, (size_t)(N * K * c->lau) * sizeof(float), true, &ok);
+        c->sa = arena_get_as(ar, (size_t)(N * c->lau) * sizeof(float), true, &ok);
+        c->u = c->a ? c->a + I : NULL, c->su = c->sa ? c->sa + I : NULL;
+    } else if (cache) {
+        c->a = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
+        c->u = arena_get(ar, (size_t)(N * K * I) * sizeof(float), &ok);
+        c->sa = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
+        c->su = arena_get(ar, (size_t)(N * I) * sizeof(float), &ok);
     }
     if (!ok)
         goto oom;
     /* Scratch from here on (bf16 mode: given back before returning). */
     const trex_arena_mark mk = trex_arena_mark_get(ar);
-    float *sa = NULL, *su = NULL;
-    if (!cache) {
-        c->a = arena_get_as(ar, (size_t)(C * I) * sizeof(float), grouped, &ok);
-        c->u = arena_get_as(ar, (size_t)(C * I) * sizeof(float), grouped, &ok);
-        if (grouped) {
-            sa = arena_get_as(ar, (size_t)(Cs * I) * sizeof(float), true, &ok);
-            su = arena_get_as(ar, (size_t)(Cs * I) * sizeof(float), true, &ok);
-        }
+    float *sa = NULL;
+    if (!cache && grouped) {
+        c->a = arena_get_as(ar, (size_t)(C * c->lau) * sizeof(float), true, &ok);
+        c->u = c->a ? c->a + I : NULL;
+        sa = arena_get_as(ar, (size_t)(Cs * c->lau) * sizeof(float), true, &ok);
+    } else if (!cache) {
+        c->a = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
+        c->u = arena_get(ar, (size_t)(C * I) * sizeof(float), &ok);
     }
     /* xg holds the gathered inputs, then (bf16) the experts' outputs of the same rows. bf16 mode: hg
      * is bf16, xb the bf16 copy of x. */
@@ -839,7 +904,7 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     }
 
     if (grouped) {
-        experts_forward_grouped(pool, gws, c, y, x, xb, w, cache != NULL, sa, su, og, (uint16_t *)hg,
+        experts_forward_grouped(pool, gws, c, y, x, xb, w, cache != NULL, sa, og, (uint16_t *)hg,
                                 probs, C, Cs, L);
         goto done;
     }
@@ -948,17 +1013,19 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
  * in passes of MOE_RANGE permuted rows, each product one grouped call over the experts of the pass. dx
  * gets the shared expert's part (written), then each token adds its rows of every pass in expert
  * order. Operands other than weights are bf16 (see above); dh and dx are fp32 products. Per pass:
- * dh = dy W2; SwiGLU's backward, which also recomputes h (one exp); dW2 += dy^T h; dW1 += da^T x and
- * dW3 += du^T x (one call); dx = [da du] [W1; W3] (one product of K = 2I per expert). */
+ * dh = dy W2; SwiGLU's backward, which also recomputes h (one exp); dW2 += dy^T h;
+ * [dW1; dW3] += [da du]^T x (one product per expert where [W1; W3] is one matrix in place, see
+ * w13_adjacent); dx = [da du] [W1; W3] (one product of K = 2I per expert from a bf16 copy). */
 static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *c, float *dx,
                                      float *dg, const float *dy, const float *x, const trex_moe_w *w,
                                      trex_moe_w *g, float L)
 {
-    const int64_t N = c->N, E = c->E, K = c->K, I = c->I, d = c->d;
+    const int64_t N = c->N, E = c->E, K = c->K, I = c->I, d = c->d, lau = c->lau;
     trex_pool *pool = ctx->pool;
     trex_gemm_ws *gws = ctx->ws;
     trex_arena *ar = ctx->arena;
     const trex_fused_table *f = trex_fused();
+    const bool gadj = w13_adjacent(g, E, I, d);
     const int64_t C = N * K < MOE_RANGE ? N * K : MOE_RANGE, Cs = N < MOE_RANGE ? N : MOE_RANGE;
     const int64_t Ch = C > Cs ? C : Cs;
     /* bf16 rows that the packers read by pairs (32 rows, 64 bytes each, per tile: the operands of the
@@ -984,19 +1051,19 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
 
     w13_shared_bf16(pool, ws.wb, w, I, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
-        const int64_t n = N - r0 < Cs ? N - r0 : Cs;
+        const int64_t n = N - r0 < Cs ? N - r0 : Cs, soff[2] = {0, n};
+        const piece_list sp = {soff, 1, 0, n};
         const uint16_t *xr = xb + r0 * lx, *dyr = dyb + r0 * lx;
-        swiglu16_args sg = {.f = f, .a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg,
-                            .da = dadu, .du = dadu + I, .I = I, .la = la, .L = L};
+        swiglu16_args sg = {.f = f, .a = c->sa + r0 * lau, .u = c->su + r0 * lau, .h = hg, .dh = dhg,
+                            .da = dadu, .du = dadu + I, .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I]); SwiGLU backward and h; dW2 += dy^T h */
         probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, w->sw2, I, dhg, I};
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, 1);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I};
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 1);
-        probs[0] = (trex_gemm_problem){I, d, n, dadu, la, xr, lx, g->sw1, d};
-        probs[1] = (trex_gemm_problem){I, d, n, dadu + I, la, xr, lx, g->sw3, d};
-        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 2);
+        int64_t np = pieces_w13_wgrad(probs, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx);
+        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
         probs[0] = (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d};
         trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, 1);
     }
@@ -1007,18 +1074,17 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
         const int32_t *perm = c->perm + p0;
         gather_args ga = {perm, K, d, xb, dyb, xg, dyg, sizeof(uint16_t), lx};
         trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
-        swiglu16_args sg = {.f = f, .a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
+        swiglu16_args sg = {.f = f, .a = c->a + p0 * lau, .u = c->u + p0 * lau, .h = hg, .dh = dhg,
                             .da = dadu, .du = dadu + I, .perm = perm, .gw = c->gw, .dg = dg,
-                            .I = I, .la = la, .L = L};
+                            .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I] is op(B) as stored); SwiGLU backward and h; dW2 += dy^T h. */
         int64_t np = pieces_fwd(probs, &pl, w->w2, I, d, dyg, lx, I, dhg, I);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, lx, hg, I);
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
-        /* dW1 += da^T x, dW3 += du^T x in one call; dx = [da du] [W1; W3] (over xg and dyg, spent). */
-        np = pieces_wgrad(probs, &pl, g->w1, I, d, dadu, la, xg, lx);
-        np += pieces_wgrad(probs + np, &pl, g->w3, I, d, dadu + I, la, xg, lx);
+        /* [dW1; dW3] += [da du]^T x; dx = [da du] [W1; W3] (over xg and dyg, spent). */
+        np = pieces_w13_wgrad(probs, &pl, g->w1, g->w3, gadj, I, d, dadu, la, xg, lx);
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
         w13_backward_dx(pool, gws, w, &pl, &ws, probs, dadu, la, dxg, I, d);
         combine_args cb = {c->spos, dxg, dx, K, d, p0, p0 + n};

@@ -153,14 +153,16 @@ static trex_code add_block(builder *b, const char *pre, int64_t i)
         ADD(TREX_P_TID2EID, i, -1, c->vocab_size, c->num_experts_per_tok, "%s.ffn.gate.tid2eid", pre);
     else
         ADD(TREX_P_GATE_BIAS, i, -1, E, -1, "%s.ffn.gate.bias", pre);
+    /* w1 then w3 then w2: when inter * d is a multiple of 16 (no alignment gap), an expert's
+     * [W1; W3] is one [2 inter, d] matrix in place, which bf16 mode's MoE products use (docs/moe.md). */
     for (int64_t e = 0; e < E; e++) {
         ADD(TREX_P_EXPERT, i, e, inter, d, "%s.ffn.experts.%" PRId64 ".w1.weight", pre, e);
-        ADD(TREX_P_EXPERT, i, e, d, inter, "%s.ffn.experts.%" PRId64 ".w2.weight", pre, e);
         ADD(TREX_P_EXPERT, i, e, inter, d, "%s.ffn.experts.%" PRId64 ".w3.weight", pre, e);
+        ADD(TREX_P_EXPERT, i, e, d, inter, "%s.ffn.experts.%" PRId64 ".w2.weight", pre, e);
     }
     ADD(TREX_P_SHARED_EXPERT, i, -1, inter, d, "%s.ffn.shared_experts.w1.weight", pre);
-    ADD(TREX_P_SHARED_EXPERT, i, -1, d, inter, "%s.ffn.shared_experts.w2.weight", pre);
     ADD(TREX_P_SHARED_EXPERT, i, -1, inter, d, "%s.ffn.shared_experts.w3.weight", pre);
+    ADD(TREX_P_SHARED_EXPERT, i, -1, d, inter, "%s.ffn.shared_experts.w2.weight", pre);
     return TREX_OK;
 }
 
