@@ -285,6 +285,84 @@ static void check_gate_bwd(const trex_fused_table *t, const trex_fused_table *r,
         free(dx[k]), free(dg[k]);
 }
 
+/* gate_bwd_dx_mhc of table t and of the reference against the passes it fuses, bit for bit: the
+ * reference's mhc_collapse_bwd (its dX update), dX -= c X as mhc_rho_bwd, then gate_bwd_dx; ns
+ * streams of d, the weights w with a row stride wider than ns. */
+static void check_gate_bwd_mhc(const trex_fused_table *t, const trex_fused_table *r, int64_t n,
+                               int ns, int64_t d, int64_t E)
+{
+    const int64_t nd = ns * d, wld = ns + 3;
+    float *dz = xmalloc_f(n * E), *X = xmalloc_f(n * nd), *gate = xmalloc_f(E * nd);
+    float *dx = xmalloc_f(n * d), *w = xmalloc_f(n * wld), *c = xmalloc_f(n), dw[8];
+    fill(dz, n * E, 0.3f), fill(X, n * nd, 2.0f), fill(gate, E * nd, 0.1f), fill(dx, n * d, 1.0f);
+    fill(w, n * wld, 1.0f), fill(c, n, 0.01f);
+    float *dX[3];
+    for (int k = 0; k < 3; k++) {
+        dX[k] = xmalloc_f(n * nd);
+        rng_state = 91; /* the same old values in each copy */
+        fill(dX[k], n * nd, 1.0f);
+    }
+    for (int64_t q = 0; q < n; q++) {
+        r->mhc_collapse_bwd(ns, d, w + q * wld, X + q * nd, dx + q * d, dw, dX[0] + q * nd);
+        for (int64_t i = 0; i < nd; i++)
+            dX[0][q * nd + i] -= c[q] * X[q * nd + i];
+    }
+    r->gate_bwd_dx(dX[0], dz, gate, n, nd, E);
+    r->gate_bwd_dx_mhc(dX[1], dz, gate, n, ns, d, E, X, dx, w, wld, c);
+    t->gate_bwd_dx_mhc(dX[2], dz, gate, n, ns, d, E, X, dx, w, wld, c);
+    CHECK(same_bits(dX[0], dX[1], n * nd) && same_bits(dX[0], dX[2], n * nd),
+          "%s gate_bwd_dx_mhc n=%lld ns=%d d=%lld E=%lld: the separate passes' bits", t->name,
+          (long long)n, ns, (long long)d, (long long)E);
+    free(dz), free(X), free(gate), free(dx), free(w), free(c);
+    for (int k = 0; k < 3; k++)
+        free(dX[k]);
+}
+
+/* The _fma gate entries (bf16 mode's mHC products) of table t against the reference's (fmaf), bit for
+ * bit: forward, dg (in two column ranges) and the mHC dX pass; and, where the sums are long enough to
+ * round differently (9 rows, 68 columns), not the bits of the plain entries (the fused multiply-add
+ * is what runs). */
+static void check_gate_fma(const trex_fused_table *t, const trex_fused_table *r, int64_t n, int64_t d,
+                           int64_t E)
+{
+    const int ns = 4, dd = d / ns > 0 ? d / ns : 1;
+    const int64_t nd = ns * dd; /* the mHC pass: ns streams of dd */
+    float *x = xmalloc_f(n * nd), *gt = xmalloc_f(nd * E), *gate = xmalloc_f(E * nd);
+    float *dz = xmalloc_f(n * E), *ws = xmalloc_f(E * nd), *dx = xmalloc_f(n * dd);
+    float *w = xmalloc_f(n * ns), *c = xmalloc_f(n);
+    float *z[3], *dg[3], *dX[3];
+    fill(x, n * nd, 2.0f), fill(gt, nd * E, 0.1f), fill(gate, E * nd, 0.1f), fill(dz, n * E, 0.3f);
+    fill(dx, n * dd, 1.0f), fill(w, n * ns, 1.0f), fill(c, n, 0.01f);
+    for (int k = 0; k < 3; k++) {
+        z[k] = xmalloc_f(n * E), dg[k] = xmalloc_f(E * nd), dX[k] = xmalloc_f(n * nd);
+        rng_state = 93; /* the same old values in each copy */
+        fill(dg[k], E * nd, 1.0f), fill(dX[k], n * nd, 1.0f);
+    }
+    r->gate_fwd_fma(z[0], x, gt, n, nd, E);
+    t->gate_fwd_fma(z[1], x, gt, n, nd, E);
+    r->gate_fwd(z[2], x, gt, n, nd, E);
+    r->gate_bwd_dw_fma(dg[0], ws, dz, x, n, nd, E, 0, nd);
+    const int64_t js = nd / 2 | 1;
+    t->gate_bwd_dw_fma(dg[1], ws, dz, x, n, nd, E, 0, js < nd ? js : nd);
+    t->gate_bwd_dw_fma(dg[1], ws, dz, x, n, nd, E, js < nd ? js : nd, nd);
+    r->gate_bwd_dw(dg[2], ws, dz, x, n, nd, E, 0, nd);
+    r->gate_bwd_dx_mhc_fma(dX[0], dz, gate, n, ns, dd, E, x, dx, w, ns, c);
+    t->gate_bwd_dx_mhc_fma(dX[1], dz, gate, n, ns, dd, E, x, dx, w, ns, c);
+    r->gate_bwd_dx_mhc(dX[2], dz, gate, n, ns, dd, E, x, dx, w, ns, c);
+    CHECK(same_bits(z[0], z[1], n * E) && same_bits(dg[0], dg[1], E * nd) &&
+              same_bits(dX[0], dX[1], n * nd),
+          "%s gate _fma entries n=%lld d=%lld E=%lld: the reference's (fmaf) bits", t->name,
+          (long long)n, (long long)nd, (long long)E);
+    if (n >= 9 && nd >= 68)
+        CHECK(!same_bits(z[0], z[2], n * E) && !same_bits(dg[0], dg[2], E * nd) &&
+                  !same_bits(dX[0], dX[2], n * nd),
+              "gate _fma entries n=%lld d=%lld E=%lld: other bits than the plain entries",
+              (long long)n, (long long)nd, (long long)E);
+    free(x), free(gt), free(gate), free(dz), free(ws), free(dx), free(w), free(c);
+    for (int k = 0; k < 3; k++)
+        free(z[k]), free(dg[k]), free(dX[k]);
+}
+
 /* The bf16-mode SwiGLU as fp32 mode runs it (model/moe.c: libm expf, fp32 out), for the benchmark. */
 static void swiglu_libm(float *h, const float *a, const float *u, int64_t n, float g, float L)
 {
@@ -477,6 +555,19 @@ int main(int argc, char **argv)
         check_gate_bwd(t, ref, 37, 1024, 24);
         check_gate_bwd(t, ref, 200, 40, 24); /* rows in several chunks of the AVX-512 leaf */
         check_gate_bwd(t, ref, 5, 70, 50); /* more than 24 experts: two groups of rows */
+        check_gate_bwd(t, ref, 70, 40, 8); /* the dw leaf's 8- and 4-row groups (hc_head: n = 4) */
+        check_gate_bwd(t, ref, 70, 40, 4);
+        const int64_t hn[] = {1, 5, 9}, hd[] = {1, 17, 64, 100};
+        for (size_t i = 0; i < sizeof hn / sizeof hn[0]; i++) /* mHC: n = 4 streams, 24 or 4 mixes */
+            for (size_t j = 0; j < sizeof hd / sizeof hd[0]; j++)
+                check_gate_bwd_mhc(t, ref, hn[i], 4, hd[j], 24),
+                    check_gate_bwd_mhc(t, ref, hn[i], 4, hd[j], 4);
+        check_gate_bwd_mhc(t, ref, 6, 3, 33, 15); /* other stream and mix counts */
+        const int64_t fn_[] = {1, 9, 37, 70}, fd[] = {4, 68, 400}, fE[] = {4, 7, 24, 33};
+        for (size_t i = 0; i < sizeof fn_ / sizeof fn_[0]; i++)
+            for (size_t j = 0; j < sizeof fd / sizeof fd[0]; j++)
+                for (size_t l = 0; l < sizeof fE / sizeof fE[0]; l++)
+                    check_gate_fma(t, ref, fn_[i], fd[j], fE[l]);
     }
     check_swiglu_accuracy(ref);
     return check_summary();

@@ -8,9 +8,11 @@
  * 70: blocks of 16 tokens per thread), and the layer's rho (the fused table's sumsq) against
  * mhc_rho_f at every level.
  *
- * `test_mhc --bench [reps [threads]]` times each layer call at dsv4-bench's shapes (N = 4096 tokens,
- * n = 4 streams of d = 1024) on a pool of `threads` (default 2): wall and process CPU seconds, medians
- * (docs/perf.md "RMSNorm and mHC passes, round 5"). */
+ * `test_mhc --bench [reps [threads [call|all [fp32|bf16]]]]` times each layer call at dsv4-bench's
+ * shapes (N = 4096 tokens, n = 4 streams of d = 1024) on a pool of `threads` (default 2): wall and
+ * process CPU seconds, medians (docs/perf.md "mHC and fixed passes, round 6"); `call` (pre_forward,
+ * ..., head_backward) times that call alone, for a profiler; bf16: the context of bf16 mode (the
+ * products' _fma entries). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -108,6 +110,56 @@ static void test_sinkhorn(double logit_scale)
             c += Mf[j * n + k];
         CHECK_NEAR(c, 1.0, 1e-5, "float Sinkhorn column sum");
     }
+}
+
+/* The SSE2 Sinkhorn of four tokens in lanes (n = 4; the layer's, model/mhc.c) against the scalar
+ * float loops token by token, bit for bit: outputs, saved steps and denominators, and the backward
+ * (also in place, dL = dM). The four tokens get different logit scales. */
+static void test_sinkhorn4(void)
+{
+#if defined(__SSE2__)
+    static float sa[MHC_SK_SCRATCH_MAX];
+    static __m128 sb[MHC_SK_SCRATCH(4, MHC_MAX_ITERS)];
+    const double scales[4] = {1.0, 5.0, 20.0, 80.0};
+    const int iters[] = {1, 2, 3, 20};
+    bool ok = true;
+    for (int b = 0; b < 4; b++)
+        for (int rep = 0; rep < 8; rep++) {
+            const int it = iters[b], used = MHC_SK_SCRATCH(4, it);
+            float L[4][16], dM[4][16];
+            __m128 Lv[16], Mv[16], G[16], dLv[16];
+            for (int q = 0; q < 4; q++)
+                for (int i = 0; i < 16; i++)
+                    L[q][i] = (float)(scales[(q + rep) % 4] * urand()), dM[q][i] = (float)urand();
+            for (int i = 0; i < 16; i++) {
+                Lv[i] = _mm_setr_ps(L[0][i], L[1][i], L[2][i], L[3][i]);
+                G[i] = _mm_setr_ps(dM[0][i], dM[1][i], dM[2][i], dM[3][i]);
+            }
+            mhc_sinkhorn4x_fwd(it, 1e-6f, Lv, Mv, sb);
+            mhc_sinkhorn4x_bwd(it, sb, G, dLv);
+            for (int q = 0; q < 4; q++) {
+                float M[16], dL[16];
+                mhc_sinkhorn_fwd_f(4, it, 1e-6f, L[q], M, sa);
+                mhc_sinkhorn_bwd_f(4, it, sa, dM[q], dL);
+                for (int i = 0; i < used; i++) {
+                    float v[4];
+                    _mm_storeu_ps(v, sb[i]);
+                    ok = ok && !memcmp(&v[q], &sa[i], sizeof(float));
+                }
+                for (int i = 0; i < 16; i++) {
+                    float m[4], g[4];
+                    _mm_storeu_ps(m, Mv[i]);
+                    _mm_storeu_ps(g, dLv[i]);
+                    ok = ok && !memcmp(&m[q], &M[i], sizeof(float)) && !memcmp(&g[q], &dL[i], sizeof(float));
+                }
+            }
+            mhc_sinkhorn4x_bwd(it, sb, G, G); /* in place */
+            ok = ok && !memcmp(G, dLv, sizeof G);
+        }
+    CHECK(ok, "SSE2 Sinkhorn of 4 tokens in lanes = the scalar float loops per token, bit for bit");
+#else
+    printf("SSE2 Sinkhorn: skipped (no SSE2 in this build)\n");
+#endif
 }
 
 /* ---- one token through pre -> tanh -> post, in double ----------------------------------------- */
@@ -537,6 +589,98 @@ static void test_fn_products(void)
     trex_pool_destroy(p3);
 }
 
+/* max |a - b| / max |b| over n floats */
+static double rel_diff(const float *a, const float *b, int64_t n)
+{
+    double md = 0.0, mb = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double dd = fabs((double)a[i] - (double)b[i]), bb = fabs((double)b[i]);
+        md = dd > md ? dd : md;
+        mb = bb > mb ? bb : mb;
+    }
+    return mb > 0.0 ? md / mb : md;
+}
+
+/* One HC_pre forward and backward and one hc_head forward and backward on N tokens with context ctx;
+ * out receives x_in, state, dX, dfn (sub-layer), then h, head state, dX, dfn (hc_head). */
+enum { BF_N = 70 };
+static void run_layer_once(const trex_ctx *ctx, const trex_config *cfg, float *out)
+{
+    const int64_t N = BF_N, d = cfg->hidden_size, nd = GNS * d;
+    const int64_t ss = trex_mhc_state_size(GNS), ds = trex_mhc_dstate_size(GNS);
+    const int64_t hss = trex_mhc_head_state_size(GNS), hds = trex_mhc_head_dstate_size(GNS);
+    rng_state = 0x5eedull;
+    float *X = randf(N * nd, 1.0), *fn = randf(GMIX * nd, 0.02), *hfn = randf(GNS * nd, 0.02);
+    float scale[3] = {0.7f, -0.4f, 1.3f}, *base = randf(GMIX, 1.0);
+    float *dXo = randf(N * nd, 1.0), *y = randf(N * d, 1.0), *dx_in = randf(N * d, 1.0);
+    float *dstate = randf(N * ds, 1.0), *hdstate = randf(N * hds, 1.0), *dy = randf(N * d, 1.0);
+    float gs[3 + GMIX] = {0}, hgs[1 + GNS] = {0};
+    float *o = out;
+    float *x_in = o, *state = (o += N * d), *dX = (o += N * ss), *gfn = (o += N * nd);
+    float *h = (o += GMIX * nd), *hstate = (o += N * d), *hdX = (o += N * hss), *hgfn = (o += N * nd);
+    trex_mhc_w w = {fn, scale, base}, hw = {hfn, scale, base};
+    trex_mhc_w g = {gfn, gs, gs + 3}, hg = {hgfn, hgs, hgs + 1};
+    memset(gfn, 0, (size_t)(GMIX * nd) * sizeof(float));
+    memset(hgfn, 0, (size_t)(GNS * nd) * sizeof(float));
+    trex_mhc_pre_forward(ctx, cfg, N, x_in, state, X, &w);
+    trex_mhc_post_backward(ctx, cfg, N, dX, dy, dstate, dXo, y, X, state);
+    trex_mhc_pre_backward(ctx, cfg, N, dX, &g, dstate, dx_in, X, &w, state);
+    trex_mhc_head_forward(ctx, cfg, N, h, hstate, X, &hw);
+    memcpy(hdX, dXo, (size_t)(N * nd) * sizeof(float));
+    trex_mhc_head_backward(ctx, cfg, N, hdX, &hg, hdstate, dy, X, &hw, hstate);
+    free(X), free(fn), free(hfn), free(base), free(dXo), free(y), free(dx_in), free(dstate);
+    free(hdstate), free(dy);
+}
+
+/* bf16 mode (ctx.compute TREX_BF16): the fn products take the _fma entries at the AVX-512 and AMX
+ * levels. The layer stays fp32: within 1e-5 (relative to the largest value) of fp32 mode, the same
+ * bits for any thread count, and other bits than fp32 mode where the _fma entries run. */
+static void test_bf16_products(void)
+{
+    trex_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.hidden_size = 1030;
+    cfg.hc_mult = GNS;
+    cfg.hc_sinkhorn_iters = 20;
+    cfg.hc_eps = 1e-6;
+    cfg.rms_norm_eps = 1e-6;
+    const int64_t N = BF_N, d = cfg.hidden_size, nd = GNS * d;
+    const int64_t parts[8] = {N * d, N * trex_mhc_state_size(GNS), N * nd, GMIX * nd,
+                              N * d, N * trex_mhc_head_state_size(GNS), N * nd, GNS * nd};
+    static const char *names[8] = {"x_in", "state", "dX", "dfn", "h", "head state", "head dX",
+                                   "head dfn"};
+    int64_t total = 0;
+    for (int k = 0; k < 8; k++)
+        total += parts[k];
+    trex_pool *p3 = trex_pool_create(3);
+    CHECK(p3 != NULL, "pool");
+    float *f32 = calloc((size_t)total, sizeof(float)), *b1 = calloc((size_t)total, sizeof(float));
+    float *b3 = calloc((size_t)total, sizeof(float));
+    const trex_ctx c32 = {.pool = p3}, cb1 = {.pool = NULL, .compute = TREX_BF16},
+                   cb3 = {.pool = p3, .compute = TREX_BF16};
+    run_layer_once(&c32, &cfg, f32);
+    run_layer_once(&cb1, &cfg, b1);
+    run_layer_once(&cb3, &cfg, b3);
+    CHECK(same_bits(b1, b3, total), "bf16 mode: the mHC layer gives the same bits with 1 and 3 threads");
+    const bool fma = trex_fused()->isa >= TREX_ISA_AVX512;
+    CHECK(same_bits(b1, f32, total) != fma, "bf16 mode: %s bits than fp32 mode at the %s level",
+          fma ? "other" : "the same", trex_fused()->name);
+    int64_t off = 0;
+    double worst = 0.0;
+    int wk = 0;
+    for (int k = 0; k < 8; k++) {
+        const double r = rel_diff(b1 + off, f32 + off, parts[k]);
+        CHECK(r < 1e-5, "bf16 mode vs fp32 mode, %s: relative difference %.3g", names[k], r);
+        if (r > worst)
+            worst = r, wk = k;
+        off += parts[k];
+    }
+    printf("mHC layer, bf16 mode vs fp32 mode (%s level): largest relative difference %.3g (%s)\n",
+           trex_fused()->name, worst, names[wk]);
+    free(f32), free(b1), free(b3);
+    trex_pool_destroy(p3);
+}
+
 /* The layer's rho is mhc_rho_ss_f of the fused table's sumsq: mhc_rho_f's bits at every level. */
 static void test_rho_levels(void)
 {
@@ -581,7 +725,7 @@ static int cmp_double(const void *a, const void *b)
 #define BENCH_CALLS 6
 #define BENCH_MAX_REPS 51
 
-static int bench(int reps, int threads)
+static int bench(int reps, int threads, const char *only, trex_dtype compute)
 {
     const int64_t N = 4096, d = 1024, n = 4, nd = n * d, mix = (2 + n) * n;
     trex_config cfg;
@@ -597,7 +741,7 @@ static int bench(int reps, int threads)
         fprintf(stderr, "pool or arena\n");
         return 2;
     }
-    const trex_ctx ctx = {.pool = pool, .arena = ar};
+    const trex_ctx ctx = {.pool = pool, .arena = ar, .compute = compute};
     const int64_t ss = trex_mhc_state_size(n), ds = trex_mhc_dstate_size(n);
     const int64_t hss = trex_mhc_head_state_size(n), hds = trex_mhc_head_dstate_size(n);
     float *X = randf(N * nd, 1.0), *fn = randf(mix * nd, 0.02), *hfn = randf(n * nd, 0.02);
@@ -611,8 +755,26 @@ static int bench(int reps, int threads)
     static const char *names[BENCH_CALLS] = {"pre_forward", "post_forward", "post_backward",
                                              "pre_backward", "head_forward", "head_backward"};
     double tw[BENCH_CALLS][BENCH_MAX_REPS], tc[BENCH_CALLS][BENCH_MAX_REPS];
+    int sel = -1;
+    if (only && !strcmp(only, "all"))
+        only = NULL;
+    for (int c = 0; only && c < BENCH_CALLS; c++)
+        if (!strcmp(only, names[c]))
+            sel = c;
+    if (only && sel < 0) {
+        fprintf(stderr, "test_mhc --bench: unknown call '%s'\n", only);
+        return 2;
+    }
+    if (sel > 0) /* the state the later calls read */
+        trex_mhc_pre_forward(&ctx, &cfg, N, x_in, state, X, &w);
+    if (sel > 3)
+        trex_mhc_head_forward(&ctx, &cfg, N, y, hstate, X, &hw);
     for (int r = 0; r < reps; r++)
         for (int c = 0; c < BENCH_CALLS; c++) {
+            if (sel >= 0 && c != sel) {
+                tw[c][r] = tc[c][r] = 0.0;
+                continue;
+            }
             const double w0 = wall_now(), c0 = cpu_now();
             switch (c) {
             case 0: trex_mhc_pre_forward(&ctx, &cfg, N, x_in, state, X, &w); break;
@@ -625,8 +787,9 @@ static int bench(int reps, int threads)
             tw[c][r] = wall_now() - w0;
             tc[c][r] = cpu_now() - c0;
         }
-    printf("mHC layer, N %lld, n %lld, d %lld, %d thread(s), fused level %s, median of %d\n",
-           (long long)N, (long long)n, (long long)d, threads, trex_fused()->name, reps);
+    printf("mHC layer, N %lld, n %lld, d %lld, %d thread(s), fused level %s, %s mode, median of %d\n",
+           (long long)N, (long long)n, (long long)d, threads, trex_fused()->name,
+           compute == TREX_BF16 ? "bf16" : "fp32", reps);
     double sw = 0.0, sc = 0.0;
     for (int c = 0; c < BENCH_CALLS; c++) {
         qsort(tw[c], (size_t)reps, sizeof(double), cmp_double);
@@ -648,19 +811,24 @@ int main(int argc, char **argv)
         char *e1 = NULL, *e2 = NULL;
         const long reps = argc >= 3 ? strtol(argv[2], &e1, 10) : 5;
         const long threads = argc >= 4 ? strtol(argv[3], &e2, 10) : 2;
-        if ((argc >= 3 && *e1) || (argc >= 4 && *e2) || threads < 1 || threads > 256) {
-            fprintf(stderr, "usage: test_mhc --bench [reps [threads]]\n");
+        const char *prec = argc >= 6 ? argv[5] : "fp32";
+        if ((argc >= 3 && *e1) || (argc >= 4 && *e2) || threads < 1 || threads > 256 ||
+            (strcmp(prec, "fp32") && strcmp(prec, "bf16"))) {
+            fprintf(stderr, "usage: test_mhc --bench [reps [threads [call|all [fp32|bf16]]]]\n");
             return 2;
         }
-        return bench(reps < 1 ? 1 : reps > BENCH_MAX_REPS ? BENCH_MAX_REPS : (int)reps, (int)threads);
+        return bench(reps < 1 ? 1 : reps > BENCH_MAX_REPS ? BENCH_MAX_REPS : (int)reps, (int)threads,
+                     argc >= 5 ? argv[4] : NULL, strcmp(prec, "bf16") ? TREX_F32 : TREX_BF16);
     }
     test_sinkhorn(1.0);
     test_sinkhorn(5.0);
     test_sinkhorn(20.0);
+    test_sinkhorn4();
     test_chain_double();
     test_head_double();
     test_layer();
     test_fn_products();
     test_rho_levels();
+    test_bf16_products();
     return check_summary();
 }

@@ -139,7 +139,8 @@ typedef void (*trex_fused_dots_bf16_fn)(float *out, float *ws, const float *A, i
  *   post_bwd      its backward: dy, dX written, dpost [n], dcomb [n*n] written, the sums over d in
  *                 double, element by element in order (mhc_post_tok_bwd_f);
  *   collapse      x = sum_k w_k X_k (mhc_collapse_f);
- *   collapse_bwd  dw_k = X_k . dx in double (written), dX_k += w_k dx (mhc_collapse_bwd_f). */
+ *   collapse_bwd  dw_k = X_k . dx in double (written), dX_k += w_k dx (mhc_collapse_bwd_f; dX NULL:
+ *                 dw only). */
 typedef void (*trex_fused_mhc_post_fwd_fn)(int n, int64_t d, const float *post, const float *comb,
                                            const float *y, const float *X, float *Xo);
 typedef void (*trex_fused_mhc_post_bwd_fn)(int n, int64_t d, const float *post, const float *comb,
@@ -220,11 +221,23 @@ typedef void (*trex_fused_gate_fwd_fn)(float *z, const float *x, const float *gt
  *   gate_bwd_dx  dx[t][j] = s + dx[t][j], s = sum_e dz[t][e] gate[e][j], rows t < n (gate [E, d]);
  *   gate_bwd_dw  dg[e][j] = s + dg[e][j], s = sum_t dz[t][e] x[t][j] for t < n, columns j0 <= j < j1
  *                (callers split the columns between threads); ws: scratch of E*d floats, of which
- *                the columns [j0, j1) are used (threads with disjoint columns may share it). */
+ *                the columns [j0, j1) are used (threads with disjoint columns may share it);
+ *   gate_bwd_dx_mhc  the mHC backward's dX (model/mhc.c): rows t < n of X, dX [n, ns*d] (ns streams
+ *                of d), dx [n, d], w [n, wld] (the stream weights, w[t*wld + k]), c [n]; for column
+ *                j = k*d + i: dX[t][j] = s + ((dX[t][j] + fl(w_tk dx[t][i])) - fl(c_t X[t][j])), s as
+ *                gate_bwd_dx's (gate [E, ns*d]): the bits of mhc_collapse_bwd's dX update, then
+ *                mhc_rho_bwd's, then gate_bwd_dx, in one pass;
+ *   gate_fwd_fma, gate_bwd_dw_fma, gate_bwd_dx_mhc_fma  the same with each term of the sums s taken
+ *                by one fused multiply-add, s = fmaf(a, b, s) (the rest as above): bf16 mode's mHC
+ *                products (still fp32, one rounding per term instead of two; docs/precision.md). */
 typedef void (*trex_fused_gate_bwd_dx_fn)(float *dx, const float *dz, const float *gate, int64_t n,
                                           int64_t d, int64_t E);
 typedef void (*trex_fused_gate_bwd_dw_fn)(float *dg, float *ws, const float *dz, const float *x,
                                           int64_t n, int64_t d, int64_t E, int64_t j0, int64_t j1);
+typedef void (*trex_fused_gate_bwd_dx_mhc_fn)(float *dX, const float *dz, const float *gate,
+                                              int64_t n, int ns, int64_t d, int64_t E,
+                                              const float *X, const float *dx, const float *w,
+                                              int64_t wld, const float *c);
 
 /* RMSNorm over rows and the fixed-lane sum of squares (kernels/ref/norm.c defines the bits; every level
  * gives them; docs/precision.md "RMSNorm and the mHC rho"). A sum over a row runs in TREX_SUMSQ_LANES
@@ -281,6 +294,10 @@ typedef struct trex_fused_table {
     trex_fused_gate_fwd_fn gate_fwd;
     trex_fused_gate_bwd_dx_fn gate_bwd_dx;
     trex_fused_gate_bwd_dw_fn gate_bwd_dw;
+    trex_fused_gate_bwd_dx_mhc_fn gate_bwd_dx_mhc;
+    trex_fused_gate_fwd_fn gate_fwd_fma;
+    trex_fused_gate_bwd_dw_fn gate_bwd_dw_fma;
+    trex_fused_gate_bwd_dx_mhc_fn gate_bwd_dx_mhc_fma;
     trex_fused_ce_fwd_fn ce_fwd;
     trex_fused_ce_grad_fn ce_grad;
     trex_fused_ce_exp_fn ce_exp;
@@ -343,6 +360,28 @@ void trex_fused_gate_bwd_dx_avx512(float *dx, const float *dz, const float *gate
                                    int64_t d, int64_t E);
 void trex_fused_gate_bwd_dw_avx512(float *dg, float *ws, const float *dz, const float *x, int64_t n,
                                    int64_t d, int64_t E, int64_t j0, int64_t j1);
+void trex_fused_gate_bwd_dx_mhc_ref(float *dX, const float *dz, const float *gate, int64_t n, int ns,
+                                    int64_t d, int64_t E, const float *X, const float *dx,
+                                    const float *w, int64_t wld, const float *c);
+void trex_fused_gate_bwd_dx_mhc_avx512(float *dX, const float *dz, const float *gate, int64_t n,
+                                       int ns, int64_t d, int64_t E, const float *X,
+                                       const float *dx, const float *w, int64_t wld, const float *c);
+void trex_fused_gate_fwd_fma_ref(float *z, const float *x, const float *gt, int64_t n, int64_t d,
+                                 int64_t E);
+void trex_fused_gate_bwd_dw_fma_ref(float *dg, float *ws, const float *dz, const float *x, int64_t n,
+                                    int64_t d, int64_t E, int64_t j0, int64_t j1);
+void trex_fused_gate_bwd_dx_mhc_fma_ref(float *dX, const float *dz, const float *gate, int64_t n,
+                                        int ns, int64_t d, int64_t E, const float *X,
+                                        const float *dx, const float *w, int64_t wld,
+                                        const float *c);
+void trex_fused_gate_fwd_fma_avx512(float *z, const float *x, const float *gt, int64_t n, int64_t d,
+                                    int64_t E);
+void trex_fused_gate_bwd_dw_fma_avx512(float *dg, float *ws, const float *dz, const float *x,
+                                       int64_t n, int64_t d, int64_t E, int64_t j0, int64_t j1);
+void trex_fused_gate_bwd_dx_mhc_fma_avx512(float *dX, const float *dz, const float *gate, int64_t n,
+                                           int ns, int64_t d, int64_t E, const float *X,
+                                           const float *dx, const float *w, int64_t wld,
+                                           const float *c);
 void trex_fused_ce_fwd_ref(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
                            double *sum);
 void trex_fused_ce_grad_ref(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,

@@ -13,9 +13,12 @@
  * or packing X on every call; the strided state / dstate rows are staged through small contiguous
  * buffers (ctx->arena scratch when there is one, else the heap). There the per-token passes run in
  * blocks of FN_BLOCK tokens next to the products (HC_pre's and hc_head's forward pass right after a
- * block's fn v, while its X is in L2; their backward pass right before the block's dX product), so X
- * is read from memory once per call instead of twice. At the ref and avx2 levels the blocked trex_gemm
- * runs the products and the passes run on their own: the same bits either way (tests/test_mhc.c).
+ * block's fn v, while its X is in L2; their backward pass right before the block's dX pass), so X
+ * is read from memory once per call instead of twice; in the backward the per-token pass only reads
+ * X (dpre, the gates, Sinkhorn, the rho coefficient c) and gate_bwd_dx_mhc adds all three dX terms
+ * (w dx_in, -c X, dz fn) in one pass over the block's dX. At the ref and avx2 levels the blocked
+ * trex_gemm runs the products and the passes run on their own: the same bits either way
+ * (tests/test_mhc.c, tests/test_fused.c).
  * rho's sum of squares is the fused table's sumsq (16 fixed lanes, mhc_rho_f's bits at every level). */
 #include "model/mhc.h"
 
@@ -55,8 +58,12 @@ trex_code trex_mhc_check(const trex_config *cfg, trex_err *err)
 typedef struct mhc_job {
     int n, iters;
     int64_t d, ss, ds; /* stream length, state and dstate stride (floats per token) */
+    int64_t w_off;     /* the stream weights' offset in a state row (backward: pre, or hc_head's w) */
     float eps, norm_eps;
     float *out, *state, *dstate, *dX, *dy;
+    /* backward at the gate level: the per-token pass leaves dX alone and writes c (mhc_rho_bwd_coef)
+     * here; gate_bwd_dx_mhc then adds all three dX terms in one pass. NULL: the pass updates dX. */
+    float *coef;
     const float *X, *y, *dXo, *dx_in;
     const float *scale, *base;
     const trex_fused_table *fk; /* collapse and HC_post on the widest ISA (same bits) */
@@ -93,19 +100,35 @@ static const trex_fused_table *gate_table(void)
 }
 
 typedef struct fn_job {
-    const trex_fused_table *f;
+    /* the table's entries, or their _fma variants in bf16 mode (gate_entries) */
+    trex_fused_gate_fwd_fn gate_fwd;
+    trex_fused_gate_bwd_dw_fn gate_bwd_dw;
+    trex_fused_gate_bwd_dx_mhc_fn gate_bwd_dx_mhc;
     const float *X, *fn, *fnT; /* X [N, nd], fn [E, nd], fnT [nd, E] */
     float *fnTw;               /* fnT while it is being written */
     float *rows;               /* state (forward) or dstate (backward) rows, stride ld, E floats used */
     float *z;                  /* contiguous [N, E] staging */
     float *dX, *dfn, *ws;
     int64_t N, nd, E, ld;
+    mhc_job *mj; /* backward: the layer's job (dx_in, the stream weights, coef) */
     /* The per-token pass of the layer, run on each block of FN_BLOCK rows right after the forward
-     * product (it reads the same X rows, still in cache) or right before the backward's dX product
-     * (which adds to the dX rows it wrote); NULL: none. Its results depend on the token alone. */
+     * product (it reads the same X rows, still in cache) or right before the backward's dX pass
+     * (which reads the same X rows and the dz and c it wrote). Its results depend on the token
+     * alone. Forward: tok(tok_arg) (NULL: none); backward: tok(mj). */
     trex_task_fn tok;
     void *tok_arg;
 } fn_job;
+
+/* The products' entries of table f: in bf16 mode the _fma variants (each term of a sum one fused
+ * multiply-add: fp32 still, one rounding per term instead of two; docs/precision.md), in fp32 mode the
+ * fp32 GEMM's bits. */
+static void gate_entries(fn_job *j, const trex_ctx *ctx, const trex_fused_table *f)
+{
+    const bool fma = ctx->compute == TREX_BF16;
+    j->gate_fwd = fma ? f->gate_fwd_fma : f->gate_fwd;
+    j->gate_bwd_dw = fma ? f->gate_bwd_dw_fma : f->gate_bwd_dw;
+    j->gate_bwd_dx_mhc = fma ? f->gate_bwd_dx_mhc_fma : f->gate_bwd_dx_mhc;
+}
 
 /* Rows per block of the fused product + per-token pass: 16 tokens of n d = 4096 floats are 256 KiB
  * of X, which stays in L2 between the two. */
@@ -142,7 +165,7 @@ static void fn_fwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
     const fn_job *j = arg;
     for (int64_t a = t0; a < t1; a += FN_BLOCK) {
         const int64_t b = a + FN_BLOCK < t1 ? a + FN_BLOCK : t1;
-        j->f->gate_fwd(j->z + a * j->E, j->X + a * j->nd, j->fnT, b - a, j->nd, j->E);
+        j->gate_fwd(j->z + a * j->E, j->X + a * j->nd, j->fnT, b - a, j->nd, j->E);
         for (int64_t t = a; t < b; t++)
             memcpy(j->rows + t * j->ld, j->z + t * j->E, (size_t)j->E * sizeof(float));
         if (j->tok)
@@ -150,17 +173,20 @@ static void fn_fwd_rows(void *arg, int64_t t0, int64_t t1, int tid)
     }
 }
 
-/* rows [t0, t1) by blocks: the per-token pass, stage dz from the strided rows, then dX += dz fn */
+/* rows [t0, t1) by blocks: the per-token pass (dz and c; dX untouched), stage dz from the strided
+ * rows, then dX = dz fn + ((dX + w dx_in) - c X) in one pass over the block */
 static void fn_bwd_dx_rows(void *arg, int64_t t0, int64_t t1, int tid)
 {
     const fn_job *j = arg;
+    mhc_job *m = j->mj;
     for (int64_t a = t0; a < t1; a += FN_BLOCK) {
         const int64_t b = a + FN_BLOCK < t1 ? a + FN_BLOCK : t1;
-        if (j->tok)
-            j->tok(j->tok_arg, a, b, tid);
+        j->tok(m, a, b, tid);
         for (int64_t t = a; t < b; t++)
             memcpy(j->z + t * j->E, j->rows + t * j->ld, (size_t)j->E * sizeof(float));
-        j->f->gate_bwd_dx(j->dX + a * j->nd, j->z + a * j->E, j->fn, b - a, j->nd, j->E);
+        j->gate_bwd_dx_mhc(j->dX + a * j->nd, j->z + a * j->E, j->fn, b - a, m->n, m->d, j->E,
+                           j->X + a * j->nd, m->dx_in + a * m->d, m->state + a * m->ss + m->w_off,
+                           m->ss, m->coef + a);
     }
 }
 
@@ -169,7 +195,7 @@ static void fn_bwd_dw_cols(void *arg, int64_t u0, int64_t u1, int tid)
 {
     (void)tid;
     const fn_job *j = arg;
-    j->f->gate_bwd_dw(j->dfn, j->ws, j->z, j->X, j->N, j->nd, j->E, u0 * 16,
+    j->gate_bwd_dw(j->dfn, j->ws, j->z, j->X, j->N, j->nd, j->E, u0 * 16,
                       u1 * 16 < j->nd ? u1 * 16 : j->nd);
 }
 
@@ -189,8 +215,9 @@ static void fn_forward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, co
     if (ctx->arena)
         mk = trex_arena_mark_get(ctx->arena);
     float *fnT = fn_scratch(ctx, nd * E + N * E);
-    fn_job j = {.f = f, .X = X, .fn = fn, .fnT = fnT, .fnTw = fnT, .rows = rows, .z = fnT + nd * E,
+    fn_job j = {.X = X, .fn = fn, .fnT = fnT, .fnTw = fnT, .rows = rows, .z = fnT + nd * E,
                 .N = N, .nd = nd, .E = E, .ld = ld, .tok = tok, .tok_arg = tok_arg};
+    gate_entries(&j, ctx, f);
     trex_pool_for(ctx->pool, nd, 1024, fn_transpose_cols, &j);
     trex_pool_for(ctx->pool, N, FN_BLOCK, fn_fwd_rows, &j);
     if (ctx->arena)
@@ -199,16 +226,19 @@ static void fn_forward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, co
         free(fnT);
 }
 
-/* First tok(tok_arg) over the tokens (it writes the dz rows and adds to dX), then dX += dz fn and
- * dfn += dz^T X with dz = rows[t][0..E) (stride ld): the bits of trex_gemm(.., beta 1). At the gate
- * level each block of tokens gets its dX product right after its per-token pass. */
+/* First tok(mj) over the tokens (it writes the dz rows; with mj->coef NULL it also adds the collapse
+ * and rho terms to dX), then dX += dz fn and dfn += dz^T X with dz = rows[t][0..E) (stride ld): the
+ * bits of trex_gemm(.., beta 1). At the gate level each block of tokens gets its dX pass right after
+ * its per-token pass: gate_bwd_dx_mhc adds the three terms (collapse, rho, dz fn) in one pass over
+ * the block's dX, the same operations in the same order as the separate passes. */
 static void fn_backward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, float *dX, float *dfn,
                         const float *rows, int64_t ld, const float *X, const float *fn,
-                        trex_task_fn tok, void *tok_arg)
+                        trex_task_fn tok, mhc_job *mj)
 {
     const trex_fused_table *f = gate_table();
     if (!f || N == 0) {
-        trex_pool_for(ctx->pool, N, token_grain(nd), tok, tok_arg);
+        mj->coef = NULL;
+        trex_pool_for(ctx->pool, N, token_grain(nd), tok, mj);
         trex_gemm(ctx->pool, false, false, N, nd, E, 1.0f, rows, ld, fn, nd, 1.0f, dX, nd);
         trex_gemm(ctx->pool, true, false, E, nd, N, 1.0f, rows, ld, X, nd, 1.0f, dfn, nd);
         return;
@@ -216,12 +246,14 @@ static void fn_backward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, f
     trex_arena_mark mk = {0};
     if (ctx->arena)
         mk = trex_arena_mark_get(ctx->arena);
-    float *ws = fn_scratch(ctx, E * nd + N * E);
-    fn_job j = {.f = f, .X = X, .fn = fn, .rows = (float *)rows, .z = ws + E * nd, .dX = dX,
-                .dfn = dfn, .ws = ws, .N = N, .nd = nd, .E = E, .ld = ld, .tok = tok,
-                .tok_arg = tok_arg};
+    float *ws = fn_scratch(ctx, E * nd + N * E + N);
+    mj->coef = ws + E * nd + N * E;
+    fn_job j = {.X = X, .fn = fn, .rows = (float *)rows, .z = ws + E * nd, .dX = dX,
+                .dfn = dfn, .ws = ws, .N = N, .nd = nd, .E = E, .ld = ld, .tok = tok, .mj = mj};
+    gate_entries(&j, ctx, f);
     trex_pool_for(ctx->pool, N, FN_BLOCK, fn_bwd_dx_rows, &j);
     trex_pool_for(ctx->pool, (nd + 15) / 16, 1, fn_bwd_dw_cols, &j);
+    mj->coef = NULL;
     if (ctx->arena)
         trex_arena_rewind(ctx->arena, mk);
     else
@@ -230,21 +262,93 @@ static void fn_backward(const trex_ctx *ctx, int64_t N, int64_t E, int64_t nd, f
 
 /* ---- HC_pre ------------------------------------------------------------------------------------ */
 
+/* Tokens in groups of SK_LANES run their Sinkhorn side by side, one token per SSE2 lane (n = 4 only;
+ * mhc_sinkhorn4x_* in mhc_real.h: each lane the scalar loops' operations, so the same bits); the
+ * rest one at a time. The Sinkhorn of one token is a chain of 2 iters - 1 dependent divisions; four
+ * tokens in lanes fill the divider instead of waiting on it. */
+#if defined(__SSE2__)
+#define SK_LANES 4
+#define SK4_SCRATCH MHC_SK_SCRATCH(4, MHC_MAX_ITERS)
+
+/* Four tokens' comb logits L[q] -> comb[q] (mhc_sinkhorn_fwd_f's bits); sk4: the lanes' scratch. */
+static void sinkhorn4x_fwd(int iters, float eps, float L[SK_LANES][16], float *const comb[SK_LANES],
+                           __m128 *sk4)
+{
+    __m128 Lv[16], Mv[16];
+    for (int i = 0; i < 16; i++)
+        Lv[i] = _mm_setr_ps(L[0][i], L[1][i], L[2][i], L[3][i]);
+    mhc_sinkhorn4x_fwd(iters, eps, Lv, Mv, sk4);
+    for (int i = 0; i < 16; i++) {
+        float v[4];
+        _mm_storeu_ps(v, Mv[i]);
+        for (int q = 0; q < 4; q++)
+            comb[q][i] = v[q];
+    }
+}
+
+/* Four tokens' Sinkhorn VJP: the forward again from L[q], then dL[q] from dM[q] (mhc_sinkhorn_bwd_f's
+ * bits). */
+static void sinkhorn4x_bwd(int iters, float eps, float L[SK_LANES][16],
+                           const float *const dM[SK_LANES], float *const dL[SK_LANES], __m128 *sk4)
+{
+    __m128 Lv[16], Mv[16], G[16];
+    for (int i = 0; i < 16; i++) {
+        Lv[i] = _mm_setr_ps(L[0][i], L[1][i], L[2][i], L[3][i]);
+        G[i] = _mm_setr_ps(dM[0][i], dM[1][i], dM[2][i], dM[3][i]);
+    }
+    mhc_sinkhorn4x_fwd(iters, eps, Lv, Mv, sk4);
+    mhc_sinkhorn4x_bwd(iters, sk4, G, G);
+    for (int i = 0; i < 16; i++) {
+        float v[4];
+        _mm_storeu_ps(v, G[i]);
+        for (int q = 0; q < 4; q++)
+            dL[q][i] = v[q];
+    }
+}
+#else
+#define SK_LANES 1
+#endif
+
+/* the tokens of the next group at t of [t, t1) */
+static int sk_group(int n, int64_t t, int64_t t1)
+{
+    return n == 4 && t1 - t >= SK_LANES ? SK_LANES : 1;
+}
+
 static void pre_fwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
 {
     (void)tid;
     const mhc_job *j = arg;
-    const int mix = (2 + j->n) * j->n;
-    const int64_t nd = j->n * j->d;
+    const int n = j->n, mix = (2 + n) * n;
+    const int64_t nd = n * j->d;
     float sk[MHC_SK_SCRATCH_MAX];
-    for (int64_t t = t0; t < t1; t++) {
-        float *st = j->state + t * j->ss, *mu = st + 1, *mixes = st + 1 + mix;
-        const float *X = j->X + t * nd;
-        st[0] = mhc_rho_ss_f(j->fk->sumsq(X, nd), nd, j->norm_eps); /* = mhc_rho_f's bits */
-        for (int m = 0; m < mix; m++)
-            mu[m] *= st[0];
-        mhc_mix_fwd_f(j->n, j->iters, j->eps, j->scale, j->base, mu, mixes, sk);
-        j->fk->mhc_collapse(j->n, j->d, mixes, X, j->out + t * j->d);
+#if SK_LANES > 1
+    __m128 sk4[SK4_SCRATCH];
+#endif
+    for (int64_t t = t0; t < t1;) {
+        const int g = sk_group(n, t, t1);
+        float L[SK_LANES][16], *comb[SK_LANES];
+        for (int q = 0; q < g; q++) {
+            float *st = j->state + (t + q) * j->ss, *mu = st + 1, *mixes = st + 1 + mix;
+            const float *X = j->X + (t + q) * nd;
+            st[0] = mhc_rho_ss_f(j->fk->sumsq(X, nd), nd, j->norm_eps); /* = mhc_rho_f's bits */
+            for (int m = 0; m < mix; m++)
+                mu[m] *= st[0];
+            if (g == 1) {
+                mhc_mix_fwd_f(n, j->iters, j->eps, j->scale, j->base, mu, mixes, sk);
+            } else {
+                mhc_mix_gates_f(n, j->eps, j->scale, j->base, mu, mixes, L[q]);
+                comb[q] = mixes + 2 * n;
+            }
+        }
+#if SK_LANES > 1
+        if (g > 1)
+            sinkhorn4x_fwd(j->iters, j->eps, L, comb, sk4);
+#endif
+        for (int q = 0; q < g; q++)
+            j->fk->mhc_collapse(n, j->d, j->state + (t + q) * j->ss + 1 + mix, j->X + (t + q) * nd,
+                                j->out + (t + q) * j->d);
+        t += g;
     }
 }
 
@@ -290,17 +394,45 @@ static void pre_bwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
     const int n = j->n, mix = (2 + n) * n;
     const int64_t nd = n * j->d;
     float sk[MHC_SK_SCRATCH_MAX];
-    for (int64_t t = t0; t < t1; t++) {
-        const float *st = j->state + t * j->ss, *mu = st + 1, *mixes = st + 1 + mix;
-        const float *X = j->X + t * nd;
-        float *dX = j->dX + t * nd;
-        float *dout = j->dstate + t * j->ds, *dz = dout + mix, *dscale = dz + mix;
-        /* dpre_k = X_k . dx_in; dX_k += pre_k dx_in */
-        j->fk->mhc_collapse_bwd(n, j->d, mixes, X, j->dx_in + t * j->d, dout, dX);
-        mhc_mix_bwd_f(n, j->iters, j->eps, j->scale, j->base, mu, dout, dz, dout, dscale, sk);
-        mhc_rho_bwd_f(mix, nd, st[0], mu, dout, X, dX);
-        for (int m = 0; m < mix; m++)
-            dout[m] *= st[0]; /* rho dmu: the row the fn GEMMs below consume */
+#if SK_LANES > 1
+    __m128 sk4[SK4_SCRATCH];
+#endif
+    for (int64_t t = t0; t < t1;) {
+        const int g = sk_group(n, t, t1);
+        float L[SK_LANES][16], *dL[SK_LANES];
+        const float *dM[SK_LANES];
+        for (int q = 0; q < g; q++) {
+            const float *st = j->state + (t + q) * j->ss, *mu = st + 1, *mixes = st + 1 + mix;
+            float *dout = j->dstate + (t + q) * j->ds, *dz = dout + mix, *dscale = dz + mix;
+            float *dX = j->coef ? NULL : j->dX + (t + q) * nd;
+            /* dpre_k = X_k . dx_in; dX_k += pre_k dx_in (with coef: added later by gate_bwd_dx_mhc) */
+            j->fk->mhc_collapse_bwd(n, j->d, mixes, j->X + (t + q) * nd, j->dx_in + (t + q) * j->d,
+                                    dout, dX);
+            if (g == 1) {
+                mhc_mix_bwd_f(n, j->iters, j->eps, j->scale, j->base, mu, dout, dz, dout, dscale, sk);
+            } else {
+                mhc_mix_logits_f(n, j->scale, j->base, mu, L[q]);
+                dM[q] = dout + 2 * n;
+                dL[q] = dz + 2 * n;
+            }
+        }
+#if SK_LANES > 1
+        if (g > 1)
+            sinkhorn4x_bwd(j->iters, j->eps, L, dM, dL, sk4);
+#endif
+        for (int q = 0; q < g; q++) {
+            const float *st = j->state + (t + q) * j->ss, *mu = st + 1;
+            float *dout = j->dstate + (t + q) * j->ds, *dz = dout + mix, *dscale = dz + mix;
+            if (g > 1)
+                mhc_mix_bwd_gates_f(n, j->scale, j->base, mu, dout, dz, dout, dscale);
+            if (j->coef)
+                j->coef[t + q] = mhc_rho_bwd_coef_f(mix, nd, st[0], mu, dout);
+            else
+                mhc_rho_bwd_f(mix, nd, st[0], mu, dout, j->X + (t + q) * nd, j->dX + (t + q) * nd);
+            for (int m = 0; m < mix; m++)
+                dout[m] *= st[0]; /* rho dmu: the row the fn GEMMs below consume */
+        }
+        t += g;
     }
 }
 
@@ -333,6 +465,7 @@ void trex_mhc_pre_backward(const trex_ctx *ctx, const trex_config *cfg, int64_t 
     j.dx_in = dx_in;
     j.X = X;
     j.state = (float *)state;
+    j.w_off = 1 + mix;
     j.scale = w->scale;
     j.base = w->base;
     /* the per-token pass, then dX += (rho dmu) fn;  dfn += (rho dmu)^T X */
@@ -444,9 +577,12 @@ static void head_bwd_tokens(void *arg, int64_t t0, int64_t t1, int tid)
         float *dX = j->dX + t * nd;
         float *work = j->dstate + t * j->ds, *dz = work + n;
         float dw[MHC_MAX_N];
-        j->fk->mhc_collapse_bwd(n, j->d, w, X, j->dx_in + t * j->d, dw, dX);
+        j->fk->mhc_collapse_bwd(n, j->d, w, X, j->dx_in + t * j->d, dw, j->coef ? NULL : dX);
         work[2 * n] = mhc_head_w_bwd_f(n, j->scale, j->base, mu, dw, dz, work);
-        mhc_rho_bwd_f(n, nd, st[0], mu, work, X, dX);
+        if (j->coef)
+            j->coef[t] = mhc_rho_bwd_coef_f(n, nd, st[0], mu, work);
+        else
+            mhc_rho_bwd_f(n, nd, st[0], mu, work, X, dX);
         for (int k = 0; k < n; k++)
             work[k] *= st[0];
     }
@@ -460,6 +596,7 @@ void trex_mhc_head_backward(const trex_ctx *ctx, const trex_config *cfg, int64_t
     const int64_t nd = j.n * j.d;
     j.ss = trex_mhc_head_state_size(j.n);
     j.ds = trex_mhc_head_dstate_size(j.n);
+    j.w_off = 1 + j.n;
     j.dX = dX;
     j.dstate = dstate;
     j.dx_in = dh;

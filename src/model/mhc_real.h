@@ -33,6 +33,83 @@
 /* Reals of Sinkhorn scratch: the softmax, then per normalisation step its output and denominators. */
 #define MHC_SK_SCRATCH(n, iters) ((n) * (n) + (2 * (iters) - 1) * ((n) * (n) + (n)))
 #define MHC_SK_SCRATCH_MAX MHC_SK_SCRATCH(MHC_MAX_N, MHC_MAX_ITERS)
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* Sinkhorn of four tokens at once for n = 4 in float (SSE2, part of x86-64): lane l holds token l,
+ * element i (row j = i / 4, column k = i % 4) of every array is one __m128. Each lane runs exactly
+ * the operations of the scalar loops of mhc_sinkhorn_fwd / _bwd below, in their order (the max as
+ * maxps, whose (a > b ? a : b) is the loops' comparison; expf per lane), so each token gets the
+ * scalar code's bits, while the divisions of a step are 16 independent ones instead of one token's
+ * dependent chain. scratch: MHC_SK_SCRATCH(4, iters) vectors in the scalar scratch's layout. */
+static inline void mhc_sinkhorn4x_fwd(int iters, float eps, const __m128 *L, __m128 *M,
+                                      __m128 *scratch)
+{
+    const __m128 ev = _mm_set1_ps(eps);
+    __m128 *S = scratch;
+    for (int j = 0; j < 4; j++) {
+        __m128 mx = L[j * 4];
+        for (int k = 1; k < 4; k++)
+            mx = _mm_max_ps(L[j * 4 + k], mx);
+        __m128 s = _mm_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            float a[4];
+            _mm_storeu_ps(a, _mm_sub_ps(L[j * 4 + k], mx));
+            for (int l = 0; l < 4; l++)
+                a[l] = expf(a[l]);
+            S[j * 4 + k] = _mm_loadu_ps(a);
+            s = _mm_add_ps(s, S[j * 4 + k]);
+        }
+        for (int k = 0; k < 4; k++) {
+            S[j * 4 + k] = _mm_div_ps(S[j * 4 + k], s);
+            M[j * 4 + k] = _mm_add_ps(S[j * 4 + k], ev);
+        }
+    }
+    __m128 *st = scratch + 16;
+    for (int s = 0; s < 2 * iters - 1; s++, st += 20) {
+        __m128 *den = st + 16;
+        for (int a = 0; a < 4; a++) { /* column step: line a = column k; row step: row j */
+            const int stride = s % 2 == 0 ? 4 : 1, first = s % 2 == 0 ? a : 4 * a;
+            __m128 c = _mm_setzero_ps();
+            for (int b = 0; b < 4; b++)
+                c = _mm_add_ps(c, M[first + b * stride]);
+            den[a] = _mm_add_ps(c, ev);
+            for (int b = 0; b < 4; b++)
+                M[first + b * stride] = _mm_div_ps(M[first + b * stride], den[a]);
+        }
+        for (int i = 0; i < 16; i++)
+            st[i] = M[i];
+    }
+}
+
+/* dL from dM and the scratch of mhc_sinkhorn4x_fwd, four tokens in lanes (dL may alias dM). */
+static inline void mhc_sinkhorn4x_bwd(int iters, const __m128 *scratch, const __m128 *dM,
+                                      __m128 *dL)
+{
+    __m128 g[16];
+    for (int i = 0; i < 16; i++)
+        g[i] = dM[i];
+    for (int s = 2 * iters - 2; s >= 0; s--) {
+        const __m128 *out = scratch + 16 + 20 * s, *den = out + 16;
+        for (int a = 0; a < 4; a++) {
+            const int stride = s % 2 == 0 ? 4 : 1, first = s % 2 == 0 ? a : 4 * a;
+            __m128 dot = _mm_setzero_ps();
+            for (int b = 0; b < 4; b++)
+                dot = _mm_add_ps(dot, _mm_mul_ps(g[first + b * stride], out[first + b * stride]));
+            for (int b = 0; b < 4; b++)
+                g[first + b * stride] = _mm_div_ps(_mm_sub_ps(g[first + b * stride], dot), den[a]);
+        }
+    }
+    const __m128 *S = scratch;
+    for (int j = 0; j < 4; j++) {
+        __m128 dot = _mm_setzero_ps();
+        for (int k = 0; k < 4; k++)
+            dot = _mm_add_ps(dot, _mm_mul_ps(g[j * 4 + k], S[j * 4 + k]));
+        for (int k = 0; k < 4; k++)
+            dL[j * 4 + k] = _mm_mul_ps(S[j * 4 + k], _mm_sub_ps(g[j * 4 + k], dot));
+    }
+}
+#endif
 #endif
 
 #define MHC(name) MHC_CAT(name, MHC_SUFFIX)
@@ -160,6 +237,25 @@ static inline void MHC(mhc_sinkhorn_bwd)(int n, int iters, const real *scratch, 
     }
 }
 
+/* L[n*n] = scale2 mu[2n..mix) + base[2n..mix): the comb slots' Sinkhorn logits. */
+static inline void MHC(mhc_mix_logits)(int n, const real *scale, const real *base, const real *mu,
+                                       real *L)
+{
+    for (int i = 0; i < n * n; i++)
+        L[i] = scale[2] * mu[2 * n + i] + base[2 * n + i];
+}
+
+/* mhc_mix_fwd without the Sinkhorn: out[0..2n) = [pre | post], L[n*n] the comb logits. */
+static inline void MHC(mhc_mix_gates)(int n, real eps, const real *scale, const real *base,
+                                      const real *mu, real *out, real *L)
+{
+    for (int k = 0; k < n; k++) {
+        out[k] = MHC(mhc_sigmoid)(scale[0] * mu[k] + base[k]) + eps;
+        out[n + k] = 2 * MHC(mhc_sigmoid)(scale[1] * mu[n + k] + base[n + k]);
+    }
+    MHC(mhc_mix_logits)(n, scale, base, mu, L);
+}
+
 /* The constrained mixes from the raw mixes mu[mix] (MODEL_SPEC §2.3 step 4–5):
  *   pre_k = sigmoid(scale0 mu_k + base_k) + eps, post_k = 2 sigmoid(scale1 mu_{n+k} + base_{n+k}),
  *   comb = Sinkhorn(scale2 mu_{2n+..} + base_{2n+..}).
@@ -168,28 +264,16 @@ static inline void MHC(mhc_mix_fwd)(int n, int iters, real eps, const real *scal
                                     const real *mu, real *out, real *sk)
 {
     real L[MHC_MAX_N * MHC_MAX_N];
-    for (int k = 0; k < n; k++) {
-        out[k] = MHC(mhc_sigmoid)(scale[0] * mu[k] + base[k]) + eps;
-        out[n + k] = 2 * MHC(mhc_sigmoid)(scale[1] * mu[n + k] + base[n + k]);
-    }
-    for (int i = 0; i < n * n; i++)
-        L[i] = scale[2] * mu[2 * n + i] + base[2 * n + i];
+    MHC(mhc_mix_gates)(n, eps, scale, base, mu, out, L);
     MHC(mhc_sinkhorn_fwd)(n, iters, eps, L, out + 2 * n, sk);
 }
 
-/* Backward of mhc_mix_fwd given dout[mix] = d/d[pre | post | comb]:
- * dz[mix] receives d/d(scale*mu + base) (= the base gradient), dmu[mix] d/dmu, and dscale[3] this
- * token's scale gradient (written). Recomputes the forward; sk is scratch. dmu may alias dout. */
-static inline void MHC(mhc_mix_bwd)(int n, int iters, real eps, const real *scale, const real *base,
-                                    const real *mu, const real *dout, real *dz, real *dmu,
-                                    real *dscale, real *sk)
+/* The rest of mhc_mix_bwd once dz[2n..mix) (the Sinkhorn VJP) is written: the gates' dz, dscale,
+ * dmu (dmu may alias dout). */
+static inline void MHC(mhc_mix_bwd_gates)(int n, const real *scale, const real *base, const real *mu,
+                                          const real *dout, real *dz, real *dmu, real *dscale)
 {
-    real L[MHC_MAX_N * MHC_MAX_N], M[MHC_MAX_N * MHC_MAX_N];
     const int nn = n * n;
-    for (int i = 0; i < nn; i++)
-        L[i] = scale[2] * mu[2 * n + i] + base[2 * n + i];
-    MHC(mhc_sinkhorn_fwd)(n, iters, eps, L, M, sk);
-    MHC(mhc_sinkhorn_bwd)(n, iters, sk, dout + 2 * n, dz + 2 * n);
     for (int k = 0; k < n; k++) {
         real sp = MHC(mhc_sigmoid)(scale[0] * mu[k] + base[k]);
         real sq = MHC(mhc_sigmoid)(scale[1] * mu[n + k] + base[n + k]);
@@ -204,6 +288,20 @@ static inline void MHC(mhc_mix_bwd)(int n, int iters, real eps, const real *scal
     }
 }
 
+/* Backward of mhc_mix_fwd given dout[mix] = d/d[pre | post | comb]:
+ * dz[mix] receives d/d(scale*mu + base) (= the base gradient), dmu[mix] d/dmu, and dscale[3] this
+ * token's scale gradient (written). Recomputes the forward; sk is scratch. dmu may alias dout. */
+static inline void MHC(mhc_mix_bwd)(int n, int iters, real eps, const real *scale, const real *base,
+                                    const real *mu, const real *dout, real *dz, real *dmu,
+                                    real *dscale, real *sk)
+{
+    real L[MHC_MAX_N * MHC_MAX_N], M[MHC_MAX_N * MHC_MAX_N];
+    MHC(mhc_mix_logits)(n, scale, base, mu, L);
+    MHC(mhc_sinkhorn_fwd)(n, iters, eps, L, M, sk);
+    MHC(mhc_sinkhorn_bwd)(n, iters, sk, dout + 2 * n, dz + 2 * n);
+    MHC(mhc_mix_bwd_gates)(n, scale, base, mu, dout, dz, dmu, dscale);
+}
+
 /* a[m] = sum_i fn[m, i] v[i] for m < rows, over len values (double accumulation). */
 static inline void MHC(mhc_fn_dot)(int rows, int64_t len, const real *fn, const real *v, real *a)
 {
@@ -216,15 +314,22 @@ static inline void MHC(mhc_fn_dot)(int rows, int64_t len, const real *fn, const 
     }
 }
 
-/* The rho part of dv for mu = rho (fn v): dv -= (sum_m dmu_m mu_m) rho^2 / len * v. The fn part,
- * dv += rho fn^T dmu, is added by the caller (mhc_pre_tok_bwd below, or a GEMM in the layer). */
-static inline void MHC(mhc_rho_bwd)(int rows, int64_t len, real rho, const real *mu, const real *dmu,
-                                    const real *v, real *dv)
+/* The rho part of dv for mu = rho (fn v): dv -= c v with c = (sum_m dmu_m mu_m) rho^2 / len
+ * (mhc_rho_bwd_coef). The fn part, dv += rho fn^T dmu, is added by the caller (mhc_pre_tok_bwd below,
+ * or a GEMM in the layer; at the gate level both in one pass, kernels/fused.h gate_bwd_dx_mhc). */
+static inline real MHC(mhc_rho_bwd_coef)(int rows, int64_t len, real rho, const real *mu,
+                                         const real *dmu)
 {
     real c = 0;
     for (int m = 0; m < rows; m++)
         c += dmu[m] * mu[m];
-    c = c * rho * rho / (real)len;
+    return c * rho * rho / (real)len;
+}
+
+static inline void MHC(mhc_rho_bwd)(int rows, int64_t len, real rho, const real *mu, const real *dmu,
+                                    const real *v, real *dv)
+{
+    const real c = MHC(mhc_rho_bwd_coef)(rows, len, rho, mu, dmu);
     for (int64_t i = 0; i < len; i++)
         dv[i] -= c * v[i];
 }
@@ -240,15 +345,17 @@ static inline void MHC(mhc_collapse)(int n, int64_t d, const real *w, const real
     }
 }
 
-/* dw_k = X_k . dx (written; mhc_lane_dot) and dX_k += w_k dx. */
+/* dw_k = X_k . dx (written; mhc_lane_dot) and dX_k += w_k dx (dX NULL: dw only). */
 static inline void MHC(mhc_collapse_bwd)(int n, int64_t d, const real *w, const real *X,
                                          const real *dx, real *dw, real *dX)
 {
     for (int k = 0; k < n; k++) {
         const real *Xk = X + (int64_t)k * d;
-        real *dXk = dX + (int64_t)k * d;
-        for (int64_t i = 0; i < d; i++)
-            dXk[i] += w[k] * dx[i];
+        if (dX) {
+            real *dXk = dX + (int64_t)k * d;
+            for (int64_t i = 0; i < d; i++)
+                dXk[i] += w[k] * dx[i];
+        }
         dw[k] = (real)MHC(mhc_lane_dot)(d, Xk, dx);
     }
 }

@@ -20,10 +20,14 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernels/dispatch.h"
 #include "trex/checkpoint.h"
@@ -388,15 +392,46 @@ static void scale_grads(trainer *t, double f)
     trex_pool_for(t->pool, j.n, 1 << 16, scale_chunk, &j);
 }
 
+/* n floats at p = +0 with non-temporal stores (SSE2, part of x86-64): each line is written without
+ * first being read into the cache (ordinary stores, memset's at these sizes, read every line before
+ * writing it: twice the memory traffic), then an sfence, so the zeros are globally visible before the
+ * pool's join publishes them. Elsewhere memset. */
+static void zero_stream(float *p, int64_t n)
+{
+#if defined(__SSE2__)
+    int64_t i = 0;
+    for (; i < n && ((uintptr_t)(p + i) & 15u); i++)
+        p[i] = 0.0f;
+    const __m128 z = _mm_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        _mm_stream_ps(p + i, z);
+        _mm_stream_ps(p + i + 4, z);
+        _mm_stream_ps(p + i + 8, z);
+        _mm_stream_ps(p + i + 12, z);
+    }
+    for (; i + 4 <= n; i += 4)
+        _mm_stream_ps(p + i, z);
+    for (; i < n; i++)
+        p[i] = 0.0f;
+    _mm_sfence();
+#else
+    memset(p, 0, (size_t)n * sizeof *p);
+#endif
+}
+
 static void zero_chunk(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const scale_job *j = arg;
-    memset(j->g + b, 0, (size_t)(e - b) * sizeof *j->g);
+    zero_stream(j->g + b, e - b);
 }
 
-/* The gradients (GBs at dsv4-bench size) are cleared by every pool thread: one core's stores do not
- * reach the machine's memory bandwidth. */
+/* The gradients (GBs at dsv4-bench size) are cleared by every pool thread (one core's stores do not
+ * reach the machine's memory bandwidth), with non-temporal stores: a buffer that size does not stay in
+ * the cache until the backward reaches it, and memset's ordinary stores would read all of it first
+ * (3.5 GB at dsv4-bench: 0.45 -> 0.21 CPU-s; docs/perf.md "mHC and fixed passes, round 6"). A small
+ * model's buffer goes through the same stores (its extra cache misses cost little; the training tests
+ * run this path). */
 static void zero_grads(trainer *t)
 {
     scale_job j = {t->grads, t->w.layout.n_float, 0.0f};

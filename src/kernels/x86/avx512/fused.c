@@ -399,22 +399,26 @@ static inline __attribute__((always_inline)) void collapse_bwd(int n, int64_t d,
             const __m512 xv = _mm512_maskz_loadu_ps(m, X + (int64_t)k * d + i);
             a0[k] = _mm512_fmadd_pd(lo_pd(xv), g0, a0[k]);
             a1[k] = _mm512_fmadd_pd(hi_pd(xv), g1, a1[k]);
-            float *o = dX + (int64_t)k * d + i;
-            _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o),
-                                                      _mm512_mul_ps(_mm512_set1_ps(w[k]), g)));
+            if (dX) {
+                float *o = dX + (int64_t)k * d + i;
+                _mm512_mask_storeu_ps(o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o),
+                                                          _mm512_mul_ps(_mm512_set1_ps(w[k]), g)));
+            }
         }
     }
     _Pragma("GCC unroll 8") for (int k = 0; k < n; k++)
         dw[k] = (float)lanes_tree(a0[k], a1[k]);
 }
 
-/* dw_k = mhc_lane_dot(X_k, dx) and dX_k += w_k dx in one pass over X and dx. */
+/* dw_k = mhc_lane_dot(X_k, dx) and dX_k += w_k dx in one pass over X and dx (dX NULL: dw only). */
 void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
                                         const float *dx, float *dw, float *dX)
 {
     TREX_FUSED_ASSERT_N(n);
-    if (n == 4)
+    if (n == 4 && dX)
         collapse_bwd(4, d, w, X, dx, dw, dX);
+    else if (n == 4)
+        collapse_bwd(4, d, w, X, dx, dw, NULL);
     else
         collapse_bwd(n, d, w, X, dx, dw, dX);
 }
