@@ -11,7 +11,8 @@
  *  6. a packed row equals each document run alone; sparse with top-k >= visible equals dense;
  *  7. bitwise identical results with no pool and with a 2-thread pool, in fp32 and in bf16 mode (the
  *     bf16 attention core and indexer scores of the kernel level, AMX where the machine has it);
- *  8. the fused axpy entry (kernels/fused.h) gives y + a x, element by element, at every level.
+ *  8. the fused axpy entry (kernels/fused.h) gives y + a x, element by element, at every level, and
+ *     axpy_rows the bits of one axpy per active term.
  *
  * `test_attention --bench N [reps] [fp32|bf16] [threads]` instead times trex_attn_forward and
  * trex_attn_backward of one layer of each kind (SWA, CSA with the sparse indexer and its KL, HCA) at
@@ -1280,6 +1281,54 @@ static void test_axpy_levels(void)
     }
 }
 
+/* The fused axpy_rows entry gives, at every level, the bits of one axpy per active term (terms in
+ * order per row), on awkward shapes, with both coefficient layouts the model uses (row-major: the
+ * query side's diq; column-major: the key side's dK^I), and leaves the rows' other columns alone. */
+static void test_axpy_rows_levels(void)
+{
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const int64_t Rs[] = {1, 3, 4, 5, 16, 17}, Js[] = {0, 1, 5, 33}, cs[] = {1, 16, 63, 64, 128, 133};
+    enum { RM = 17, JM = 33, CM = 133, LD = CM + 3 };
+    static float X[JM][CM], Y0[RM * LD], Y[RM * LD], Ye[RM * LD], A[RM * JM];
+    static unsigned char on[RM * JM];
+    const float *xp[JM];
+    rng r = {907};
+    for (int j = 0; j < JM; j++) {
+        fill_f(X[j], CM, 1.0, &r);
+        xp[j] = X[j];
+    }
+    fill_f(Y0, RM * LD, 1.0, &r);
+    fill_f(A, RM * JM, 1.0, &r);
+    for (int k = 0; k < RM * JM; k++)
+        on[k] = A[k] > -0.3f; /* about two thirds on, in no pattern */
+    int bad = 0;
+    for (size_t l = 0; l < sizeof caps / sizeof caps[0]; l++) {
+        const trex_fused_table *t = trex_fused_for(caps[l]);
+        for (size_t ir = 0; ir < sizeof Rs / sizeof Rs[0]; ir++)
+            for (size_t ij = 0; ij < sizeof Js / sizeof Js[0]; ij++)
+                for (size_t ic = 0; ic < sizeof cs / sizeof cs[0]; ic++)
+                    for (int cm = 0; cm < 2; cm++) {
+                        const int64_t R = Rs[ir], J = Js[ij], c = cs[ic];
+                        const int64_t sr = cm ? 1 : J, sj = cm ? R : 1;
+                        memcpy(Y, Y0, sizeof Y);
+                        memcpy(Ye, Y0, sizeof Ye);
+                        t->axpy_rows(Y, LD, R, A, on, sr, sj, xp, J, c);
+                        for (int64_t rr = 0; rr < R; rr++)
+                            for (int64_t j = 0; j < J; j++)
+                                if (on[rr * sr + j * sj])
+                                    for (int64_t i = 0; i < c; i++) {
+                                        const float ax = A[rr * sr + j * sj] * X[j][i];
+                                        Ye[rr * LD + i] = Ye[rr * LD + i] + ax;
+                                    }
+                        if (memcmp(Y, Ye, sizeof Y) != 0 && bad++ < 5)
+                            CHECK(0, "fused axpy_rows at level %s, R %lld J %lld c %lld %s: not one "
+                                  "axpy per active term", t->name, (long long)R, (long long)J,
+                                  (long long)c, cm ? "column-major" : "row-major");
+                    }
+    }
+    CHECK(bad == 0, "fused axpy_rows: %d cases differ", bad);
+}
+
 static void test_bad_config(trex_arena *ar)
 {
     trex_config good = small_cfg(), cfg = good;
@@ -1473,6 +1522,7 @@ int main(int argc, char **argv)
         test_threads(ar);
         run_dtype = TREX_F32;
         test_axpy_levels();
+        test_axpy_rows_levels();
         test_bad_config(ar);
         trex_arena_destroy(ar);
     }

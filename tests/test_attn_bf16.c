@@ -214,8 +214,10 @@ static float from_bf16(uint16_t b)
 
 static const float GUARD = -12345.678f;
 
+/* One level's outputs into x; with `pairs`, the forward and the query side also get the first
+ * entries as a window in the pair layout (their output products then read it in place). */
 static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, int *guard_ok,
-                      int *repeat_ok)
+                      int *repeat_ok, bool pairs)
 {
     const int64_t n = s->n, H = s->H, c = s->c, wsn = TREX_FUSED_SATTN_BF16_WS(n, H, c);
     /* misaligned by one float, 64 guard floats after it */
@@ -227,6 +229,7 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
     x->dpool = xmalloc_f(n * c);
     float *o2 = xmalloc_f(H * c), *lse2 = xmalloc_f(H), *z2 = xmalloc_f(H * n);
     float *dq2 = xmalloc_f(H * c), *ds2 = xmalloc_f(H), *ps2 = xmalloc_f(n), *dp2 = xmalloc_f(n * c);
+    float *pf = xmalloc_f(H * n), *pf3 = xmalloc_f(H * n), *o3 = xmalloc_f(H * c), *lse3 = xmalloc_f(H);
     float **dV = malloc((size_t)(n + 1) * sizeof *dV);
     uint16_t *vrows = malloc((size_t)(n * c + 1) * sizeof(uint16_t));
     const uint16_t **Vb = malloc((size_t)(n + 1) * sizeof *Vb);
@@ -246,6 +249,25 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
         qb[i] = to_bf16(s->q[i]);
         gb[i] = to_bf16(s->g[i]);
     }
+    /* the first nw entries also as rows first .. first + nw - 1 of an array in the pair layout
+     * (kernels/fused.h trex_fused_pairs), the other rows (before, and 32 past the last) finite values
+     * that must get weight 0; first odd for odd n, so that entry 0 is the second of its pair. The
+     * in-place window moves the entries inside the output product's 32-entry steps, whose sums the
+     * tile unit does not add in entry order: the same values within fp32 rounding, not the same bits
+     * (main checks them against the bounds) */
+    const int64_t nw = n % 3 == 0 ? n : n - n / 4, first = n % 2, prow = first + nw + 33;
+    uint16_t *prow_buf = malloc((size_t)((prow + 1) / 2 * 2 * c + 1) * sizeof(uint16_t));
+    if (!prow_buf)
+        exit(2);
+    for (int64_t r = 0; r < (prow + 1) / 2 * 2; r++) {
+        const int64_t e = r - first;
+        const bool in = e >= 0 && e < nw;
+        const float *src = n == 0 ? NULL : in ? s->V[e] : s->V[(r * 7 + 3) % n];
+        for (int64_t i = 0; i < c; i++) /* row r: dims chunk i / 16, half r % 2 of each word */
+            prow_buf[(r / 2) * 2 * c + (i / 16) * 32 + 2 * (i % 16) + r % 2] =
+                src ? to_bf16(src[i] * (in ? 1.0f : 3.0f)) : 0;
+    }
+    const trex_fused_pairs win = {prow_buf, first, nw};
     *repeat_ok = 1;
     for (int rep = 0; rep < 2; rep++) {
         float *o = rep ? o2 : x->o, *lse = rep ? lse2 : x->lse, *z = rep ? z2 : x->z;
@@ -254,20 +276,40 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
         /* the second time: the entries, q and g pre-rounded */
         const uint16_t *const *vb = rep ? Vb : NULL;
         const uint16_t *qr = rep ? qb : NULL, *gr = rep ? gb : NULL;
-        t->sattn_fwd_bf16(o, lse, z, ws, s->q, qr, s->V, vb, n, H, c, s->sink, s->scale);
+        const trex_fused_pairs *wp = pairs ? &win : NULL;
+        /* the second time also the probabilities P */
+        t->sattn_fwd_bf16(o, lse, z, rep ? pf : NULL, ws, s->q, qr, s->V, vb, wp, n, H, c, s->sink,
+                          s->scale);
         /* the backward takes the fp32 reference's lse and D, so each entry is checked on its own */
         t->sattn_bwd_query_bf16(dq, ds, rep ? NULL : x->P, ws, rep ? NULL : s->g, gr, s->q, qr,
-                                s->V, vb, n, H, c, s->sink, s->scale, s->lse, s->D);
+                                s->V, vb, wp, n, H, c, s->sink, s->scale, s->lse, s->D);
         memcpy(dpool, s->dpool0, (size_t)(n * c) * sizeof(float));
         for (int64_t e = 0; e < n; e++)
             dV[e] = dpool + e * c;
         t->sattn_bwd_entries_bf16(dV, ps, ws, s->V, vb, n, rep ? NULL : s->q, qr,
                                   rep ? NULL : s->g, gr, H, c, s->scale, s->lse, s->D);
     }
+    /* and once more without z: the same o, lse and P */
+    t->sattn_fwd_bf16(o3, lse3, NULL, pf3, ws, s->q, qb, s->V, Vb, pairs ? &win : NULL, n, H, c,
+                      s->sink, s->scale);
     *repeat_ok = same_bits(o2, x->o, H * c) && same_bits(lse2, x->lse, H) &&
                  same_bits(z2, x->z, H * n) && same_bits(dq2, x->dq, H * c) &&
                  same_bits(ds2, x->ds, H) && same_bits(ps2, x->ps, n) &&
-                 same_bits(dp2, x->dpool, n * c);
+                 same_bits(dp2, x->dpool, n * c) && same_bits(o3, x->o, H * c) &&
+                 same_bits(lse3, x->lse, H) && same_bits(pf3, pf, H * n);
+    /* the forward's P against the fp32 reference's exp(z - lse): the error of its z and of its own
+     * lse (each within their bounds), with a factor 2 for the exp */
+    int pbad = 0;
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t e = 0; e < n; e++) {
+            const int64_t k = h * n + e;
+            const double p = s->P[k], b = 2.0 * p * (s->bz[k] + s->blse[h]) + 1e-7 * p + 1e-37;
+            pbad += !(fabs((double)pf[k] - p) <= b);
+        }
+    CHECK(pbad == 0, "%s forward P: %d of %lld outside the bound n=%lld H=%lld c=%lld", t->name, pbad,
+          (long long)(H * n), (long long)n, (long long)H, (long long)c);
+    free(pf), free(pf3), free(o3), free(lse3);
+    free(prow_buf);
     *guard_ok = 1;
     for (int64_t i = 0; i < 64; i++)
         *guard_ok &= ws[wsn + i] == GUARD;
@@ -376,10 +418,11 @@ static int bench(int reps)
                  b16 ? "bf16" : "fp32");
         /* the fp32 entries, or the bf16 ones with the entries rounded per call (Vb NULL) */
 #define f(o, lse, z, ws, q, V, ...)                                                           \
-    (b16 ? t->sattn_fwd_bf16(o, lse, z, ws, q, NULL, V, NULL, __VA_ARGS__)                    \
+    (b16 ? t->sattn_fwd_bf16(o, lse, z, NULL, ws, q, NULL, V, NULL, NULL, __VA_ARGS__)        \
          : best->sattn_fwd(o, lse, z, ws, q, V, __VA_ARGS__))
 #define bq(dq, ds, P, ws, g, q, V, ...)                                                       \
-    (b16 ? t->sattn_bwd_query_bf16(dq, ds, P, ws, g, NULL, q, NULL, V, NULL, __VA_ARGS__)     \
+    (b16 ? t->sattn_bwd_query_bf16(dq, ds, P, ws, g, NULL, q, NULL, V, NULL, NULL,          \
+                                   __VA_ARGS__)                                               \
          : best->sattn_bwd_query(dq, ds, P, ws, g, q, V, __VA_ARGS__))
 #define be(dV, ps, ws, V, n_, q_, g_, ...)                                                    \
     (b16 ? t->sattn_bwd_entries_bf16(dV, ps, ws, V, NULL, n_, q_, NULL, g_, NULL, __VA_ARGS__)  \
@@ -587,16 +630,25 @@ int main(int argc, char **argv)
                 const outs f32 = {s.o, s.lse, s.z, s.dq, s.ds, s.P, s.ps, s.dpool};
                 outs x[4];
                 for (int l = 0; l < nl; l++) {
-                    int guard_ok, repeat_ok;
-                    run_level(lv[l], &s, &x[l], &guard_ok, &repeat_ok);
-                    CHECK(guard_ok, "%s scratch overrun n=%lld H=%lld c=%lld", lv[l]->sattn_bf16_name,
-                          (long long)n, (long long)H, (long long)c);
-                    CHECK(repeat_ok, "%s repeated calls differ n=%lld H=%lld c=%lld",
-                          lv[l]->sattn_bf16_name, (long long)n, (long long)H, (long long)c);
-                    check_outputs(lv[l]->sattn_bf16_name, "vs fp32", &s, &x[l], &f32, 1.0, 0.0, 0);
-                    if (l > 0)
-                        check_outputs(lv[l]->sattn_bf16_name, "vs bf16 ref", &s, &x[l], &x[0], 0.25,
-                                      2e-3, 1);
+                    /* the optimised levels twice: also with the window in the pair layout */
+                    for (int pw = 0; pw < (l > 0 ? 2 : 1); pw++) {
+                        outs xp;
+                        outs *xl = pw ? &xp : &x[l];
+                        char name[64];
+                        snprintf(name, sizeof name, "%s%s", lv[l]->sattn_bf16_name,
+                                 pw ? " (pair-layout window)" : "");
+                        int guard_ok, repeat_ok;
+                        run_level(lv[l], &s, xl, &guard_ok, &repeat_ok, pw == 1);
+                        CHECK(guard_ok, "%s scratch overrun n=%lld H=%lld c=%lld", name,
+                              (long long)n, (long long)H, (long long)c);
+                        CHECK(repeat_ok, "%s repeated calls differ n=%lld H=%lld c=%lld", name,
+                              (long long)n, (long long)H, (long long)c);
+                        check_outputs(name, "vs fp32", &s, xl, &f32, 1.0, 0.0, 0);
+                        if (l > 0)
+                            check_outputs(name, "vs bf16 ref", &s, xl, &x[0], 0.25, 2e-3, 1);
+                        if (pw)
+                            outs_free(&xp);
+                    }
                 }
                 for (int l = 0; l < nl; l++)
                     outs_free(&x[l]);

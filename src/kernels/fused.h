@@ -100,17 +100,35 @@ typedef void (*trex_fused_sattn_bwd_entries_fn)(float *const *dV, float *psum, f
  * layer), which the leaves then copy instead of rounding V[e] again (the same results). Likewise qb
  * after q and gb after g: NULL, or q (g) already rounded, qb = bf(q) [H*c] (model/attention.c rounds q
  * and the output gradient once per layer), which the leaves read instead of rounding q (g) on every
- * call (the same results); q (g) may then be NULL. */
-typedef void (*trex_fused_sattn_fwd_bf16_fn)(float *o, float *lse, float *z, float *ws,
+ * call (the same results); q (g) may then be NULL.
+ * The forward's z may be NULL (not written), and it takes P after z: NULL, or [H*n] (row h) the
+ * probabilities p_he = exp(z_he - mx_h) / den_h in fp32 (before the rounding of the output product;
+ * the indexer KL terms' attention mass, model/attention.c).
+ * The forward and the query side take one more, Wp after Vb: NULL, or the first Wp->n entries as
+ * consecutive rows of a layer-wide copy in the pair layout below (the window of a query: rows of kv),
+ * which the output product then reads in place instead of interleaving them per call (the same
+ * results: every entry still enters each sum in its place, with exact zero terms around them). */
+/* Pair layout of bf16 rows of c dims (c a multiple of 32): pair row k = rows + 2k c holds rows 2k and
+ * 2k + 1 interleaved per 16 dims (32 values (x[16j + i], y[16j + i]), i < 16, for dims chunk j), the
+ * B-tile layout of TDPBF16PS. Entry e < n is row first + e. Pair rows up to row first + n + 31 must be
+ * readable and finite (the leaf may read up to a 32-entry step past the last one with weight 0).
+ * model/attention.c keeps such a copy of kv per layer (kvp). Ignored when c is not a multiple of 32. */
+typedef struct trex_fused_pairs {
+    const uint16_t *rows;
+    int64_t first, n;
+} trex_fused_pairs;
+typedef void (*trex_fused_sattn_fwd_bf16_fn)(float *o, float *lse, float *z, float *P, float *ws,
                                              const float *q, const uint16_t *qb,
                                              const float *const *V,
-                                             const uint16_t *const *Vb, int64_t n, int64_t H,
+                                             const uint16_t *const *Vb,
+                                             const trex_fused_pairs *Wp, int64_t n, int64_t H,
                                              int64_t c, const float *sink, float scale);
 typedef void (*trex_fused_sattn_bwd_query_bf16_fn)(float *dq, float *dsink, float *P, float *ws,
                                                    const float *g, const uint16_t *gb,
                                                    const float *q, const uint16_t *qb,
                                                    const float *const *V,
-                                                   const uint16_t *const *Vb, int64_t n,
+                                                   const uint16_t *const *Vb,
+                                                   const trex_fused_pairs *Wp, int64_t n,
                                                    int64_t H, int64_t c, const float *sink,
                                                    float scale, const float *lse, const float *D);
 typedef void (*trex_fused_sattn_bwd_entries_bf16_fn)(float *const *dV, float *psum, float *ws,
@@ -410,16 +428,16 @@ void trex_fused_rmsnorm_dw_avx512(float *dw, const float *dy, const float *x, co
                                   int64_t n, int64_t dim, int64_t j0, int64_t j1);
 
 /* bf16 attention: the reference (kernels/ref/attn_bf16.c) and the AMX leaves (kernels/x86/amx/attn.c). */
-void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const uint16_t *qb, const float *const *V,
-                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale);
+void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *P, float *ws,
+                                   const float *q, const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale);
 void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const uint16_t *gb, const float *q,
                                          const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                         const float *sink, float scale, const float *lse,
-                                         const float *D);
+                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D);
 void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
                                            const float *const *V, const uint16_t *const *Vb,
                                            int64_t n, const float *q, const uint16_t *qb,
@@ -430,16 +448,16 @@ void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda
                               const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
 void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda, int64_t R,
                               const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
-void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const uint16_t *qb, const float *const *V,
-                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale);
+void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, float *ws,
+                                   const float *q, const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale);
 void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const uint16_t *gb, const float *q,
                                          const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                         const float *sink, float scale, const float *lse,
-                                         const float *D);
+                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D);
 void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
                                            const float *const *V, const uint16_t *const *Vb,
                                            int64_t n, const float *q, const uint16_t *qb,

@@ -89,6 +89,10 @@ struct trex_attn_cache {
     /* bf16 attention core: kv [N, c] and the compressed entries cmp.out [nc, c] rounded to bf16 once
      * per layer (the core's entries copy them instead of rounding every entry for every query) */
     uint16_t *kvb, *cmpb;
+    /* and kv again in the pair layout of kernels/fused.h (trex_fused_pairs; [N/2 + 17] pair rows, zero
+     * past N), from which the core's output products read a query's window in place; NULL when c is
+     * not a multiple of 32 */
+    uint16_t *kvp;
     float *ilse, *mass;        /* [N] indexer log-sum-exp over the KL set, sum_s sum_h P */
     int32_t *sel, *nsel;       /* [N, topk] ascending local entry indices, [N] counts (sparse) */
     float *lse;                /* [N*H] including the sink */
@@ -107,7 +111,8 @@ enum {
     AP_F_ICMP_POOL, AP_F_CORE, AP_F_OUT, AP_B_OUT, AP_B_QSIDE, AP_B_KWIN, AP_B_KCMP, AP_B_QPATH,
     AP_B_KVPATH, AP_B_CMP_POOL, AP_B_CMP_GEMM, AP_B_IDX, AP_B_ICMP_POOL, AP_B_ICMP_GEMM,
     AP_T_GATHER, AP_T_CORE, AP_T_POST,
-    AP_T_BQ_GATHER, AP_T_BQ_CORE, AP_T_BQ_KL, AP_T_KC_CORE, AP_T_KC_KL, AP_N
+    AP_T_BQ_GATHER, AP_T_BQ_CORE, AP_T_BQ_KLD, AP_T_BQ_KL, AP_T_KC_CORE, AP_T_KC_KLD, AP_T_KC_KL,
+    AP_N
 };
 static const char *const ap_name[AP_N] = {
     "fwd q proj+norm+rope", "fwd kv proj+norm+rope", "fwd compressor GEMMs+ape",
@@ -118,8 +123,9 @@ static const char *const ap_name[AP_N] = {
     "bwd compressor GEMMs", "bwd indexer projections", "bwd idx compressor pool+norm",
     "bwd idx compressor GEMMs",
     "  thr: fwd gather+indexer scores+topk", "  thr: fwd sattn_fwd", "  thr: fwd inv rope + KL",
-    "  thr: bwd-q gather", "  thr: bwd-q sattn_bwd_query", "  thr: bwd-q KL (dots, diq)",
-    "  thr: bwd-k sattn_bwd_entries (cmp)", "  thr: bwd-k KL (dots, dik)"};
+    "  thr: bwd-q gather", "  thr: bwd-q sattn_bwd_query", "  thr: bwd-q KL indexer dots",
+    "  thr: bwd-q KL (diq, dhw)", "  thr: bwd-k sattn_bwd_entries (cmp)", "  thr: bwd-k KL indexer dots",
+    "  thr: bwd-k KL (dik)"};
 static double ap_wall[AP_N], ap_cpu[AP_N], ap_thr[AP_N][16];
 static double ap_clock(clockid_t id)
 {
@@ -205,24 +211,11 @@ static int64_t zigzag(int64_t k, int64_t n)
     return (k % 2 == 0) ? k / 2 : n - 1 - k / 2;
 }
 
-static float idx_from_heads(float *a, const float *ia, int64_t stride, int64_t i, const float *hw,
-                            int64_t nI)
-{
-    float s = 0.0f;
-    for (int64_t h = 0; h < nI; h++) {
-        const float v = ia[h * stride + i];
-        if (a)
-            a[h] = v;
-        if (v > 0.0f)
-            s += hw[h] * v;
-    }
-    return s;
-}
-
-/* score[i] = idx_from_heads(NULL, ia, n, i, hw, nI) for i < n, the same bits (heads in order; a
- * non-positive head score adds w * 0 = +-0, which leaves the sum unchanged, as the sum is never -0),
- * written as a max and an unconditional multiply-add so that the compiler runs 8 entries per step in
- * vector lanes. */
+/* The indexer score of each entry i < n from its head scores ia [nI][n]: score[i] = the fp32 sum from
+ * +0, heads ascending, of hw_h ia_hi over the heads with ia_hi > 0 (a NaN head score counts as not
+ * positive). Written as a max and an unconditional multiply-add (a non-positive head adds w * 0 = +-0,
+ * which leaves the sum unchanged, as the sum is never -0), so that the compiler runs 8 entries per
+ * step in vector lanes; the same bits as the per-entry loop with a branch per head that it replaced. */
 static void idx_scores(float *restrict score, const float *restrict ia, int64_t n,
                        const float *restrict hw, int64_t nI)
 {
@@ -450,6 +443,29 @@ static void cvt_rows_pool(trex_pool *pool, uint16_t *dst, const float *src, int6
     trex_pool_for(pool, rows, w >= 16384 ? 1 : 16384 / (w > 0 ? w : 1), cvt_rows_task, &a);
 }
 
+/* Pair rows k0 .. k1-1 of the pair layout (kernels/fused.h trex_fused_pairs) of src [rows, c] bf16:
+ * pair row k holds rows 2k and 2k + 1 as 32-bit words (x[i], y[i]) per dim, in 16-dim chunks; rows at
+ * or past `rows` read as zeros. */
+typedef struct pairs_task {
+    uint16_t *dst;
+    const uint16_t *src;
+    int64_t rows, c;
+} pairs_task;
+
+static void pairs_rows(void *arg, int64_t k0, int64_t k1, int tid)
+{
+    (void)tid;
+    const pairs_task *a = arg;
+    const int64_t c = a->c;
+    for (int64_t k = k0; k < k1; k++) {
+        uint32_t *d = (uint32_t *)(a->dst + 2 * k * c);
+        const uint16_t *x = 2 * k < a->rows ? a->src + 2 * k * c : NULL;
+        const uint16_t *y = 2 * k + 1 < a->rows ? a->src + (2 * k + 1) * c : NULL;
+        for (int64_t i = 0; i < c; i++) /* word i: dims chunk i / 16, position i % 16 */
+            d[i] = (uint32_t)(x ? x[i] : 0) | (uint32_t)(y ? y[i] : 0) << 16;
+    }
+}
+
 /* ---- compressor (MODEL_SPEC §3.4) ------------------------------------------------------------- */
 
 /* Row offsets into kt/zt ([N, wm*cw]) of the candidates of compressed entry e, in softmax order:
@@ -642,7 +658,7 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
 
 /* Per-thread scratch of the query loops. */
 typedef struct qscr {
-    size_t V, Vb, cidx, heap, z, o, scores, ps, mark, a, ws, kp, ia, dws, total;
+    size_t V, Vb, cidx, heap, z, o, scores, ps, mark, ws, kp, ia, act, dws, total;
 } qscr;
 
 static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse, bool bf16)
@@ -661,11 +677,11 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse,
     L.scores = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
     L.ps = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
     L.mark = lay(&t, (size_t)(docs->maxnb + 1));
-    L.a = lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
     L.ws = lay(&t, (size_t)(bf16 ? TREX_FUSED_SATTN_BF16_WS(ne, dm->H, dm->c)
                                 : TREX_FUSED_SATTN_WS(ne, dm->H)) * sizeof(float));
     L.kp = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float *));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * (docs->maxnb + 1)) * sizeof(float));
+    L.act = lay(&t, (size_t)(dm->nI + 1) * sizeof(int64_t));
     const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(docs->maxnb, dm->nI, dm->cI) : 1;
     L.dws = lay(&t, (size_t)dws * sizeof(float));
     L.total = t;
@@ -702,7 +718,7 @@ typedef struct qtask {
 
 /* Gathers the entries of query t: the window (same document) then the compressed set. Returns n and
  * sets *nw (window count) and *ncs (compressed count); cidx receives the local entry indices. With
- * scores (CSA), also the indexer score of every visible entry (idx_from_heads), through the scratch
+ * scores (CSA), also the indexer score of every visible entry (idx_scores), through the scratch
  * kp (visible key pointers) and ia (head scores [nI][vis]). */
 static int64_t gather_entries(const qtask *a, int64_t t, const float **V, const uint16_t **Vb,
                               int64_t *cidx,
@@ -784,15 +800,20 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
                                (float *)(w + a->L.dws), heap, mark,
                                &nw, &ncs);
     AP_T(AP_T_GATHER, tid);
+    const trex_fused_pairs win = {c->kvp, t - nw + 1, nw}; /* the window: rows t - nw + 1 .. t */
+    const bool klt = a->kl && dm->csa && ncs > 0; /* this query's KL term */
+    /* bf16 mode: no scores z (only the KL used them), and the KL's attention mass from the core's
+     * probabilities P (into z's scratch) instead of expf(z - lse) per head and entry here */
     if (a->sattn_fwd_bf16)
-        a->sattn_fwd_bf16(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc,
-                          a->qb ? a->qb + t * hc : NULL, V, c->kvb ? Vb : NULL, n, H, dm->c,
-                          a->sink, dm->scale);
+        a->sattn_fwd_bf16(opre, a->lse + t * H, NULL, klt ? z : NULL, (float *)(w + a->L.ws),
+                          c->q + t * hc, a->qb ? a->qb + t * hc : NULL, V, c->kvb ? Vb : NULL,
+                          c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale);
     else
         a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H,
                      dm->c, a->sink, dm->scale);
     AP_T(AP_T_CORE, tid);
-    /* inverse RoPE of the output at the query's position */
+    /* inverse RoPE of the output at the query's position (the core writes into the thread's scratch,
+     * in the first-level cache, and one copy moves it out) */
     const int64_t pos = a->docs->tpos[t];
     float *o = a->o + t * hc;
     memcpy(o, opre, (size_t)hc * sizeof(float));
@@ -806,16 +827,28 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
     a->kl_t[t] = 0.0;
     if (ncs == 0)
         return;
-    /* p: the main attention's mass on each compressed entry, summed over heads; q: softmax of I */
+    /* p: the main attention's mass on each compressed entry, summed over heads (from 0, heads
+     * ascending); q: softmax of I */
     const float *lse = a->lse + t * H;
-    float msum = 0.0f;
-    for (int64_t i = 0; i < ncs; i++) {
-        float s = 0.0f;
-        for (int64_t h = 0; h < H; h++)
-            s += expf(z[h * n + nw + i] - lse[h]);
-        ps[i] = s;
-        msum += s;
+    if (a->sattn_fwd_bf16) { /* z holds P */
+        for (int64_t i = 0; i < ncs; i++)
+            ps[i] = 0.0f;
+        for (int64_t h = 0; h < H; h++) {
+            const float *ph = z + h * n + nw;
+            for (int64_t i = 0; i < ncs; i++)
+                ps[i] += ph[i];
+        }
+    } else {
+        for (int64_t i = 0; i < ncs; i++) {
+            float s = 0.0f;
+            for (int64_t h = 0; h < H; h++)
+                s += expf(z[h * n + nw + i] - lse[h]);
+            ps[i] = s;
+        }
     }
+    float msum = 0.0f;
+    for (int64_t i = 0; i < ncs; i++)
+        msum += ps[i];
     float mx = -INFINITY;
     for (int64_t i = 0; i < ncs; i++)
         mx = scores[cidx[i]] > mx ? scores[cidx[i]] : mx;
@@ -847,19 +880,20 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
     const int64_t H = dm->H, hc = dm->H * dm->c;
     const float **V = (const float **)(w + a->L.V);
     int64_t *cidx = (int64_t *)(w + a->L.cidx);
-    float *P = (float *)(w + a->L.z), *av = (float *)(w + a->L.a);
+    float *P = (float *)(w + a->L.z);
     int64_t nw, ncs;
     const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
     int64_t n = gather_entries(a, t, V, Vb, cidx, NULL, NULL, NULL, NULL, NULL, NULL, &nw, &ncs);
     AP_T(AP_T_BQ_GATHER, tid);
     const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
+    const trex_fused_pairs win = {c->kvp, t - nw + 1, nw}; /* the window: rows t - nw + 1 .. t */
     if (a->sattn_bwd_query_bf16)
         a->sattn_bwd_query_bf16(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL,
                                 (float *)(w + a->L.ws), a->gb ? NULL : a->gO + t * hc,
                                 a->gb ? a->gb + t * hc : NULL, c->q + t * hc,
                                 a->qb ? a->qb + t * hc : NULL, V,
-                                c->kvb ? Vb : NULL, n, H, dm->c, a->sink, dm->scale,
-                                c->lse + t * H, a->D + t * H);
+                                c->kvb ? Vb : NULL, c->kvp ? &win : NULL, n, H, dm->c, a->sink,
+                                dm->scale, c->lse + t * H, a->D + t * H);
     else
         a->sattn_bwd_query(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL,
                            (float *)(w + a->L.ws), a->gO + t * hc, c->q + t * hc, V, n, H, dm->c,
@@ -879,22 +913,40 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
         c->dots_bf16(ia, (float *)(w + a->L.dws), iq, cI, nI, c->ikb + cb * cI, cidx, ncs, cI);
     else
         a->fk->dots(ia, iq, cI, nI, kp, ncs, cI);
+    AP_T(AP_T_BQ_KLD, tid);
+    /* dI of every entry first, in vector-friendly loops over the entries that keep each element's
+     * operations and order (the head-summed mass from 0 with heads ascending, the score by
+     * idx_scores, then expf): the same bits as entry by entry, without a serial chain per entry */
+    float *dI = (float *)(w + a->L.ps), *sc = (float *)(w + a->L.scores);
+    for (int64_t i = 0; i < ncs; i++)
+        dI[i] = 0.0f;
+    for (int64_t h = 0; h < H; h++) {
+        const float *ph = P + h * n + nw;
+        for (int64_t i = 0; i < ncs; i++)
+            dI[i] += ph[i];
+    }
+    idx_scores(sc, ia, ncs, hw, nI);
+    const float mass = c->mass[t], ilse = c->ilse[t];
+    for (int64_t i = 0; i < ncs; i++)
+        dI[i] = a->il_scale * (expf(sc[i] - ilse) - dI[i] / mass);
     /* entry by entry (the entry's key row stays in the first-level cache for its heads, and so do
-     * the nI rows of diq; axpy_rows, head rows in registers over all entries, measured slower here) */
+     * the nI rows of diq; axpy_rows, head rows in registers over all entries, measured slower here,
+     * also with 4 rows at a time: 10 us against 7 per query at dsv4-bench's shapes): dhw_h +=
+     * dI a_h over the ReLU-active heads without a branch per head (an inactive head adds +0, which
+     * leaves dhw_h as it is: dhw_h starts at +0 and is never -0), then one axpy per active head,
+     * listed first */
+    int64_t *act = (int64_t *)(w + a->L.act);
     for (int64_t i = 0; i < ncs; i++) {
-        float psum = 0.0f;
-        for (int64_t h = 0; h < H; h++)
-            psum += P[h * n + nw + i];
-        const float pp = psum / c->mass[t];
-        const float *k = kp[i];
-        const float sc = idx_from_heads(av, ia, ncs, i, hw, nI);
-        const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
+        const float d = dI[i];
+        int64_t na = 0;
         for (int64_t h = 0; h < nI; h++) {
-            if (av[h] > 0.0f) {
-                dhw[h] += dI * av[h];
-                a->fk->axpy(diq + h * cI, dI * hw[h], k, cI);
-            }
+            const float v = ia[h * ncs + i];
+            act[na] = h;
+            na += v > 0.0f;
+            dhw[h] += v > 0.0f ? d * v : 0.0f;
         }
+        for (int64_t j = 0; j < na; j++)
+            a->fk->axpy(diq + act[j] * cI, d * hw[act[j]], kp[i], cI);
     }
     AP_T(AP_T_BQ_KL, tid);
 }
@@ -958,7 +1010,7 @@ typedef struct kscr {
     const float **V;
     const uint16_t **Vb;
     float **dV;
-    float *psum, *av, *ws, *ia, *dws;
+    float *psum, *sc, *ws, *ia, *dws;
     const float **kp, **xp; /* xp: the query's indexer head rows [nI] */
     unsigned char *on;      /* [nI * kmax] ReLU-active flags of the KL terms */
     int64_t *ent;
@@ -979,7 +1031,7 @@ static int64_t kscr_max(const attn_dims *dm, const attn_docs *docs, bool sparse)
 
 /* Byte offsets of the per-thread key-side scratch. */
 typedef struct kscr_lay {
-    size_t V, Vb, dV, psum, av, ent, ws, ia, kp, xp, on, mine, dws, total;
+    size_t V, Vb, dV, psum, sc, ent, ws, ia, kp, xp, on, mine, dws, total;
 } kscr_lay;
 
 static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf16)
@@ -992,7 +1044,7 @@ static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf
     L.Vb = lay(&t, (size_t)km * sizeof(uint16_t *));
     L.dV = lay(&t, (size_t)km * sizeof(float *));
     L.psum = lay(&t, (size_t)km * sizeof(float));
-    L.av = lay(&t, (size_t)(dm->nI + 1) * sizeof(float));
+    L.sc = lay(&t, (size_t)km * sizeof(float));
     L.ent = lay(&t, (size_t)km * sizeof(int64_t));
     L.ws = lay(&t, (size_t)wsf * sizeof(float));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * km) * sizeof(float));
@@ -1015,7 +1067,7 @@ static kscr kscr_get(const ktask *a, int tid)
     k.Vb = (const uint16_t **)(w + L.Vb);
     k.dV = (float **)(w + L.dV);
     k.psum = (float *)(w + L.psum);
-    k.av = (float *)(w + L.av);
+    k.sc = (float *)(w + L.sc);
     k.ent = (int64_t *)(w + L.ent);
     k.ws = (float *)(w + L.ws);
     k.ia = (float *)(w + L.ia);
@@ -1106,16 +1158,17 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n, int
         c->dots_bf16(ks->ia, ks->dws, iq, cI, nI, c->ikb, ks->ent, n, cI);
     else
         a->fk->dots(ks->ia, iq, cI, nI, ks->kp, n, cI);
+    AP_T(AP_T_KC_KLD, tid);
     for (int64_t h = 0; h < nI; h++)
         ks->xp[h] = iq + h * cI;
+    idx_scores(ks->sc, ks->ia, n, hw, nI); /* the scores of all entries at once */
     for (int64_t i = 0; i < n; i++) {
         const int64_t e = ks->ent[i];
         const float pp = ks->psum[i] / c->mass[t];
-        const float sc = idx_from_heads(ks->av, ks->ia, n, i, hw, nI);
-        const float dI = a->il_scale * (expf(sc - c->ilse[t]) - pp);
+        const float dI = a->il_scale * (expf(ks->sc[i] - c->ilse[t]) - pp);
         /* column i of ia becomes the coefficients dI hw_h (heads ascending, ReLU-active ones) */
         for (int64_t h = 0; h < nI; h++) {
-            ks->on[h * n + i] = ks->av[h] > 0.0f;
+            ks->on[h * n + i] = ks->ia[h * n + i] > 0.0f;
             ks->ia[h * n + i] = dI * hw[h];
         }
         a->fk->axpy_rows(a->dik + e * cI, 0, 1, ks->ia + i, ks->on + i, 0, n, ks->xp, nI, cI);
@@ -1538,6 +1591,14 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
         if (!C->kvb)
             goto oom;
         cvt_rows_pool(pool, C->kvb, C->kv, N, c);
+        if (c % 32 == 0) { /* the window's pair rows: 4 MiB at N 4096, c 512 */
+            const int64_t npair = N / 2 + 17;
+            C->kvp = trex_arena_alloc_uninit(ar, (size_t)(npair * 2 * c) * sizeof *C->kvp);
+            if (!C->kvp)
+                goto oom;
+            pairs_task pt = {C->kvp, C->kvb, N, c};
+            trex_pool_for(pool, npair, 64, pairs_rows, &pt);
+        }
         if (dm->m > 0 && docs->nc > 0) {
             C->cmpb = trex_arena_alloc_uninit(ar, (size_t)(docs->nc * c) * sizeof *C->cmpb);
             if (!C->cmpb)

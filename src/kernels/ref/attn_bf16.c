@@ -14,7 +14,8 @@
  *   key      dV[e][k] += (sum_h bf(p_he) bf(g_h)[k]) + sum_h bf(scale dz_he) bf(q_h)[k]  (h ascending,
  *            one fp32 sum started at the first term, then one add into dV), psum[e] = sum_h p_he
  *
- * ws (floats): bf(q), bf(g) [H*c each], the rounded entries [n*c] (one [c] on the key side), bf(dz)
+ * ws (floats): bf(q), bf(g) [H*c each], the rounded entries [n*c] (one [c] on the key side) and, in
+ * the forward when the caller passes no z, the scores [H*n]; bf(dz)
  * [H*n], the key side's coefficients or the forward's mx and den [2H]; TREX_FUSED_SATTN_BF16_WS
  * covers it. */
 #include "kernels/fused.h"
@@ -73,12 +74,15 @@ static void entry_into(float *dst, const float *const *V, const uint16_t *const 
     }
 }
 
-void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const uint16_t *qb, const float *const *V,
-                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale)
+void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *P, float *ws,
+                                   const float *q, const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale)
 {
+    (void)Wp; /* the same rows as Vb / V: only a layout for the AMX leaf */
     float *rq = ws, *mxs = ws + H * c, *dens = mxs + H, *rv = dens + H;
+    if (!z) /* the scores in scratch after the rounded entries */
+        z = rv + n * c;
     query_into(rq, q, qb, H * c);
     for (int64_t e = 0; e < n; e++) {
         entry_into(rv + e * c, V, Vb, e, c);
@@ -102,7 +106,9 @@ void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, co
     for (int64_t e = 0; e < n; e++) {
         const float *re = rv + e * c;
         for (int64_t h = 0; h < H; h++) {
-            const float p = bf(expf(z[h * n + e] - mxs[h]) / dens[h]);
+            const float pf = expf(z[h * n + e] - mxs[h]) / dens[h], p = bf(pf);
+            if (P)
+                P[h * n + e] = pf;
             float *oh = o + h * c;
             for (int64_t i = 0; i < c; i++)
                 oh[i] += p * re[i];
@@ -113,10 +119,11 @@ void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *ws, co
 void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const uint16_t *gb, const float *q,
                                          const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                         const float *sink, float scale, const float *lse,
-                                         const float *D)
+                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D)
 {
+    (void)Wp;
     float *rq = ws, *rg = ws + H * c, *dzb = ws + 2 * H * c, *rv = dzb + H * n;
     query_into(rq, q, qb, H * c);
     query_into(rg, g, gb, H * c);

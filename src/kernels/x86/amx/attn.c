@@ -7,7 +7,8 @@
  *            bf16 in scratch) times Q^T (B tiles in the pair-interleaved "VNNI" layout, packed once
  *            per call); the backward computes dP^T = Vb G^T in the same pass over the A tiles;
  *   output   O [Hp x cp] = P (A tiles: 16 heads x 32 entries, bf16) times V (VNNI B tiles: 16 entry
- *            pairs x 16 dims), the query side's dq = scale (dZ V) the same way;
+ *            pairs x 16 dims), the query side's dq = scale (dZ V) the same way; a window given in the
+ *            pair layout (Wp, kernels/fused.h) is read in place, the other entries interleaved here;
  *   key side dV[e] += [P^T | scale dZ^T] [np x 2Hp] (A) times [G ; Q] [2Hp x cp] (VNNI B): for H = 16
  *            one TDPBF16PS per 16 x 16 output tile, then the tile is added to the fp32 dV rows.
  * Softmax, exp, log, lse, psum, dsink and D stay fp32 as in kernels/ref/attn_bf16.c, which defines the
@@ -42,7 +43,13 @@ typedef struct attn_ws {
     uint16_t *vb;        /* [np][cp] row-major bf16 entries */
     uint16_t *vv;        /* V as VNNI B tiles: [np/32][cp/16] tiles of [16 pairs][16 dims][2] */
     float *st, *dt;      /* [np][Hp] S^T, dP^T */
-    uint16_t *pb;        /* [Hp][np] P or dZ (bf16), the A operand of the output product */
+    uint16_t *pb;        /* [Hp][npb] P or dZ (bf16), the A operand of the output product */
+    /* the output product's K columns: entries e < nw (the window, read in place from its pair rows
+     * wv when given) at column wl + e, the others (interleaved into vv) at kw + e - nw; npb columns,
+     * a multiple of 32; without wv: nw = wl = kw = 0 and npb = np */
+    const uint16_t *wv;
+    int64_t wl, nw, kw, npb;
+    uint16_t *zr;        /* [cp] zeros: the pair partner past the last entry */
     float *ot;           /* [Hp][cp] output tiles (also the key side's [16][cp] block) */
     uint16_t *a2;        /* [np][2Hp] the key side's [P^T | scale dZ^T] rows */
     uint16_t *b2;        /* [G ; Q] as VNNI B tiles: [2Hp/32][cp/16] tiles */
@@ -73,12 +80,50 @@ static attn_ws ws_layout(float *ws, int64_t n, int64_t H, int64_t c, bool bwd, b
     w.vv = key ? NULL : (uint16_t *)carve(&p, 2 * nc);
     w.st = (float *)carve(&p, 4 * nh);
     w.dt = bwd ? (float *)carve(&p, 4 * nh) : NULL;
-    w.pb = key ? NULL : (uint16_t *)carve(&p, 2 * nh);
+    w.pb = key ? NULL : (uint16_t *)carve(&p, 2 * (nh + 32 * (size_t)w.Hp)); /* npb <= np + 32 */
     w.ot = (float *)carve(&p, 4 * hc);
     w.a2 = key ? (uint16_t *)carve(&p, 4 * nh) : NULL;
     w.b2 = key ? (uint16_t *)carve(&p, 4 * hc) : NULL;
     w.ex = (bwd || key) ? NULL : (float *)carve(&p, 4 * (size_t)w.np);
+    w.zr = key ? NULL : (uint16_t *)carve(&p, 2 * (size_t)w.cp);
+    w.wv = NULL;
+    w.wl = w.nw = w.kw = 0;
+    w.npb = w.np;
     return w;
+}
+
+/* The output product's column plan (attn_ws): the window in place when Wp gives its pair rows and c
+ * needs no padding (so a pair row's 16-dim chunks are the tiles' rows). */
+static void window_setup(attn_ws *w, const trex_fused_pairs *Wp, int64_t n, int64_t c)
+{
+    if (!Wp || !Wp->rows || Wp->n <= 0 || c != w->cp)
+        return;
+    w->nw = Wp->n < n ? Wp->n : n;
+    w->wl = Wp->first & 1;
+    w->wv = Wp->rows + (Wp->first - w->wl) * c; /* pair row first / 2 */
+    w->kw = (w->wl + w->nw + 31) / 32 * 32;
+    w->npb = w->kw + TREX_FUSED_SATTN_NP(n - w->nw);
+}
+
+/* pb column of entry e */
+static inline int64_t pcol(const attn_ws *w, int64_t e)
+{
+    return e < w->nw ? w->wl + e : w->kw + e - w->nw;
+}
+
+/* Zeros in the columns of pb that hold no entry (rows h < H) and in the padded heads' rows. */
+static void pb_pads(const attn_ws *w, int64_t H, int64_t n)
+{
+    const int64_t npb = w->npb, ce = w->kw + n - w->nw;
+    for (int64_t h = 0; h < H; h++) {
+        uint16_t *r = w->pb + h * npb;
+        if (w->wv) {
+            memset(r, 0, (size_t)w->wl * 2);
+            memset(r + w->wl + w->nw, 0, (size_t)(w->kw - w->wl - w->nw) * 2);
+        }
+        memset(r + ce, 0, (size_t)(npb - ce) * 2);
+    }
+    memset(w->pb + H * npb, 0, (size_t)((w->Hp - H) * npb) * 2);
 }
 
 /* ---- packing ---------------------------------------------------------------------------------- */
@@ -211,16 +256,17 @@ static inline const uint16_t *entry_row(const attn_ws *w, const uint16_t *const 
     return (Vb && e < n && c == w->cp) ? Vb[e] : w->vb + e * w->cp;
 }
 
-/* The entries rounded into vb [np][cp] (zero rows past n) and, when vv is not NULL, also as VNNI B
- * tiles for the output product: tile (b, j) = rows 32b .. 32b+31, dims 16j .. 16j+15. Vb (may be
- * NULL): the entries already rounded, read (or copied) instead of rounded again; rows of a
- * direct_block are not copied (the score product reads them in place). */
+/* The entries rounded into vb [n16][cp] (zero rows past n) and, when vv is not NULL, the entries from
+ * w->nw on (all of them without an in-place window) also as VNNI B tiles for the output product:
+ * tile (b, j) = those entries 32b .. 32b+31, dims 16j .. 16j+15. Vb (may be NULL): the entries already
+ * rounded, read (or copied) instead of rounded again; rows of a direct_block are not copied (the score
+ * product reads them in place). */
 static void pack_entries(const attn_ws *w, const float *const *V, const uint16_t *const *Vb,
                          int64_t n, int64_t c)
 {
     const int64_t cp = w->cp, nj = cp / 16;
-    /* the score product runs over 16-row blocks, the output product over 32-entry steps */
-    const int64_t rows = w->vv ? w->np : (n + 15) / 16 * 16;
+    /* the score product runs over 16-row blocks */
+    const int64_t rows = (n + 15) / 16 * 16;
     for (int64_t e0 = 0; e0 < rows; e0 += 16) {
         if (direct_block(Vb, n, e0, c, cp))
             continue;
@@ -235,10 +281,12 @@ static void pack_entries(const attn_ws *w, const float *const *V, const uint16_t
     }
     if (!w->vv)
         return;
-    for (int64_t e = 0; e < w->np; e += 2) {
-        const int64_t b = e / 32, kp = (e % 32) / 2;
-        interleave_pair(w->vv + (b * nj) * 512 + kp * 32, 512, entry_row(w, Vb, n, e, c),
-                        entry_row(w, Vb, n, e + 1, c), cp);
+    memset(w->zr, 0, (size_t)cp * 2);
+    for (int64_t r = 0; r < w->npb - w->kw; r += 2) {
+        const int64_t e = w->nw + r, b = r / 32, kp = (r % 32) / 2;
+        interleave_pair(w->vv + (b * nj) * 512 + kp * 32, 512,
+                        e < n ? entry_row(w, Vb, n, e, c) : w->zr,
+                        e + 1 < n ? entry_row(w, Vb, n, e + 1, c) : w->zr, cp);
     }
 }
 
@@ -308,10 +356,27 @@ static void scores_t(const attn_ws *w, const uint16_t *const *Vb, int64_t n, int
     BARRIER();
 }
 
-/* ot [Hp][cp] = pb [Hp][np] (A) times V (vv tiles): four 16-dim chunks at a time (two in the tail). */
+/* The B tile of step b (32 entries) and dims chunk j of the output product, its row stride (bytes)
+ * and the distance to chunk j + 1 (bf16): the window's pair rows in place, or vv. */
+static inline const uint16_t *pv_btile(const attn_ws *w, int64_t b, int64_t j, size_t *sb,
+                                       int64_t *jd)
+{
+    const int64_t kb = w->kw / 32;
+    if (b < kb) {
+        *sb = (size_t)w->cp * 4; /* one pair row: 2 cp bf16 */
+        *jd = 32;
+        return w->wv + 32 * b * w->cp + 32 * j;
+    }
+    *sb = 64;
+    *jd = 512;
+    return w->vv + ((b - kb) * (w->cp / 16) + j) * 512;
+}
+
+/* ot [Hp][cp] = pb [Hp][npb] (A) times V (pair-row or vv tiles): four 16-dim chunks at a time (two in
+ * the tail), the 32-entry steps in column order. */
 static void pv_product(const attn_ws *w, float *out, int64_t ldo)
 {
-    const int64_t cp = w->cp, np = w->np, nj = cp / 16;
+    const int64_t cp = w->cp, np = w->npb, nj = cp / 16;
     const size_t sa = (size_t)np * 2, so = (size_t)ldo * 4;
     BARRIER();
     for (int64_t hg = 0; hg < w->Hp / 16; hg++) {
@@ -324,14 +389,16 @@ static void pv_product(const attn_ws *w, float *out, int64_t ldo)
             _tile_zero(2);
             _tile_zero(3);
             for (int64_t b = 0; b < np / 32; b++) {
-                const uint16_t *bv = w->vv + (b * nj + j) * 512;
+                size_t sb;
+                int64_t jd;
+                const uint16_t *bv = pv_btile(w, b, j, &sb, &jd);
                 _tile_loadd(4, pa + 32 * b, sa);
-                _tile_loadd(5, bv, 64);
-                _tile_loadd(6, bv + 512, 64);
+                _tile_loadd(5, bv, sb);
+                _tile_loadd(6, bv + jd, sb);
                 _tile_dpbf16ps(0, 4, 5);
-                _tile_loadd(7, bv + 1024, 64);
+                _tile_loadd(7, bv + 2 * jd, sb);
                 _tile_dpbf16ps(1, 4, 6);
-                _tile_loadd(5, bv + 1536, 64);
+                _tile_loadd(5, bv + 3 * jd, sb);
                 _tile_dpbf16ps(2, 4, 7);
                 _tile_dpbf16ps(3, 4, 5);
             }
@@ -344,10 +411,12 @@ static void pv_product(const attn_ws *w, float *out, int64_t ldo)
             _tile_zero(0);
             _tile_zero(1);
             for (int64_t b = 0; b < np / 32; b++) {
-                const uint16_t *bv = w->vv + (b * nj + j) * 512;
+                size_t sb;
+                int64_t jd;
+                const uint16_t *bv = pv_btile(w, b, j, &sb, &jd);
                 _tile_loadd(4, pa + 32 * b, sa);
-                _tile_loadd(5, bv, 64);
-                _tile_loadd(6, bv + 512, 64);
+                _tile_loadd(5, bv, sb);
+                _tile_loadd(6, bv + jd, sb);
                 _tile_dpbf16ps(0, 4, 5);
                 _tile_dpbf16ps(1, 4, 6);
             }
@@ -412,10 +481,10 @@ static inline __mmask16 head_mask(int64_t H, int64_t hg)
 
 /* ---- entries ---------------------------------------------------------------------------------- */
 
-void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, const float *q,
-                                   const uint16_t *qb, const float *const *V,
-                                   const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                   const float *sink, float scale)
+void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, float *ws,
+                                   const float *q, const uint16_t *qb, const float *const *V,
+                                   const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
+                                   int64_t H, int64_t c, const float *sink, float scale)
 {
     if (n == 0) {
         for (int64_t h = 0; h < H; h++) {
@@ -426,7 +495,8 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
         return;
     }
     attn_ws w = ws_layout(ws, n, H, c, false, false);
-    const int64_t Hp = w.Hp, np = w.np;
+    window_setup(&w, Wp, n, c);
+    const int64_t Hp = w.Hp, npb = w.npb;
     pack_query(&w, q, qb, NULL, NULL, H, c);
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
@@ -444,9 +514,11 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
             float *sr = w.st + e * Hp + 16 * hg;
             const __m512 zv = _mm512_mul_ps(vs, _mm512_loadu_ps(sr));
             _mm512_storeu_ps(sr, zv);
-            _mm512_store_ps(zt, zv);
-            for (int64_t h = 0; h < hn; h++)
-                z[(16 * hg + h) * n + e] = zt[h];
+            if (z) {
+                _mm512_store_ps(zt, zv);
+                for (int64_t h = 0; h < hn; h++)
+                    z[(16 * hg + h) * n + e] = zt[h];
+            }
             mx = _mm512_max_ps(mx, zv);
         }
         __m512 den = exp16(_mm512_sub_ps(sk, mx));
@@ -464,15 +536,18 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
         uint16_t pt[16] __attribute__((aligned(32)));
         for (int64_t e = 0; e < n; e++) {
             const __m512 p = _mm512_div_ps(_mm512_loadu_ps(w.st + e * Hp + 16 * hg), den);
+            if (P) {
+                _mm512_store_ps(zt, p);
+                for (int64_t h = 0; h < hn; h++)
+                    P[(16 * hg + h) * n + e] = zt[h];
+            }
             _mm256_store_si256((__m256i *)pt, bf16x16(p));
+            const int64_t col = pcol(&w, e);
             for (int64_t h = 0; h < hn; h++)
-                w.pb[(16 * hg + h) * np + e] = pt[h];
+                w.pb[(16 * hg + h) * npb + col] = pt[h];
         }
     }
-    for (int64_t h = 0; h < H; h++)
-        for (int64_t e = n; e < np; e++)
-            w.pb[h * np + e] = 0;
-    memset(w.pb + H * np, 0, (size_t)((Hp - H) * np) * 2);
+    pb_pads(&w, H, n);
     pv_out(&w, o, H, c, 1.0f);
     trex_gemm_end_amx();
 }
@@ -480,9 +555,9 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *ws, co
 void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
                                          const float *g, const uint16_t *gb, const float *q,
                                          const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, int64_t n, int64_t H, int64_t c,
-                                         const float *sink, float scale, const float *lse,
-                                         const float *D)
+                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D)
 {
     for (int64_t h = 0; h < H; h++)
         dsink[h] = -expf(sink[h] - lse[h]) * D[h];
@@ -492,7 +567,8 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
         return;
     }
     attn_ws w = ws_layout(ws, n, H, c, true, false);
-    const int64_t Hp = w.Hp, np = w.np;
+    window_setup(&w, Wp, n, c);
+    const int64_t Hp = w.Hp, npb = w.npb;
     pack_query(&w, q, qb, g, gb, H, c);
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
@@ -511,8 +587,9 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
             const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
             const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
             _mm256_store_si256((__m256i *)dzt, bf16x16(dz));
+            const int64_t col = pcol(&w, e);
             for (int64_t h = 0; h < hn; h++)
-                w.pb[(16 * hg + h) * np + e] = dzt[h];
+                w.pb[(16 * hg + h) * npb + col] = dzt[h];
             if (P) {
                 _mm512_store_ps(pt, p);
                 for (int64_t h = 0; h < hn; h++)
@@ -520,10 +597,7 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
             }
         }
     }
-    for (int64_t h = 0; h < H; h++)
-        for (int64_t e = n; e < np; e++)
-            w.pb[h * np + e] = 0;
-    memset(w.pb + H * np, 0, (size_t)((Hp - H) * np) * 2);
+    pb_pads(&w, H, n);
     pv_out(&w, dq, H, c, scale);
     trex_gemm_end_amx();
 }

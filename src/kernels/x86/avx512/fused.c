@@ -112,7 +112,9 @@ void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n)
 }
 
 /* trex_fused_axpy_rows_fn: 128 floats of a row Y_r (8 registers) at a time over all J terms, each
- * term a multiply then an add as above, so the same bits as one axpy call per term. */
+ * term a multiply then an add as above, so the same bits as one axpy call per term; a term that is
+ * off is masked out of the add (no branch per term: the flags follow the data, about half on in the
+ * indexer's KL gradients), which leaves the row exactly as skipping it. */
 void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
                                  const unsigned char *on, int64_t sr, int64_t sj,
                                  const float *const *X, int64_t J, int64_t c)
@@ -127,12 +129,12 @@ void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
                 acc[k] = _mm512_loadu_ps(y + i + 16 * k);
             for (int64_t j = 0; j < J; j++) {
-                if (!o[j * sj])
-                    continue;
+                const __mmask16 m = (__mmask16)(o[j * sj] ? 0xffffu : 0u);
                 const __m512 va = _mm512_set1_ps(a[j * sj]);
                 const float *x = X[j] + i;
                 _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
-                    acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(va, _mm512_loadu_ps(x + 16 * k)));
+                    acc[k] = _mm512_mask_add_ps(acc[k], m, acc[k],
+                                                _mm512_mul_ps(va, _mm512_loadu_ps(x + 16 * k)));
             }
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
                 _mm512_storeu_ps(y + i + 16 * k, acc[k]);
