@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include <cjson/cJSON.h>
 
@@ -508,13 +511,30 @@ static void expert_rows(int64_t rows, int E, int64_t *out)
     }
 }
 
+/* A GEMM operand of `bytes` (64-byte aligned, freed with free). huge: whole 2 MiB pages, with Linux asked
+ * for transparent huge pages before any is touched (where THP is in madvise mode, nothing else gets
+ * them: docs/kernels.md "Round 6"). */
+static void *operand_alloc(size_t bytes, bool huge)
+{
+    const size_t H = (size_t)2 << 20;
+    if (!huge)
+        return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    const size_t n = (bytes + 64 + H - 1) / H * H;
+    void *p = aligned_alloc(H, n);
+#ifdef MADV_HUGEPAGE
+    if (p)
+        (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 /* Packing throughput of each packer path of the level, on the calling thread: a 1024 x 1024 operand
  * packed panel by panel (32 rows or columns at a time, as the GEMM does), either cycling over 32
  * operands (128 MiB of fp32, 64 MiB of bf16: mostly from memory) or over one (4 or 2 MiB: from L2/L3).
  * "rows": k contiguous in the source (x of x W^T, W of x W^T); "pairs": rows contiguous, k-pairs
  * interleaved from two source rows (dy and W of dy W, both operands of the weight gradient dy^T x).
  * Figures: GB of source per CPU-second, median of reps. */
-static void bench_packing(const bench_common *c, const char *filter, cJSON *arr)
+static void bench_packing(const bench_common *c, const char *filter, bool huge, cJSON *arr)
 {
     enum { R = 1024, K = 1024, NOPS = 32 };
     static const char *const names[8] = {"pack.a.rows.f32", "pack.a.rows.bf16", "pack.a.pairs.f32",
@@ -525,8 +545,8 @@ static void bench_packing(const bench_common *c, const char *filter, cJSON *arr)
         any += !filter || strstr(names[v], filter) != NULL;
     if (!any)
         return;
-    float *f = aligned_alloc(64, (size_t)NOPS * R * K * sizeof(float));
-    uint16_t *b = aligned_alloc(64, (size_t)NOPS * R * K * sizeof(uint16_t));
+    float *f = operand_alloc((size_t)NOPS * R * K * sizeof(float), huge);
+    uint16_t *b = operand_alloc((size_t)NOPS * R * K * sizeof(uint16_t), huge);
     uint16_t *dst = aligned_alloc(64, (size_t)32 * K * sizeof(uint16_t));
     if (!f || !b || !dst) {
         fprintf(stderr, "trex: bench: packing: out of memory, skipped\n");
@@ -589,7 +609,7 @@ static int bench_kernels(int argc, char **argv)
     bench_common c = {.reps = 5};
     int64_t tokens = 4096;
     const char *filter = NULL;
-    bool no_dnnl = false, quick = false;
+    bool no_dnnl = false, quick = false, huge = false;
     static const char summary[] =
         "The bf16 GEMM (C = A B^T, A B and A^T B; bf16 inputs, and fp32 inputs rounded while "
         "packed) at 2048^3 and at dsv4-bench shapes (d 1024, 16 heads of 512, q/o LoRA 256, "
@@ -603,7 +623,8 @@ static int bench_kernels(int argc, char **argv)
         "and %, and oneDNN's bf16 matmul (fp32 output) on the same operands, with plain layouts and "
         "with its weights pre-packed outside the timing (for fp32 inputs: dnnl_sgemm, fp32 "
         "arithmetic). Weight-gradient cases marked beta 1 accumulate into C (as the model does); "
-        "oneDNN computes them with beta 0.";
+        "oneDNN computes them with beta 0. --huge-pages puts the operands (A, B, C) in transparent "
+        "huge pages (2 MiB), the packer cases' sources too.";
     const trex_opt opts[] = {
         {"threads", TREX_OPT_I64, &c.threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"reps", TREX_OPT_I64, &c.reps, "R", "runs per figure; the median is printed", false},
@@ -614,6 +635,8 @@ static int bench_kernels(int argc, char **argv)
          false},
         {"no-onednn", TREX_OPT_FLAG, &no_dnnl, NULL, "skip oneDNN", false},
         {"quick", TREX_OPT_FLAG, &quick, NULL, "short peak measurement (0.1 s runs)", false},
+        {"huge-pages", TREX_OPT_FLAG, &huge, NULL,
+         "operands in transparent huge pages (madvise; default: 4 KiB pages as malloc gives)", false},
         {"json", TREX_OPT_FLAG, &c.json, NULL, "print one JSON object", false},
         {0}};
     trex_cmd_info info = {.usage = "trex bench kernels [options]", .summary = summary};
@@ -721,9 +744,9 @@ static int bench_kernels(int argc, char **argv)
     today(date, sizeof date);
     if (!c.json) {
         printf("trex bench kernels: %s, level %s (gemm %s, pack %s), %d threads, median of %lld runs; "
-               "peak %s %.2f TFLOP/s (%d threads), copy %.1f GB/s; oneDNN %s\n",
+               "peak %s %.2f TFLOP/s (%d threads), copy %.1f GB/s; operands in %s pages; oneDNN %s\n",
                date, trex_isa_name(c.t->isa), c.t->gemm_name, c.t->pack_name, c.nthreads,
-               (long long)c.reps, peak_kind, peak, c.nthreads, pk.copy_gbs,
+               (long long)c.reps, peak_kind, peak, c.nthreads, pk.copy_gbs, huge ? "2 MiB" : "4 KiB",
                have_dnnl ? "bf16 matmul, sgemm for f32in (libdnnl.so.2)" : "n/a");
         printf("per-core peak %.2f TFLOP/s per CPU-second. cpu-TF: FLOPs per CPU-second of the process; "
                "%%core: that / (per-core peak); both stay meaningful on a shared machine\n",
@@ -755,9 +778,9 @@ static int bench_kernels(int argc, char **argv)
                 K = erows[g];
             const int64_t lda = k->ta ? M : K, ldb = k->tb ? K : N;
             const size_t na = (size_t)(M * K), nb = (size_t)(N * K), nc = (size_t)(M * N);
-            A[g] = aligned_alloc(64, (na * esz + 63) / 64 * 64 + 64);
-            B[g] = aligned_alloc(64, (nb * esz + 63) / 64 * 64 + 64);
-            C[g] = aligned_alloc(64, (nc * 4 + 63) / 64 * 64 + 64);
+            A[g] = operand_alloc(na * esz, huge);
+            B[g] = operand_alloc(nb * esz, huge);
+            C[g] = operand_alloc(nc * 4, huge);
             if (!A[g] || !B[g] || !C[g]) {
                 ok = false;
                 for (int h = 0; h <= g; h++) {
@@ -960,7 +983,7 @@ static int bench_kernels(int argc, char **argv)
         }
     }
     cJSON *packs = cJSON_CreateArray();
-    bench_packing(&c, filter, packs);
+    bench_packing(&c, filter, huge, packs);
     if (c.json) {
         cJSON_AddItemToObject(root, "packing", packs);
         cJSON_AddStringToObject(root, "date", date);
@@ -974,6 +997,7 @@ static int bench_kernels(int argc, char **argv)
         cJSON_AddNumberToObject(root, "core_peak_tflops_per_cpu_second", core_peak);
         cJSON_AddNumberToObject(root, "copy_gbs", pk.copy_gbs);
         cJSON_AddBoolToObject(root, "onednn", have_dnnl);
+        cJSON_AddBoolToObject(root, "huge_pages", huge);
         cJSON_AddItemToObject(root, "kernels", arr);
         char *s = cJSON_Print(root);
         printf("%s\n", s ? s : "{}");

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# tests/test_bench_kernels.sh — `trex bench kernels` on one small case and one packer path (one thread,
+# one run each, short peak loops):
+#   - --json gives the cases asked for, with positive FLOP rates, and says where the operands live
+#     (huge_pages false by default, true with --huge-pages: operands in transparent huge pages);
+#   - the text report names the page size; --help lists --huge-pages; a bad flag fails with status 2.
+# Env: TREX = the trex binary. Run from the repository root.
+set -u
+TREX=${TREX:-build/trex}
+PY=${PYTHON:-/usr/bin/python3}
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+run=(bench kernels --threads 1 --reps 1 --quick --no-onednn --tokens 64)
+
+# --- JSON: one GEMM case (q LoRA down-projection at 64 tokens) and one packer path, 4 KiB / 2 MiB pages -----
+for mode in 4k huge; do
+  extra=()
+  [ $mode = huge ] && extra=(--huge-pages)
+  for f in attn.wq_a.fwd pack.a.rows.bf16; do
+    "$TREX" "${run[@]}" "${extra[@]}" --filter "$f" --json >"$tmp/$mode-$f.json" 2>"$tmp/err"; rc=$?
+    [ $rc -eq 0 ] && ok || { bad "bench kernels $mode $f exit $rc: $(head -c 300 "$tmp/err")"; continue; }
+    "$PY" - "$tmp/$mode-$f.json" "$mode" "$f" <<'PY' && ok || bad "bench kernels $mode $f: JSON check"
+import json, sys
+j = json.load(open(sys.argv[1]))
+huge, f = sys.argv[2] == "huge", sys.argv[3]
+assert j["huge_pages"] is huge, j["huge_pages"]
+if f.startswith("pack."):
+    p = j["packing"]
+    assert len(p) == 1 and p[0]["name"] == f and p[0]["gbs_cycled"] > 0 and p[0]["gbs_one_operand"] > 0, p
+    assert j["kernels"] == [], j["kernels"]
+else:
+    k = j["kernels"]
+    assert len(k) >= 1 and all(f in c["name"] for c in k), [c["name"] for c in k]
+    assert all(c["tflops"] > 0 and c["ms"] > 0 for c in k), k
+PY
+  done
+done
+
+# --- text report names the page size ------------------------------------------------------------------------
+"$TREX" "${run[@]}" --huge-pages --filter pack.a.rows.bf16 >"$tmp/text" 2>&1 || bad "text report exit"
+grep -q "operands in 2 MiB pages" "$tmp/text" && ok || bad "text report: no 'operands in 2 MiB pages' ($(head -c 300 "$tmp/text"))"
+
+# --- help and bad flags -------------------------------------------------------------------------------------
+"$TREX" bench kernels --help >"$tmp/help" 2>&1 && grep -q -- "--huge-pages" "$tmp/help" && ok || bad "--help lacks --huge-pages"
+"$TREX" bench kernels --huge-pagez >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc -eq 2 ] && grep -q "huge-pagez" "$tmp/e" && ok || bad "bad flag -> exit $rc, stderr: $(head -c 200 "$tmp/e")"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
