@@ -326,11 +326,13 @@ static void test_bits(fixture *f)
     free(g2);
 }
 
-/* The bf16x3g1 head (bf16 compute) with gradients pairs its row chunks (model.c head_forward3): the
- * losses are the same bits for any chunking (every logit is one sum over K = 3d), the gradients differ
- * only by the order of the head gradient's sums, and the thread count changes no bit. Chunks of 6 rows
- * pair up (one pair ends with a 2-row chunk; the MTP head's last chunk is alone), 7-row chunks never pair
- * (odd), and with 2-row chunks over a masked stretch a chunk without targets ends the pair before it. */
+/* The bf16x3g1 head (bf16 compute) with gradients runs both heads' rows as one pass (model.c
+ * heads_run3: main rows 0-31, MTP rows 32-61) and pairs its row chunks (head_forward3): the losses are
+ * the same bits for any chunking (every logit is one sum over K = 3d), the gradients differ only by the
+ * order of the head gradient's sums, and the thread count changes no bit. Chunks of 6 rows pair up (ten
+ * make five pairs, the last chunk of 2 rows is alone; rows 30-35 are of both heads), 7-row chunks never
+ * pair (odd), with 2-row chunks over a masked stretch a chunk without targets ends the pair before it,
+ * and with the logits asked for ("a pass per head") each head runs alone, in one chunk. */
 static void test_head_pairs(fixture *f)
 {
     const int64_t n = f->w.layout.n_float;
@@ -342,7 +344,10 @@ static void test_head_pairs(fixture *f)
         mask[i] = 0;
     trex_batch masked = f->batch;
     masked.loss_mask = mask;
-    static const int64_t rows[] = {6, 7, 2};
+    static const int64_t rows[] = {6, 7, 2, 0}; /* 0: the default chunking and the logits asked for */
+    float *lg = malloc(sizeof(float) * B * T * (size_t)f->cfg.vocab_size);
+    float *mlg = malloc(sizeof(float) * B * (T - 1) * (size_t)f->cfg.vocab_size);
+    TREX_ASSERT(lg && mlg);
     const trex_param *hw = trex_layout_find(&f->w.layout, "head.weight");
     TREX_ASSERT(hw);
     trex_err err;
@@ -365,8 +370,9 @@ static void test_head_pairs(fixture *f)
                 } else {
                     memset(g2, 0, sizeof(float) * (size_t)n);
                 }
-                CHECK(trex_model_forward(m, batch, &o, g, NULL, NULL, &l2, &err) == TREX_OK, "head pairs: %s",
-                      err.msg);
+                CHECK(trex_model_forward(m, batch, &o, g, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l2, &err) ==
+                          TREX_OK,
+                      "head pairs: %s", err.msg);
                 trex_model_backward(m);
                 CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "bf16 head, %lld-row chunks%s, %d threads: same losses",
                       (long long)rows[k], b ? ", masked" : "", p + 1);
@@ -393,6 +399,8 @@ static void test_head_pairs(fixture *f)
             }
         }
     }
+    free(lg);
+    free(mlg);
     free(g1);
     free(g2);
 }

@@ -71,7 +71,7 @@ typedef struct trex_model_opts {
     trex_dtype compute;
     /* The LM heads' products: fp32, bf16x3 (fp32-level accuracy on the bf16 GEMM) or bf16x3g1 (bf16x3
      * logits, bf16 gradient products); AUTO follows compute. With bf16x3 / bf16x3g1, head_chunk_rows
-     * counts rows of logits (0: 512, see docs/perf.md). */
+     * counts rows of logits (0: 1 024 for bf16x3g1, 512 for bf16x3; docs/precision.md "The LM head"). */
     trex_head_precision head_precision;
     trex_model_recompute recompute;
 } trex_model_opts;

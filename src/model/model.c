@@ -571,9 +571,13 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  * in bf16 mode", round 5). Chunks of an odd row count (a padding column) do not pair; a chunk without
  * targets ends the pair before it (whose first chunk then runs its products alone). */
 
-/* Rows of logits per chunk in bf16x3 by default: large enough that the weight streamed per chunk is
- * paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). */
+/* Rows of logits per chunk by default, bf16x3 and bf16x3g1: large enough that the weight streamed per
+ * chunk is paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). The logits GEMM of 1 024
+ * rows measured 11-34% less CPU time per row than of 512 (round 6): each block of W3 rows it packs
+ * meets twice the columns; bf16x3 keeps 512 (its 3-term chunk is 1.5x as large, and the chunking sets
+ * the order of its d head.weight sums, whose bits it keeps). */
 #define HEAD3_CHUNK_ROWS 512
+#define HEAD3G1_CHUNK_ROWS 1024
 /* At most this many rows per chunk (one row of the chunk's d logits sits on the stack). */
 #define HEAD3_MAX_ROWS 2048
 /* Vocabulary rows per d hn GEMM: the GEMM keeps each block of C in registers over the whole of K, so
@@ -590,7 +594,9 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
 
 static int64_t head3_chunk_rows(const trex_model *m, int64_t R)
 {
-    int64_t rc = m->opts.head_chunk_rows > 0 ? m->opts.head_chunk_rows : HEAD3_CHUNK_ROWS;
+    int64_t rc = m->opts.head_chunk_rows > 0 ? m->opts.head_chunk_rows
+                 : m->head_g3                ? HEAD3_CHUNK_ROWS
+                                             : HEAD3G1_CHUNK_ROWS;
     rc = rc < 1 ? 1 : rc > HEAD3_MAX_ROWS ? HEAD3_MAX_ROWS : rc;
     return rc < R ? rc : R;
 }
@@ -599,7 +605,8 @@ typedef struct ce3_job {
     float *L;            /* logits^T [V, ldc]; exp(l - block max) in place (keep); d logits^T in place */
     int64_t V, rows, pw, ldc, r0, nb;
     const int32_t *tgt;  /* of the head pass (index r0 + i) */
-    float scale;
+    float scale, scale2; /* d loss / d nll of rows < rs of the head pass, of the rows from rs on */
+    int64_t rs;
     bool keep;           /* write exp(l - block max) over the logits (the gradient follows) */
     float *bmax;         /* [nb, pw] block maxima per column; with keep, then the gradient factors */
     double *bsum;        /* [nb, pw] block sums of exp(l - block max) per column */
@@ -607,6 +614,12 @@ typedef struct ce3_job {
     double *lse, *nll;   /* of the head pass (index r0 + i) */
     const trex_fused_table *fz;
 } ce3_job;
+
+/* d loss / d nll of row r of the head pass. */
+static float ce3_scale(const ce3_job *j, int64_t r)
+{
+    return r < j->rs ? j->scale : j->scale2;
+}
 
 static int64_t ce3_block_rows(const ce3_job *j, int64_t b)
 {
@@ -657,7 +670,7 @@ static void ce3_comb_cols(void *arg, int64_t i0, int64_t i1, int tid)
         j->lse[r] = lse;
         j->nll[r] = j->tgt[r] >= 0 ? lse - j->lt[i] : 0.0;
         if (j->keep) {
-            const double k = j->tgt[r] >= 0 ? (double)j->scale / S : 0.0;
+            const double k = j->tgt[r] >= 0 ? (double)ce3_scale(j, r) / S : 0.0;
             for (int64_t b = 0; b < j->nb; b++)
                 j->bmax[b * pw + i] = (float)(k * j->bsum[b * pw + i]);
         }
@@ -690,7 +703,7 @@ static void ce3_bwd3_rows(void *arg, int64_t v0, int64_t v1, int tid)
         for (int64_t i = 0; i < j->pw; i++) {
             dl[i] = c[i] != 0.0f ? e[i] * c[i] : 0.0f;
             if (i < j->rows && j->tgt[j->r0 + i] == v)
-                dl[i] -= j->scale;
+                dl[i] -= ce3_scale(j, j->r0 + i);
         }
         uint16_t *row = (uint16_t *)(void *)(j->L + v * j->ldc);
         trex_split_bf16(row, row + j->pw, dl, j->pw);
@@ -732,19 +745,22 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
 }
 
 /* Whether the 1-term head pairs its chunks (see above): gradients, more than one chunk of R rows, and
- * an even number of rows per chunk. */
+ * an even number of rows per chunk, at most half the default (a pair then is at most a default chunk:
+ * pairing --head-chunk-rows 512 keeps the gradient products of 1 024-row chunks in 3/4 of the memory). */
 static bool head3_pairs(const trex_model *m, int64_t R, bool grads)
 {
     const int64_t rc = head3_chunk_rows(m, R);
-    return grads && !m->head_g3 && rc < R && rc % 2 == 0;
+    return grads && !m->head_g3 && rc < R && rc % 2 == 0 && 2 * rc <= HEAD3G1_CHUNK_ROWS;
 }
 
-/* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, 3d] made by head_run.
- * chunk holds V * ldc floats for pw = head3_chunk_rows rounded up to even, ldc = 3 pw / 2 (3-term
- * gradients, or pairs of 1-term chunks: head3_pairs) or pw; hnB 3 * pw * d (3-term gradients only);
- * m->ce_max and m->ce_sum as sized by trex_model_forward. */
+/* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, 3d] made by head_run,
+ * except that the loss of rows from rs on is scaled by scale2 (rs = R: one head; both heads as one
+ * pass: heads_run3). chunk holds V * ldc floats for pw = head3_chunk_rows rounded up to even,
+ * ldc = 3 pw / 2 (3-term gradients, or pairs of 1-term chunks: head3_pairs) or pw; hnB 3 * pw * d
+ * (3-term gradients only); m->ce_max and m->ce_sum as sized by trex_model_forward. */
 static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
-                            uint16_t *hnB, float *out, float *chunk, double *nll, float *dW, float scale)
+                            uint16_t *hnB, float *out, float *chunk, double *nll, float *dW, float scale,
+                            int64_t rs, float scale2)
 {
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, R = hp->R;
     const int64_t rc = head3_chunk_rows(m, R), nb = (V + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
@@ -763,10 +779,10 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
             tr_job t = {L, out + r0 * V, V, ldc, rows};
             trex_pool_for(pool, rows, 1, transpose_rows, &t);
         }
-        bool any = false;
+        bool any = false; /* a row with a target and a loss weight */
         for (int64_t r = r0; r < r0 + rows && !any; r++)
-            any = hp->tgt[r] >= 0;
-        const bool grad = dW && any && scale != 0.0f;
+            any = hp->tgt[r] >= 0 && (r < rs ? scale : scale2) != 0.0f;
+        const bool grad = dW && any;
         /* per column: block maxima and sums of exp(l - block max) (exp kept over the logits for the
          * gradient), combined in block order into the log-sum-exp and the gradient's factors; the
          * target's logit is read before the logits are overwritten, its exp before the gradient is */
@@ -776,8 +792,9 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
             const int32_t t = hp->tgt[r0 + i];
             lt[i] = t >= 0 ? (double)L[(int64_t)t * ldc + i] : 0.0;
         }
-        ce3_job j = {L, V, rows, pw, ldc, r0, nb, hp->tgt, scale, grad, m->ce_max, m->ce_sum, lt, hp->lse, nll,
-                     trex_fused()};
+        ce3_job j = {.L = L, .V = V, .rows = rows, .pw = pw, .ldc = ldc, .r0 = r0, .nb = nb, .tgt = hp->tgt,
+                     .scale = scale, .scale2 = scale2, .rs = rs, .keep = grad, .bmax = m->ce_max,
+                     .bsum = m->ce_sum, .lt = lt, .lse = hp->lse, .nll = nll, .fz = trex_fused()};
         trex_pool_for(pool, nb, 1, ce3_fwd_blocks, &j);
         trex_pool_for(pool, pw, 16, ce3_comb_cols, &j);
         if (!dW)
@@ -802,7 +819,7 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
                 if (t < 0)
                     continue;
                 const float c = m->ce_max[t / HEAD3_CE_VOCAB * pw + i];
-                const float x = (c != 0.0f ? et[i] * c : 0.0f) - scale;
+                const float x = (c != 0.0f ? et[i] * c : 0.0f) - ce3_scale(&j, r0 + i);
                 ((uint16_t *)(void *)(L + (int64_t)t * ldc))[i] = trex_f32_to_bf16(x);
             }
         }
@@ -1043,6 +1060,30 @@ fail:
     return rc;
 }
 
+/* hc_head -> norm over the streams X of hp->R rows: hp->h, hp->rstd, hp->hn. */
+static void head_collapse(trex_model *m, head_pass *hp, const float *X, const trex_mhc_w *hcw, const float *normw)
+{
+    const int64_t d = m->cfg->hidden_size, R = hp->R;
+    trex_mhc_head_forward(&m->ctx, m->cfg, R, hp->h, hp->hstate, X, hcw);
+    trex_rmsnorm_forward(m->ctx.pool, hp->hn, hp->rstd, hp->h, normw, R, d, (float)m->cfg->rms_norm_eps);
+}
+
+/* bf16x3: W3, the split head weight, made once per forward by the first head (the MTP head shares the
+ * weight), and hnF [R, 3d] = [hn_hi | hn_lo | hn_hi] of hp->hn into rows [r0, r0 + R) of hnF. */
+static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, int64_t r0, const trex_batch *b,
+                             trex_err *err)
+{
+    trex_code rc = TREX_OK;
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
+    if (!m->w3) {
+        ALLOC(m->w3, V * 3 * d);
+        trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
+    }
+    trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
+fail:
+    return rc;
+}
+
 /* hc_head -> norm -> head over the streams X of hp->R rows; returns the summed loss in *sum. */
 static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const trex_mhc_w *hcw,
                           const float *normw, float *logits, float scale, const trex_batch *b,
@@ -1051,25 +1092,69 @@ static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const tr
     trex_code rc = TREX_OK;
     const int64_t d = m->cfg->hidden_size, R = hp->R;
     double *nll;
-    trex_mhc_head_forward(&m->ctx, m->cfg, R, hp->h, hp->hstate, X, hcw);
-    trex_rmsnorm_forward(m->ctx.pool, hp->hn, hp->rstd, hp->h, normw, R, d, (float)m->cfg->rms_norm_eps);
+    head_collapse(m, hp, X, hcw, normw);
     ALLOC(nll, R);
     if (m->grads)
         ALLOC(hp->dhn, R * d);
     if (m->head3) {
-        const int64_t V = m->cfg->vocab_size;
         uint16_t *hnF;
-        if (!m->w3) { /* once per forward: the MTP head shares the weight */
-            ALLOC(m->w3, V * 3 * d);
-            trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
-        }
         ALLOC(hnF, R * 3 * d);
-        trex_split_bf16x3_rows(m->ctx.pool, hnF, hp->hn, R, d, 0, d, 2 * d); /* [hi | lo | hi] */
-        *sum = head_forward3(m, hp, m->w3, hnF, m->hnB, logits, m->chunk, nll,
-                             m->grads ? m->g.head : NULL, scale);
+        TREX_TRY(head3_split(m, hp, hnF, 0, b, err));
+        *sum = head_forward3(m, hp, m->w3, hnF, m->hnB, logits, m->chunk, nll, m->grads ? m->g.head : NULL,
+                             scale, R, 0.0f);
     } else {
         *sum = head_forward(m, hp, m->w.head, logits, m->chunk, nll, m->grads ? m->g.head : NULL, scale);
     }
+fail:
+    return rc;
+}
+
+/* Whether the two heads run as one pass (heads_run3): bf16x3g1 with the MTP head and no logits asked
+ * for. Their rows are independent but for the sums of d head.weight, so the losses, the logits' log-sum-
+ * exp and d hn are the same bits as with a pass per head; d head.weight changes in the order of its
+ * sums only. At T = 512 the two heads of 512 and 511 rows then make one chunk of 1 023 rows (the logits
+ * GEMM streams W3 once instead of twice, d head.weight runs once with K = 1 023; docs/perf.md "LM head in
+ * bf16 mode", round 6). */
+static bool heads_merged(const trex_model *m, const float *logits, const float *mtp_logits)
+{
+    return m->head3 && !m->head_g3 && m->mtp && !logits && !mtp_logits;
+}
+
+/* Both heads as one pass (heads_merged): the main head's rows, then the MTP head's, whose hn
+ * head_collapse made; the summed losses in *sum_main and *sum_mtp. hp->dhn and hpm->dhn point into one
+ * [R + Rm, d] buffer. */
+static trex_code heads_run3(trex_model *m, float scale_main, float scale_mtp, const trex_batch *b,
+                            double *sum_main, double *sum_mtp, trex_err *err)
+{
+    trex_code rc = TREX_OK;
+    const int64_t d = m->cfg->hidden_size, R1 = m->hp.R, R = R1 + m->hpm.R;
+    head_pass hc = {.R = R};
+    double *nll;
+    uint16_t *hnF;
+    ALLOC(hc.tgt, R);
+    ALLOC(hc.lse, R);
+    ALLOC(nll, R);
+    ALLOC(hnF, R * 3 * d);
+    memcpy(hc.tgt, m->hp.tgt, (size_t)R1 * sizeof *hc.tgt);
+    memcpy(hc.tgt + R1, m->hpm.tgt, (size_t)(R - R1) * sizeof *hc.tgt);
+    if (m->grads) {
+        ALLOC(hc.dhn, R * d);
+        m->hp.dhn = hc.dhn;
+        m->hpm.dhn = hc.dhn + R1 * d;
+    }
+    TREX_TRY(head3_split(m, &m->hp, hnF, 0, b, err));
+    TREX_TRY(head3_split(m, &m->hpm, hnF, R1, b, err));
+    head_forward3(m, &hc, m->w3, hnF, m->hnB, NULL, m->chunk, nll, m->grads ? m->g.head : NULL, scale_main, R1,
+                  scale_mtp);
+    memcpy(m->hp.lse, hc.lse, (size_t)R1 * sizeof *hc.lse);
+    memcpy(m->hpm.lse, hc.lse + R1, (size_t)(R - R1) * sizeof *hc.lse);
+    double s1 = 0.0, s2 = 0.0; /* each head's sum in row order, as head_forward3 sums one head */
+    for (int64_t r = 0; r < R1; r++)
+        s1 += nll[r];
+    for (int64_t r = R1; r < R; r++)
+        s2 += nll[r];
+    *sum_main = s1;
+    *sum_mtp = s2;
 fail:
     return rc;
 }
@@ -1132,10 +1217,12 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     m->w3 = m->hnB = NULL;
     m->head3 = trex_model_head_bf16x3(&m->opts);
     m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
+    const bool merged = heads_merged(m, logits, mtp_logits);
     if (m->head3) { /* the transposed chunk (or pair), its d logits in place, hn's planes, the CE's partials */
-        const int64_t pw = head3_chunk_rows(m, N) + (head3_chunk_rows(m, N) & 1);
+        const int64_t Rh = merged ? N + m->Nm : N; /* rows of the longest head pass */
+        const int64_t pw = head3_chunk_rows(m, Rh) + (head3_chunk_rows(m, Rh) & 1);
         const int64_t nb = (cfg->vocab_size + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
-        ALLOC(m->chunk, cfg->vocab_size * (m->head_g3 || head3_pairs(m, N, backward) ? 3 * pw / 2 : pw));
+        ALLOC(m->chunk, cfg->vocab_size * (m->head_g3 || head3_pairs(m, Rh, backward) ? 3 * pw / 2 : pw));
         if (backward && m->head_g3)
             ALLOC(m->hnB, 3 * pw * d);
         ALLOC(m->ce_max, (nb + 1) * pw);
@@ -1195,7 +1282,10 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     double sum_main = 0.0, sum_mtp = 0.0;
     const float scale_main = m->hp.count ? (float)(1.0 / (double)m->hp.count) : 0.0f;
     trex_prof_begin(TREX_PROF_HEAD);
-    rc = head_run(m, &m->hp, m->XL, &m->w.hc_head, m->w.norm, logits, scale_main, b, &sum_main, err);
+    if (merged) /* its products run with the MTP head's, below */
+        head_collapse(m, &m->hp, m->XL, &m->w.hc_head, m->w.norm);
+    else
+        rc = head_run(m, &m->hp, m->XL, &m->w.hc_head, m->w.norm, logits, scale_main, b, &sum_main, err);
     trex_prof_end(TREX_PROF_HEAD);
     if (rc != TREX_OK)
         goto fail;
@@ -1238,8 +1328,13 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         m->ZL = ZL;
         const float scale_mtp = m->hpm.count ? (float)(m->opts.mtp_weight / (double)m->hpm.count) : 0.0f;
         trex_prof_begin(TREX_PROF_HEAD);
-        rc = head_run(m, &m->hpm, m->ZL, &m->w.mtp_hc_head, m->w.mtp_norm, mtp_logits, scale_mtp, b, &sum_mtp,
-                      err);
+        if (merged) {
+            head_collapse(m, &m->hpm, m->ZL, &m->w.mtp_hc_head, m->w.mtp_norm);
+            rc = heads_run3(m, scale_main, scale_mtp, b, &sum_main, &sum_mtp, err);
+        } else {
+            rc = head_run(m, &m->hpm, m->ZL, &m->w.mtp_hc_head, m->w.mtp_norm, mtp_logits, scale_mtp, b,
+                          &sum_mtp, err);
+        }
         trex_prof_end(TREX_PROF_HEAD);
         if (rc != TREX_OK)
             goto fail;

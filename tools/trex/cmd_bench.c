@@ -700,7 +700,8 @@ static int bench_kernels(int argc, char **argv)
          PRE_B, false},
         {"head.fwd", "h W^T, d -> vocab 129280 (<= 1024 tokens)", false, true, false, head_rows,
          129280, d, 0, false, false, false},
-        /* The bf16x3 head of the bf16 step (model.c head_forward3), per chunk of 512 rows: logits^T =
+        /* The bf16x3 head of the bf16 step (model.c head_forward3), per chunk of 512 rows (bf16x3's
+         * chunk; bf16x3g1, the bf16 default, runs 1 024-row chunks since round 6): logits^T =
          * W3 hnF^T (K = 3d), dW += dl hnB (K = 3 rows), and one vocabulary block of d hn = dl^T W3
          * (K = 3 x 256; the model runs V / 256 of them per chunk, beta 1). */
         {"head3.fwd", "logits^T = W3 hn^T, K = 3d, 512 rows", false, true, false, 129280, 512, 3 * d,
