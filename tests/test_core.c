@@ -1,6 +1,7 @@
 /* tests/test_core.c — the core library: dtypes and conversions, tensor views, allocation and arenas,
  * the thread pool, the RNG, and file/JSON I/O. */
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -330,6 +331,64 @@ static void test_alloc(void)
     trex_mem_free(NULL, TREX_REGION_OTHER, n);
     CHECK(!strcmp(trex_region_name(TREX_REGION_OPTIM), "optim"), "region name");
     CHECK(trex_peak_rss_bytes() > 0, "peak RSS is known on Linux");
+}
+
+/* The THP setting of the system: 1 always or madvise (a block of trex_mem_alloc should then be in a
+ * huge-page-eligible mapping), 0 never, -1 unknown (no THP in this kernel). */
+static int thp_mode(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f)
+        return -1;
+    char line[128] = {0};
+    const bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (!got)
+        return -1;
+    return strstr(line, "[always]") || strstr(line, "[madvise]") ? 1 : strstr(line, "[never]") ? 0 : -1;
+}
+
+/* THPeligible of the mapping of /proc/self/smaps that holds p: 1 or 0, -1 if not found. */
+static int thp_eligible(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool inside = false;
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && !strncmp(line, "THPeligible:", 12))
+            found = atoi(line + 12) != 0;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Blocks of 16 MiB or more ask for transparent huge pages (core/alloc.c): where the kernel's THP mode
+ * is madvise or always, the middle of such a block lies in a mapping that may get them. */
+static void test_huge_pages(void)
+{
+    const int mode = thp_mode();
+    if (mode != 1) {
+        printf("test_huge_pages: THP is %s here, skipped\n", mode == 0 ? "never" : "not available");
+        return;
+    }
+    const size_t bytes = (size_t)32 << 20;
+    unsigned char *big = trex_mem_alloc(NULL, TREX_REGION_OTHER, bytes);
+    CHECK(big != NULL, "32 MiB block");
+    if (!big)
+        return;
+    big[bytes / 2] = 1; /* a page in the middle, inside the advised range */
+    const int e = thp_eligible(big + bytes / 2);
+    if (e < 0)
+        printf("test_huge_pages: no THPeligible line for the block in /proc/self/smaps, skipped\n");
+    else
+        CHECK(e == 1, "a 32 MiB block lies in a huge-page-eligible mapping");
+    trex_mem_free(NULL, TREX_REGION_OTHER, big);
 }
 
 static void arena_pass(trex_arena *ar, void **ptrs, int *dirty)
@@ -877,6 +936,7 @@ int main(void)
     test_views();
     test_conversions();
     test_alloc();
+    test_huge_pages();
     test_arena();
     test_pool_cover();
     test_pool_misc();
