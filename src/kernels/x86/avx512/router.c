@@ -75,70 +75,77 @@ void trex_fused_gate_fwd_fma_avx512(float *z, const float *x, const float *gt, i
     gate_fwd(1, z, x, gt, n, d, E);
 }
 
+/* The sums s[r][q] = sum_e dz[r][e] gate[e][j + 16 q] from +0, e increasing, of R rows (dz rows E
+ * apart, gate rows ldg apart), 4 registers of 16 columns each (masks m): each gate load serves all R
+ * rows. */
+#define GATE_DX_ROWS 4
+static inline __attribute__((always_inline)) void gate_dx_sums(int fma, int R,
+                                                               __m512 s[GATE_DX_ROWS][4],
+                                                               const float *dz, const float *gate,
+                                                               int64_t ldg, int64_t E, int64_t j,
+                                                               const __mmask16 *m)
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            s[r][q] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < E; e++) {
+        __m512 gv[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            gv[q] = _mm512_maskz_loadu_ps(m[q], gate + e * ldg + j + 16 * q);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 zv = _mm512_set1_ps(dz[r * E + e]);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                s[r][q] = gate_madd(fma, s[r][q], zv, gv[q]);
+        }
+    }
+}
+
+/* The masks of the 4 registers of 64 columns starting at column j of d. */
+static inline __attribute__((always_inline)) void cols64_masks(__mmask16 *m, int64_t d, int64_t j)
+{
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const int64_t left = d - j - 16 * q;
+        m[q] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+    }
+}
+
+/* dx[t][j] = s + dx[t][j] for R rows at columns [j, j + 64) (gate_dx_sums' s). */
+static inline __attribute__((always_inline)) void gate_dx_rows(int R, float *dx, const float *dz,
+                                                               const float *gate, int64_t d, int64_t E,
+                                                               int64_t j, const __mmask16 *m)
+{
+    __m512 s[GATE_DX_ROWS][4];
+    gate_dx_sums(0, R, s, dz, gate, d, E, j, m);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float *o = dx + r * d + j;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            _mm512_mask_storeu_ps(o + 16 * q, m[q],
+                                  _mm512_add_ps(s[r][q], _mm512_maskz_loadu_ps(m[q], o + 16 * q)));
+    }
+}
+
 /* dx[t][j] = s + dx[t][j], s = sum_e dz[t][e] gate[e][j] from +0, e increasing: 16 columns per
  * register, 4 registers of a row, GATE_DX_ROWS rows at a time (each gate load serves them all; the
  * rows left over one at a time). */
-#define GATE_DX_ROWS 4
 void trex_fused_gate_bwd_dx_avx512(float *dx, const float *dz, const float *gate, int64_t n,
                                    int64_t d, int64_t E)
 {
     for (int64_t j = 0; j < d; j += 64) {
         __mmask16 m[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            const int64_t left = d - j - 16 * q;
-            m[q] = left >= 16 ? (__mmask16)0xffff
-                              : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
-        }
+        cols64_masks(m, d, j);
         int64_t t = 0;
-        for (; t + GATE_DX_ROWS <= n; t += GATE_DX_ROWS) {
-            __m512 s[GATE_DX_ROWS][4];
-#pragma GCC unroll 4
-            for (int r = 0; r < GATE_DX_ROWS; r++)
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++)
-                    s[r][q] = _mm512_setzero_ps();
-            for (int64_t e = 0; e < E; e++) {
-                __m512 gv[4];
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++)
-                    gv[q] = _mm512_maskz_loadu_ps(m[q], gate + e * d + j + 16 * q);
-#pragma GCC unroll 4
-                for (int r = 0; r < GATE_DX_ROWS; r++) {
-                    const __m512 zv = _mm512_set1_ps(dz[(t + r) * E + e]);
-#pragma GCC unroll 4
-                    for (int q = 0; q < 4; q++)
-                        s[r][q] = _mm512_add_ps(s[r][q], _mm512_mul_ps(zv, gv[q]));
-                }
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < GATE_DX_ROWS; r++) {
-                float *o = dx + (t + r) * d + j;
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++)
-                    _mm512_mask_storeu_ps(o + 16 * q, m[q],
-                                          _mm512_add_ps(s[r][q], _mm512_maskz_loadu_ps(m[q], o + 16 * q)));
-            }
-        }
-        for (; t < n; t++) {
-            const float *zr = dz + t * E;
-            float *o = dx + t * d + j;
-            __m512 s[4];
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
-                s[q] = _mm512_setzero_ps();
-            for (int64_t e = 0; e < E; e++) {
-                const __m512 zv = _mm512_set1_ps(zr[e]);
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++)
-                    s[q] = _mm512_add_ps(
-                        s[q], _mm512_mul_ps(zv, _mm512_maskz_loadu_ps(m[q], gate + e * d + j + 16 * q)));
-            }
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
-                _mm512_mask_storeu_ps(o + 16 * q, m[q],
-                                      _mm512_add_ps(s[q], _mm512_maskz_loadu_ps(m[q], o + 16 * q)));
-        }
+        for (; t + GATE_DX_ROWS <= n; t += GATE_DX_ROWS)
+            gate_dx_rows(GATE_DX_ROWS, dx + t * d, dz + t * E, gate, d, E, j, m);
+        for (; t < n; t++)
+            gate_dx_rows(1, dx + t * d, dz + t * E, gate, d, E, j, m);
     }
 }
 
@@ -152,24 +159,7 @@ static inline __attribute__((always_inline)) void gate_dx_mhc_rows(
 {
     const int64_t j = (int64_t)k * d + i;
     __m512 s[GATE_DX_ROWS][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            s[r][q] = _mm512_setzero_ps();
-    for (int64_t e = 0; e < E; e++) {
-        __m512 gv[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            gv[q] = _mm512_maskz_loadu_ps(m[q], gate + e * nd + j + 16 * q);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m512 zv = _mm512_set1_ps(dz[r * E + e]);
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
-                s[r][q] = gate_madd(fma, s[r][q], zv, gv[q]);
-        }
-    }
+    gate_dx_sums(fma, R, s, dz, gate, nd, E, j, m);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const __m512 wv = _mm512_set1_ps(w[r * wld + k]), cv = _mm512_set1_ps(c[r]);
@@ -195,12 +185,7 @@ static inline __attribute__((always_inline)) void gate_dx_mhc(int fma, float *dX
     for (int k = 0; k < ns; k++)
         for (int64_t i = 0; i < d; i += 64) {
             __mmask16 m[4];
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                const int64_t left = d - i - 16 * q;
-                m[q] = left >= 16 ? (__mmask16)0xffff
-                                  : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
-            }
+            cols64_masks(m, d, i);
             int64_t t = 0;
             for (; t + GATE_DX_ROWS <= n; t += GATE_DX_ROWS)
                 gate_dx_mhc_rows(fma, GATE_DX_ROWS, dX + t * nd, dz + t * E, gate, nd, E, X + t * nd,
