@@ -558,9 +558,10 @@ static void check_fn_products(const trex_ctx *ctx, const trex_config *cfg, int64
     free(gfn0), free(gfa), free(gfb);
 }
 
-static void test_fn_products(void)
+/* The layer of the fn-product tests: nd = 4 x 1030 = 4120, longer than the blocked GEMM's K blocks and
+ * not a multiple of 16 or 64. */
+static trex_config fn_config(void)
 {
-    /* nd = 4120: longer than the blocked GEMM's K blocks, not a multiple of 16 or 64 */
     trex_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.hidden_size = 1030;
@@ -568,6 +569,12 @@ static void test_fn_products(void)
     cfg.hc_sinkhorn_iters = 20;
     cfg.hc_eps = 1e-6;
     cfg.rms_norm_eps = 1e-6;
+    return cfg;
+}
+
+static void test_fn_products(void)
+{
+    const trex_config cfg = fn_config();
     printf("fn products: %s vs trex_gemm\n", trex_fused()->isa >= TREX_ISA_AVX512
                                                   ? "fused gate entries (AVX-512)"
                                                   : "trex_gemm (no AVX-512 here)");
@@ -637,13 +644,7 @@ static void run_layer_once(const trex_ctx *ctx, const trex_config *cfg, float *o
  * bits for any thread count, and other bits than fp32 mode where the _fma entries run. */
 static void test_bf16_products(void)
 {
-    trex_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.hidden_size = 1030;
-    cfg.hc_mult = GNS;
-    cfg.hc_sinkhorn_iters = 20;
-    cfg.hc_eps = 1e-6;
-    cfg.rms_norm_eps = 1e-6;
+    const trex_config cfg = fn_config();
     const int64_t N = BF_N, d = cfg.hidden_size, nd = GNS * d;
     const int64_t parts[8] = {N * d, N * trex_mhc_state_size(GNS), N * nd, GMIX * nd,
                               N * d, N * trex_mhc_head_state_size(GNS), N * nd, GNS * nd};
