@@ -5,15 +5,7 @@
 #     (huge_pages false by default, true with --huge-pages: operands in transparent huge pages);
 #   - the text report names the page size; --help lists --huge-pages; a bad flag fails with status 2.
 # Env: TREX = the trex binary. Run from the repository root.
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-/usr/bin/python3}
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/lib.sh"
 run=(bench kernels --threads 1 --reps 1 --quick --no-onednn --tokens 64)
 
 # --- JSON: one GEMM case (q LoRA down-projection at 64 tokens) and one packer path, 4 KiB / 2 MiB pages -----
@@ -49,5 +41,4 @@ grep -q "operands in 2 MiB pages" "$tmp/text" && ok || bad "text report: no 'ope
 "$TREX" bench kernels --huge-pagez >"$tmp/o" 2>"$tmp/e"; rc=$?
 [ $rc -eq 2 ] && grep -q "huge-pagez" "$tmp/e" && ok || bad "bad flag -> exit $rc, stderr: $(head -c 200 "$tmp/e")"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -10,16 +10,8 @@
 #     given (when the kernel level has a peak loop);
 #   - bad flags fail with exit status 2 and a message naming the flag; a bad config with status 1.
 # Env: TREX = the trex binary. Run from the repository root.
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-/usr/bin/python3}
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 export TREX_THREADS=2
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 cfg=configs/dsv4-tiny.json
 fast=(--config "$cfg" --seq 64 --mbs 1 --steps 1 --warmup 1)
 
@@ -109,5 +101,4 @@ expect_err 2 "seq" --config "$cfg"
 expect_err 2 "--threads.*whole number" "${fast[@]}" --threads abc
 expect_err 1 "--config" --config "$tmp/missing.json" --seq 64
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -3,20 +3,11 @@
 # (logits, losses, every gradient) with 1 thread, 2 threads and TREX_THREADS=2, in dense and sparse
 # mode; and bad batches are refused with exit status 1 and a message naming the file and the tensor.
 # Env: TREX (the trex binary, default build/trex), PYTHON (only to write the small batch files).
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-python3}
+. "$(dirname "$0")/lib.sh"
 CFG=configs/dsv4-tiny.json
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # Batches written with the standard library only (safetensors: u64 header length, JSON, data).
-"$PY" - "$tmp" <<'EOF' || { echo "cannot write the batch files"; echo "0 passed, 1 failed"; exit 1; }
+"$PY" - "$tmp" <<'EOF' || { bad "cannot write the batch files"; finish; }
 import sys
 sys.path.insert(0, "tests/lib")
 from tiny_batch import save, write_batch
@@ -31,7 +22,7 @@ save(out + "/bad_mask.safetensors", {"tokens": ("I32", [B, T], "i", tok), "loss_
 EOF
 
 if ! "$TREX" model init --config "$CFG" --seed 3 --out "$tmp/w.safetensors" >/dev/null 2>"$tmp/init.err"; then
-  cat "$tmp/init.err"; echo "0 passed, 1 failed"; exit 1
+  cat "$tmp/init.err"; bad "model init"; finish
 fi
 
 run() {  # run OUT MODE [extra args...]; env passes through
@@ -70,5 +61,4 @@ expect_error short.safetensors "trex: error:" "short.safetensors" "tokens" "T >=
 expect_error no_tokens.safetensors "trex: error:" "no_tokens.safetensors" "tokens"
 expect_error bad_mask.safetensors "trex: error:" "bad_mask.safetensors" "loss_mask"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

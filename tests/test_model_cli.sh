@@ -3,17 +3,7 @@
 # V4-Pro as MODEL_SPEC §1.3 prints them, init output and determinism, error exits.
 # Env: TREX = the trex binary, BUILD = build dir. Run from the repository root.
 # asan: yes
-set -u
-TREX=${TREX:-build/trex}
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-# expect_line FILE REGEX WHAT: some line of FILE matches the extended regex
-expect_line() { if grep -Eq -- "$2" "$1"; then ok; else bad "$3: no line matches /$2/ in:"; sed 's/^/    /' "$1" | head -60; fi; }
+. "$(dirname "$0")/lib.sh"
 
 # --- dispatcher -----------------------------------------------------------------------------------
 "$TREX" model --help >"$tmp/help" 2>&1; rc=$?
@@ -55,8 +45,8 @@ expect_line "$tmp/flash" "^  fp32 weights +[0-9]+\.[0-9]+ GiB$" "flash memory"
 expect_line "$tmp/flash.json" '"total":[[:space:]]*284332240471,' "flash json total"
 expect_line "$tmp/flash.json" '"active":[[:space:]]*13270101591,' "flash json active"
 expect_line "$tmp/flash.json" '"routed_experts":[[:space:]]*277025390592,' "flash json routed"
-if [ -x "${PYTHON:-/usr/bin/python3}" ]; then
-  if "${PYTHON:-/usr/bin/python3}" -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["attention_per_layer"][1]["params"] == 126098624 else 1)' "$tmp/flash.json"; then ok; else bad "flash json does not parse or lacks the CSA count"; fi
+if [ -x "$PY" ]; then
+  if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["attention_per_layer"][1]["params"] == 126098624 else 1)' "$tmp/flash.json"; then ok; else bad "flash json does not parse or lacks the CSA count"; fi
 fi
 
 # --- info: V4-Pro ---------------------------------------------------------------------------------
@@ -87,8 +77,8 @@ ls "$tmp" | grep -q '\.tmp\.' && bad "temporary file left behind" || ok
 cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors" && ok || bad "same seed gave different files"
 "$TREX" model init --config configs/dsv4-tiny.json --seed 6 --out "$tmp/c.safetensors" >/dev/null 2>&1 || bad "init seed 6"
 cmp -s "$tmp/a.safetensors" "$tmp/c.safetensors" && bad "another seed gave the same file" || ok
-if [ -x "${PYTHON:-/usr/bin/python3}" ]; then
-  if "${PYTHON:-/usr/bin/python3}" - "$tmp/a.safetensors" <<'EOF'
+if [ -x "$PY" ]; then
+  if "$PY" - "$tmp/a.safetensors" <<'EOF'
 import json, struct, sys
 with open(sys.argv[1], "rb") as f:
     n = struct.unpack("<Q", f.read(8))[0]
@@ -121,5 +111,4 @@ expect_line "$tmp/err" "^trex: error: .*w\.safetensors" "unwritable output messa
 "$TREX" model init --config configs/dsv4-tiny.json --seed -1 --out "$tmp/w.safetensors" >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -ne 0 ] && ok || bad "negative seed accepted"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

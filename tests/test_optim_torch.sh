@@ -9,24 +9,19 @@
 # optimizer on the same inputs and compares (relative tolerance 1e-5).
 # Env: BUILD (default build), PYTHON (default /usr/bin/python3).
 # asan: yes
-set -u
+. "$(dirname "$0")/lib.sh"
 build=${BUILD:-build}
-python=${PYTHON:-/usr/bin/python3}
 bin="$build/tests/test_optim"
 if [ ! -x "$bin" ]; then
-  echo "missing $bin: build it first (make BUILD=$build $bin)"
-  echo "0 passed, 1 failed"
-  exit 1
+  bad "missing $bin: build it first (make BUILD=$build $bin)"
+  finish
 fi
-if ! "$python" -c 'import torch, numpy' 2>/dev/null; then
-  echo "skipped: $python has no torch/numpy (the reference needs them)"
-  echo "0 passed, 0 failed"
-  exit 0
+if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
+  echo "skipped: $PY has no torch/numpy (the reference needs them)"
+  finish
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-"$python" - "$tmp/ref.safetensors" <<'PY'
+"$PY" - "$tmp/ref.safetensors" <<'PY'
 import json, math, struct, sys
 import numpy as np
 import torch
@@ -150,8 +145,7 @@ with open(out_path, "wb") as f:
 PY
 rc=$?
 if [ $rc -ne 0 ]; then
-  echo "the PyTorch reference failed (exit $rc)"
-  echo "0 passed, 1 failed"
-  exit 1
+  bad "the PyTorch reference failed (exit $rc)"
+  finish
 fi
 "$bin" --torch-ref "$tmp/ref.safetensors"

@@ -4,15 +4,7 @@
 # invariants, or-stats, and the failure paths (malformed eval row, tampered sample, bad flags).
 # Needs TREX (the trex binary). The shared eval rows are read from ../shared/or/eval (or TREX_OR_EVAL_DIR)
 # where they exist; otherwise or-evalcheck runs on the test's own three rows.
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-/usr/bin/python3}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 
 # 1. eval rows: the shared eval rows (../shared/or/eval, or TREX_OR_EVAL_DIR) where they are; without
 #    them (a clone with nothing beside it) the test's own rows, so or-evalcheck's pass still runs
@@ -176,5 +168,4 @@ then ok; else bad "restricted output"; fi
 "$TREX" data nope >/dev/null 2>&1; [ $? = 2 ] && ok || bad "unknown subcommand"
 "$TREX" data or-stats "$tmp/missing" >/dev/null 2>&1; [ $? = 1 ] && ok || bad "or-stats on a missing folder"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

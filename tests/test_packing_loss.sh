@@ -3,26 +3,19 @@
 # give, run as packed rows through `trex model run`, the same summed token losses (main and MTP) as
 # each sample run alone. This checks that shards, document ids, loss masks and the model's document
 # handling fit together (docs/formats.md, docs/model-conventions.md).
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-/usr/bin/python3}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/lib.sh"
 
-head -n 16 data/demo/sft.jsonl > "$work/s.jsonl"
+head -n 16 data/demo/sft.jsonl > "$tmp/s.jsonl"
 if ! "$TREX" data tokenize --tokenizer tests/tokenizer/fixture_dsv3.json --format sft --seq 128 \
-        --in "$work/s.jsonl" --out "$work/sh" >"$work/tok.log" 2>&1; then
-  bad "tokenize: $(tail -n 2 "$work/tok.log")"
+        --in "$tmp/s.jsonl" --out "$tmp/sh" >"$tmp/tok.log" 2>&1; then
+  bad "tokenize: $(tail -n 2 "$tmp/tok.log")"
 fi
-"$TREX" data shard-info "$work/sh" --dump 3 >"$work/dump.txt" 2>&1 || bad "shard-info failed"
-"$TREX" model init --config configs/dsv4-tiny.json --seed 3 --out "$work/w.safetensors" >/dev/null 2>&1 ||
+"$TREX" data shard-info "$tmp/sh" --dump 3 >"$tmp/dump.txt" 2>&1 || bad "shard-info failed"
+"$TREX" model init --config configs/dsv4-tiny.json --seed 3 --out "$tmp/w.safetensors" >/dev/null 2>&1 ||
   bad "model init failed"
 
 # Batches: each dumped sequence packed, and each of its documents with a target alone.
-"$PY" - "$work" <<'PY' || bad "could not build the batches"
+"$PY" - "$tmp" <<'PY' || bad "could not build the batches"
 import sys, json
 sys.path.insert(0, "tests/ref")
 import numpy as np, st
@@ -51,17 +44,17 @@ json.dump(plan, open(f"{work}/plan.json", "w"))
 PY
 
 run() {   # run NAME: forward only, losses into NAME.out.safetensors
-  "$TREX" model run --config configs/dsv4-tiny.json --weights "$work/w.safetensors" \
-      --batch "$work/$1.safetensors" --out "$work/$1.out.safetensors" --no-logits >"$work/$1.log" 2>&1 ||
-    bad "model run $1: $(tail -n 1 "$work/$1.log")"
+  "$TREX" model run --config configs/dsv4-tiny.json --weights "$tmp/w.safetensors" \
+      --batch "$tmp/$1.safetensors" --out "$tmp/$1.out.safetensors" --no-logits >"$tmp/$1.log" 2>&1 ||
+    bad "model run $1: $(tail -n 1 "$tmp/$1.log")"
 }
-for name in $("$PY" -c "import json,sys; p=json.load(open(sys.argv[1])); print(' '.join([e['packed'] for e in p] + [a for e in p for a in e['alone']]))" "$work/plan.json"); do
+for name in $("$PY" -c "import json,sys; p=json.load(open(sys.argv[1])); print(' '.join([e['packed'] for e in p] + [a for e in p for a in e['alone']]))" "$tmp/plan.json"); do
   run "$name"
 done
 
 # Summed losses: loss_main (a mean) times its number of targets, counted by the rules of
 # docs/model-conventions.md; the same for loss_mtp.
-"$PY" - "$work" >"$work/cmp.txt" <<'PY'
+"$PY" - "$tmp" >"$tmp/cmp.txt" <<'PY'
 import sys, json
 sys.path.insert(0, "tests/ref")
 import numpy as np, st
@@ -82,7 +75,7 @@ for e in json.load(open(f"{work}/plan.json")):
         m, t, n, tn = sums(a); am += m; at += t; an += n; atn += tn
     print(e["packed"], len(e["alone"]), pn, an, ptn, atn, repr(pm), repr(am), repr(pt), repr(at))
 PY
-[ -s "$work/cmp.txt" ] || bad "no comparison was made"
+[ -s "$tmp/cmp.txt" ] || bad "no comparison was made"
 while read -r name ndocs pn an ptn atn pm am pt at; do
   [ "$ndocs" -ge 2 ] && ok || bad "$name: only $ndocs documents with targets; the test needs packing"
   [ "$pn" = "$an" ] && [ "$ptn" = "$atn" ] && ok || bad "$name: target counts differ ($pn/$an, $ptn/$atn)"
@@ -91,6 +84,5 @@ while read -r name ndocs pn an ptn atn pm am pt at; do
   "$PY" -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(a-b) > 2e-5*max(1,abs(b)))" "$pt" "$at" &&
     ok || bad "$name: summed MTP loss packed $pt vs alone $at"
   echo "$name: $ndocs documents, main $pm vs $am, mtp $pt vs $at"
-done <"$work/cmp.txt"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+done <"$tmp/cmp.txt"
+finish

@@ -3,14 +3,7 @@
 # --svg, and bad input (unknown cluster field, indivisible device count, a model that fits nowhere).
 # Env: TREX = the trex binary. Prints `N passed, N failed`.
 # asan: yes
-set -u
-TREX=${TREX:-build/trex}
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/lib.sh"
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
 flash=configs/deepseek-v4-flash.json
@@ -38,7 +31,7 @@ check "table header" "grep -q 'step s' '$tmp/search.txt' && grep -q 'MFU' '$tmp/
 check "explain: time breakdown" "grep -q 'EP all-to-all (exposed)' '$tmp/search.txt' && grep -q 'pipeline bubble' '$tmp/search.txt'"
 check "explain: memory items" "grep -q 'optimizer' '$tmp/search.txt' && grep -q 'activations' '$tmp/search.txt'"
 check "svg written" "grep -q '<svg' '$tmp/space.svg' && grep -q 'Pipeline timeline' '$tmp/space.svg' && grep -q '</svg>' '$tmp/space.svg'"
-xml_ok() { "${PYTHON:-python3}" -c 'import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])' "$1"; }
+xml_ok() { "$PY" -c 'import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])' "$1"; }
 check "svg is well-formed XML" "xml_ok '$tmp/space.svg'"
 # the timeline draws the real schedule: DualPipeV with 8 micro-batches on 4 ranks has overlapped F&B
 # boxes ("4/0": forward of micro-batch 4 with the backward of 0) and split weight-gradient boxes
@@ -79,5 +72,4 @@ check "bad layout key named" "grep -q 'tpp' '$tmp/key.err'"
 "$TREX" plan --model $flash --devices 128 --gbs 128 >/dev/null 2>&1
 check "missing --cluster is a usage error" '[ $? -eq 2 ]'
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

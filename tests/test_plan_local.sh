@@ -8,17 +8,9 @@
 # peak RSS within 5%; and the same for a 2-step `trex train` run. No timing is checked here (docs/perf.md "Planner vs this machine" records the
 # step-time comparison).
 # Env: TREX = the trex binary, PYTHON (only to write the small batch files). Prints `N passed, N failed`.
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-python3}
+. "$(dirname "$0")/lib.sh"
 CFG=configs/dsv4-tiny.json
 CLUSTER=configs/clusters/local.json
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # within A B TOL: |A/B - 1| <= TOL
 within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { e = a / b - 1; if (e < 0) e = -e; exit !(b > 0 && e <= t) }'; }
@@ -35,10 +27,10 @@ within 94.0 100.0 0.05 && bad "within: -6% must fail" || ok
 threads=$(sed -n 's/.*"threads": *\([0-9]*\).*/\1/p' "$CLUSTER" | head -n 1)
 if [ -z "$threads" ] || ! grep -q '"engine": *"fp32-ref"' "$CLUSTER"; then
   bad "$CLUSTER: no engine fp32-ref / fp32_ref.threads (run bench/plan_local.sh --write)"
-  echo "$pass passed, $fail failed"; exit 1
+  finish
 fi
 
-"$PY" - "$tmp" <<'EOF' || { echo "cannot write the batch files"; echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+"$PY" - "$tmp" <<'EOF' || { bad "cannot write the batch files"; finish; }
 import json, struct, sys
 def save(path, B, T, V=4096):
     vals = [(i * 2654435761 + 12345) % V for i in range(B * T)]
@@ -50,7 +42,7 @@ for B, T in ((1, 128), (2, 100), (1, 192)):
     save("%s/b%dx%d.st" % (sys.argv[1], B, T), B, T)
 EOF
 if ! "$TREX" model init --config "$CFG" --seed 5 --out "$tmp/w.st" >/dev/null 2>"$tmp/init.err"; then
-  cat "$tmp/init.err"; echo "$pass passed, $((fail + 1)) failed"; exit 1
+  cat "$tmp/init.err"; bad "model init"; finish
 fi
 
 for bt in 1x128 2x100 1x192 1x192:full 1x192:attention 1x192:moe; do  # B x T[:recompute policy]
@@ -151,5 +143,4 @@ if [ -f "$tmp/run1x192" ] && [ -f "$tmp/plan1x128" ]; then
   within "$u2" "$u1" 0.05 && bad "activations of 1x128 (planned $u2 MiB) match a 1x192 run ($u1 MiB)" || ok
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

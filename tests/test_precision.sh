@@ -13,20 +13,11 @@
 #      --precision bf16 defaults to bf16x3g1; --head bf16 refused.
 # asan: yes
 # Env: TREX (the trex binary, default build/trex), PYTHON (with numpy; compares the outputs).
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-/usr/bin/python3}
+. "$(dirname "$0")/lib.sh"
 CFG=configs/dsv4-tiny.json
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # The batch of tests/test_determinism.sh: 2 rows of 128 tokens, row 1 holds two documents, a sparse mask.
-"$PY" - "$tmp" <<'EOF' || { echo "cannot write the batch file"; echo "0 passed, 1 failed"; exit 1; }
+"$PY" - "$tmp" <<'EOF' || { bad "cannot write the batch file"; finish; }
 import sys
 sys.path.insert(0, "tests/lib")
 from tiny_batch import save, write_batch
@@ -35,7 +26,7 @@ B, T, V, tok, doc, mask = write_batch(out)
 EOF
 
 if ! "$TREX" model init --config "$CFG" --seed 3 --out "$tmp/w.safetensors" >/dev/null 2>"$tmp/init.err"; then
-  cat "$tmp/init.err"; echo "0 passed, 1 failed"; exit 1
+  cat "$tmp/init.err"; bad "model init"; finish
 fi
 
 run() {  # run OUT MODE [extra args...]; env passes through
@@ -184,5 +175,4 @@ rc=$?
 if [ $rc -eq 1 ] && grep -q -- "--precision" "$tmp/err.txt" && [ ! -e "$tmp/x.st" ]; then ok
 else bad "--precision fp16: exit status $rc, message '$(cat "$tmp/err.txt")'"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

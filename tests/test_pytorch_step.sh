@@ -10,22 +10,13 @@
 #   4. bad input is refused: --seq 0 and --optimizer muon exit non-zero with a message naming the flag;
 #   5. compare.sh refuses a bad --rounds and a missing binary (its logic without the big runs).
 # Env: TREX (default build/trex), PYTHON (default /usr/bin/python3, with torch and numpy).
-set -u
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.." || exit 1
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-/usr/bin/python3}
 export PYTHONDONTWRITEBYTECODE=1
 CFG=configs/dsv4-tiny.json
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 if ! "$TREX" model init --config "$CFG" --seed 1 --out "$tmp/w.safetensors" >"$tmp/init.log" 2>&1; then
-  cat "$tmp/init.log"; echo "0 passed, 1 failed"; exit 1
+  cat "$tmp/init.log"; bad "model init"; finish
 fi
 
 common=(--config "$CFG" --seq 32 --mbs 1 --steps 1 --warmup 1 --threads 1 --weights "$tmp/w.safetensors"
@@ -98,5 +89,4 @@ elif grep -q -- "--rounds" "$tmp/e3"; then ok "compare.sh --rounds 0 refused"; e
 if TREX="$tmp/none" bash bench/compare.sh --config "$CFG" >/dev/null 2>"$tmp/e4"; then bad "compare.sh without trex accepted"
 elif grep -q "not found" "$tmp/e4"; then ok "compare.sh: missing binary refused"; else cat "$tmp/e4"; bad "compare.sh missing binary: no message"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,34 +5,25 @@
 # Checks: the reference's own self-checks, then one check per case:
 #   make_case -> `$TREX model run ... --backward` -> dsv4_ref.py -> compare.py
 # A case whose `trex model run` fails (e.g. not built yet) fails; nothing is skipped.
-set -u
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.." || exit 1
-TREX=${TREX:-build/trex}
-PYTHON=${PYTHON:-/usr/bin/python3}
 export PYTHONDONTWRITEBYTECODE=1
 REF=tests/ref
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-pass=0
-fail=0
-
-ok()  { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 start=$SECONDS
-if "$PYTHON" $REF/selfcheck.py >"$work/selfcheck.log" 2>&1; then
-  ok "ref-selfcheck ($(grep -E '^[0-9]+ passed' "$work/selfcheck.log"), $((SECONDS - start))s)"
+if "$PY" $REF/selfcheck.py >"$tmp/selfcheck.log" 2>&1; then
+  ok "ref-selfcheck ($(grep -E '^[0-9]+ passed' "$tmp/selfcheck.log"), $((SECONDS - start))s)"
 else
-  cat "$work/selfcheck.log"; bad "ref-selfcheck"
+  cat "$tmp/selfcheck.log"; bad "ref-selfcheck"
 fi
 
 # run_case NAME CONFIG SEED B T MODE [make_case flags...]
 run_case() {
   local name=$1 cfg=$2 seed=$3 B=$4 T=$5 mode=$6; shift 6
-  local d="$work/$name" t0=$SECONDS tc tr
+  local d="$tmp/$name" t0=$SECONDS tc tr
   mkdir -p "$d"
   if [ ! -f "$cfg" ]; then bad "$name (config $cfg not found)"; return; fi
-  if ! "$PYTHON" $REF/make_case.py --config "$cfg" --seed "$seed" --B "$B" --T "$T" "$@" \
+  if ! "$PY" $REF/make_case.py --config "$cfg" --seed "$seed" --B "$B" --T "$T" "$@" \
         --weights "$d/w.safetensors" --batch "$d/in.safetensors" >"$d/make.log" 2>&1; then
     cat "$d/make.log"; bad "$name (make_case failed)"; return
   fi
@@ -42,13 +33,13 @@ run_case() {
     tail -n 20 "$d/c.log"; bad "$name ($TREX model run failed)"; return
   fi
   tc=$((SECONDS - t0)); t0=$SECONDS
-  if ! "$PYTHON" $REF/dsv4_ref.py --config "$cfg" --weights "$d/w.safetensors" --batch "$d/in.safetensors" \
+  if ! "$PY" $REF/dsv4_ref.py --config "$cfg" --weights "$d/w.safetensors" --batch "$d/in.safetensors" \
         --out "$d/ref.safetensors" --backward --indexer-mode "$mode" >"$d/ref.log" 2>&1; then
     tail -n 20 "$d/ref.log"; bad "$name (reference failed)"; return
   fi
   tr=$((SECONDS - t0))
   cat "$d/ref.log"
-  if "$PYTHON" $REF/compare.py "$d/c.safetensors" "$d/ref.safetensors" --case "$name"; then
+  if "$PY" $REF/compare.py "$d/c.safetensors" "$d/ref.safetensors" --case "$name"; then
     ok "$name (trex ${tc}s, ref ${tr}s)"
   else
     bad "$name (trex ${tc}s, ref ${tr}s)"
@@ -67,5 +58,4 @@ run_case tiny-packed      $TINY   8 2 256  dense  --packed --mask
 run_case strict-T1024     $STRICT 7 1 1024 sparse
 
 echo "ref-compare total $((SECONDS - start))s"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -6,18 +6,8 @@
 # over existing shards, and usage errors.
 # Env: TREX = the trex binary. Run from the repository root.
 # asan: yes
-set -u
-TREX=${TREX:-build/trex}
+. "$(dirname "$0")/lib.sh"
 FIX=tests/tokenizer/fixture_dsv3.json
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-# expect_line FILE REGEX WHAT: some line of FILE matches the extended regex
-expect_line() { if grep -Eq -- "$2" "$1"; then ok; else bad "$3: no line matches /$2/ in:"; sed 's/^/    /' "$1" | head -30; fi; }
 
 long=$(printf 'the %.0s' $(seq 1 80))
 cat >"$tmp/sft.jsonl" <<EOF
@@ -111,5 +101,4 @@ printf '{"text": "ok"}\n{"txt": 1}\n' >"$tmp/badcorpus.jsonl"
 expect_line "$tmp/err" "badcorpus.jsonl:2: expected" "train-tokenizer names the bad line"
 [ ! -e "$tmp/t.json" ] && ok || bad "no tokenizer written after an error"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -13,17 +13,8 @@
 # tests/tokenizer/node_modules (git-ignored). Without node/npm or the registry the test FAILS.
 # Env: TREX = the trex binary. Run from the repository root.
 # asan: yes
-set -u
-TREX=${TREX:-build/trex}
+. "$(dirname "$0")/lib.sh"
 dir=tests/tokenizer
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
 
 # --- the oracle -----------------------------------------------------------------------------------
 native=$dir/node_modules/@anush008/tokenizers-linux-x64-gnu/tokenizers.linux-x64-gnu.node

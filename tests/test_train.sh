@@ -17,18 +17,9 @@
 #     resumes bit for bit (with another thread count); a bad value and a precision change on resume fail;
 #   - --run-file with a flag overriding it; generate: greedy is reproducible, sampling follows the seed.
 # Env: TREX = the trex binary. Run from the repository root.
-set -u
-TREX=${TREX:-build/trex}
-PY=${PYTHON:-/usr/bin/python3}
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 export TREX_THREADS=2
 
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect_line() { if grep -Eq -- "$2" "$1"; then ok; else bad "$3: no line matches /$2/ in:"; sed 's/^/    /' "$1" | head -20; fi; }
 # losses FILE: "step loss loss_main loss_mtp grad_norm" per line, the numbers as written (%.17g)
 losses() { sed -E 's/^\{"step":([0-9]+),"loss":([^,]*),"loss_main":([^,]*),"loss_mtp":([^,]*),.*"grad_norm":([^,]*),.*/\1 \2 \3 \4 \5/' "$1"; }
 # tensor data of a safetensors file (header skipped), as a SHA-256
@@ -244,12 +235,6 @@ for rec in attention moe; do
     bad "recompute $rec: same final weights"
   grep -Eq "\"recompute\":[[:space:]]*\"$rec\"" "$tmp/R$rec/settings.json" && ok || bad "recompute $rec: settings.json records it"
 done
-err_case() {  # err_case NAME REGEX CMD...: exit 1 and the message
-  local name=$1 re=$2; shift 2
-  "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
-  [ $rc -ne 0 ] && ok || bad "$name: exit 0"
-  expect_line "$tmp/e" "$re" "$name"
-}
 err_case "bad precision" "--precision: 'fp16' is not a precision \(use fp32" "$TREX" train "${common[@]}" --precision fp16 --out "$tmp/E0"
 err_case "bad muon_ns" "--muon-ns: 'fp16' is not a Newton-Schulz precision \\(use bf16" "$TREX" train "${common[@]}" --muon-ns fp16 --out "$tmp/E0m"
 err_case "bad recompute" "--recompute: 'some' is not a recompute policy \(use none; attention or moe" "$TREX" train "${common[@]}" --recompute some --out "$tmp/E0r"
@@ -302,5 +287,4 @@ expect_line "$tmp/ge" "step-6: [0-9]+ prompt tokens, [0-9]+ new tokens" "generat
 cmp -s "$tmp/g3" "$tmp/g4" && ok || bad "sampling is a function of the seed"
 err_case "generate missing step" "step-3: no such checkpoint directory" "$TREX" generate --run "$tmp/A" --step 3 --prompt hi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
