@@ -4,8 +4,9 @@
 #
 # Trains dsv4-tiny (with the demo tokenizer's vocabulary) on the CPT part of the demo corpus
 # (data/demo/cpt.jsonl, sequences of SEQ tokens), once per precision and seed, the runs of one seed
-# identical in everything (data, order, initial weights, AdamW, lr 2e-3 with a warmup of STEPS/15 steps
-# and a cosine decay to 2e-4) except --precision fp32 / bf16, and compares the loss_main curves:
+# identical in everything (data, order, initial weights, AdamW, peak lr LR (2e-3) with a warmup of
+# STEPS/15 steps and a cosine decay to LR_MIN (LR/10: 2e-4)) except --precision fp32 / bf16, and
+# compares the loss_main curves:
 #   ma_p(s)   = mean of loss_main over steps s-W+1 .. s of run p (W = 10, s >= W)
 #   rel(s)    = |ma_bf16(s) - ma_fp32(s)| / ma_fp32(s)
 #   max_rel   = max over s of rel(s)            (the target: <= 0.01)
@@ -17,14 +18,20 @@
 # tiny perturbation: the measure's noise floor). CONTROL=init runs instead "pin": fp32 from the seed's
 # initial weights (trex model init) with every value multiplied by 1 + 2^-9 u, u uniform in [-1, 1) —
 # a random perturbation of the size of one bf16 rounding, once, at the start; CONTROL=all runs both.
+# BF16=0 leaves the bf16 runs out (fp32 and the control runs only: the noise floor of a setting,
+# measured without looking at bf16; docs/precision.md round 3); it needs CONTROL other than 0. The
+# fp32 and control runs are the same commands either way, so KEEP=1 reuses them when bf16 is added.
 # With several SEEDS the script also reports, over the
 # seeds, the mean of each per-seed figure (mean_rel with its standard error) and the same measures on
 # the seed-mean curves (loss_main averaged over the seeds at each step, then the W-step means).
 # Usage: bench/loss_curve.sh [BUILD]
 #   env: STEPS (300), GBS (2), SEQ (64), SEEDS ("1"; e.g. "1 2 3"), CONTROL (0, 1, init or all),
+#        LR (peak learning rate, 2e-3), LR_MIN (end of the cosine decay; LR/10, i.e. 2e-4 by default),
+#        BF16 (1; 0: no bf16 runs, see above),
 #        THREADS (threads per run, 1), JOBS (runs at a time, 2), WORK (keep the runs there; default a
 #        temporary folder), KEEP (1: reuse a run in WORK made by the same command that finished).
-# The defaults are the original measurement: seed 1, gbs 2, fp32 and bf16 side by side.
+#        Runs of different LR, GBS, ... need different WORK folders to be kept side by side.
+# The defaults are the original measurement: seed 1, gbs 2, lr 2e-3 to 2e-4, fp32 and bf16 side by side.
 set -euo pipefail
 build=${1:-build}
 trex=$build/trex
@@ -37,6 +44,23 @@ control=${CONTROL:-0}
 threads=${THREADS:-1}
 jobs_max=${JOBS:-2}
 keep=${KEEP:-0}
+bf16=${BF16:-1}
+# LR and LR_MIN: plain decimal numbers (1e-3, 0.0005); LR_MIN defaults to LR/10 (2e-4 for the default).
+num_re='^([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$'
+lr=${LR:-2e-3}
+[[ $lr =~ $num_re ]] || { echo "loss_curve: LR '$lr' is not a number (e.g. 2e-3, 0.0005)" >&2; exit 2; }
+if [ -n "${LR_MIN:-}" ]; then
+  lr_min=$LR_MIN
+elif [ -z "${LR:-}" ]; then
+  lr_min=2e-4
+else
+  lr_min=$(awk -v x="$lr" 'BEGIN { printf "%g", x / 10 }')
+fi
+[[ $lr_min =~ $num_re ]] || { echo "loss_curve: LR_MIN '$lr_min' is not a number (e.g. 2e-4, 0.00005)" >&2; exit 2; }
+if ! awk -v a="$lr" -v b="$lr_min" 'BEGIN { exit !(a > 0 && b <= a) }'; then
+  echo "loss_curve: LR must be > 0 and LR_MIN <= LR (LR $lr, LR_MIN $lr_min)" >&2
+  exit 2
+fi
 for v in "$steps" "$gbs" "$seq" "$threads" "$jobs_max" $seeds; do
   case $v in
     '' | *[!0-9]*)
@@ -49,6 +73,11 @@ case $control in
   *) echo "loss_curve: CONTROL must be 0, 1, init or all, not '$control'" >&2; exit 2 ;;
 esac
 [ -n "$seeds" ] || { echo "loss_curve: SEEDS is empty" >&2; exit 2; }
+case $bf16 in
+  1) ;;
+  0) [ "$control" != 0 ] || { echo "loss_curve: BF16=0 needs CONTROL=1, init or all (nothing to compare)" >&2; exit 2; } ;;
+  *) echo "loss_curve: BF16 must be 0 or 1, not '$bf16'" >&2; exit 2 ;;
+esac
 if [ "$gbs" -lt 1 ] || [ "$seq" -lt 1 ] || [ "$jobs_max" -lt 1 ]; then
   echo "loss_curve: GBS, SEQ and JOBS must be >= 1" >&2
   exit 2
@@ -72,6 +101,7 @@ vocab=$("$py" -c 'import json,sys; t=json.load(open(sys.argv[1])); print(1+max(l
 
 kinds="fp32 bf16"
 case $control in 1) kinds="fp32 bf16 ctl" ;; init) kinds="fp32 bf16 pin" ;; all) kinds="fp32 bf16 ctl pin" ;; esac
+[ "$bf16" = 1 ] || kinds=${kinds/ bf16/}
 # The "pin" control's initial weights: x -> x * (1 + 2^-9 u), u uniform in [-1, 1) from Python's
 # random.Random(7), every F32 tensor of the safetensors file (I64 tensors copied).
 cat >"$work/perturb.py" <<'PY'
@@ -97,8 +127,8 @@ for k in sorted(hdr, key=lambda k: hdr[k]["data_offsets"][0] if k != "__metadata
     data[b:e] = a.tobytes()
 open(dst, "wb").write(raw[:8 + n] + bytes(data))
 PY
-echo "loss_curve: dsv4-tiny (vocab $vocab), $steps steps of $gbs x $seq tokens, AdamW lr 2e-3 (warmup $((steps / 15)),"\
-" cosine to 2e-4), seed(s) $seeds, runs: $kinds, $threads thread(s) per run, $jobs_max at a time"
+echo "loss_curve: dsv4-tiny (vocab $vocab), $steps steps of $gbs x $seq tokens, AdamW lr $lr (warmup $((steps / 15)),"\
+" cosine to $lr_min), seed(s) $seeds, runs: $kinds, $threads thread(s) per run, $jobs_max at a time"
 
 # One run: run-<seed>-<kind>, its command in run-<seed>-<kind>.cmd (for KEEP), its output in log-<seed>-<kind>.
 run_one() {
@@ -109,7 +139,7 @@ run_one() {
   esac
   local cmd=("$trex" train --config "$work/dsv4-tiny-demo.json" --tokenizer "$work/tokenizer.json"
     --data "$work/cpt" --out "$name" --steps "$steps" --seq "$seq" --gbs "$gbs" --mbs "$gbs"
-    --optimizer adamw --lr 2e-3 --warmup $((steps / 15)) --min-lr 2e-4 --expert-load-every 0 --keep 1
+    --optimizer adamw --lr "$lr" --warmup $((steps / 15)) --min-lr "$lr_min" --expert-load-every 0 --keep 1
     --seed "$seed" --peak-tflops 1 --precision "$p" "${extra[@]}")
   if [ "$keep" = 1 ] && [ -f "$name.cmd" ] && [ "$(cat "$name.cmd")" = "THREADS=$threads ${cmd[*]}" ] &&
      [ -f "$name/metrics.jsonl" ] && [ "$(wc -l <"$name/metrics.jsonl")" -eq "$steps" ]; then
@@ -238,5 +268,13 @@ for st in sorted({W, 25, 50, 100, 150, 200, 250, n}):
     if W <= st <= n:
         cols = "  ".join(f"{ma(avg[k], st - 1):.4f} ({cavg[k]['rel'][st - W][1]:.4f})" for k in others)
         print(f"  {st:4d}   {ma(avg['fp32'], st - 1):.4f}  {cols}")
-print("target (max_rel of the seed-mean curves <= 0.01):", "met" if cavg["bf16"]["max"] <= 0.01 else "NOT met")
+fa = avg["fp32"]
+print(f"fp32 seed-mean curve: {W}-step mean {ma(fa, W - 1):.4f} at step {W}, {ma(fa, n - 1):.4f} at step {n} "
+      f"(down {100 * (1 - ma(fa, n - 1) / ma(fa, W - 1)):.1f}%)")
+for k in others:
+    if k != "bf16":
+        print(f"noise floor ({k} vs fp32, max_rel of the seed-mean curves): {cavg[k]['max']:.5f}; "
+              f"round-3 rule (< 0.005): {'below' if cavg[k]['max'] < 0.005 else 'NOT below'}")
+if "bf16" in cavg:
+    print("target (max_rel of the seed-mean curves <= 0.01):", "met" if cavg["bf16"]["max"] <= 0.01 else "NOT met")
 PY
