@@ -31,6 +31,11 @@
  *    without an index list, scratch guard intact. The top-k of scores sum_h w_h ReLU(.) computed in
  *    bf16 differs from the fp64 one only by entries whose fp64 score lies within twice the largest
  *    score bound of the k-th largest (docs/precision.md: the indexer's top-k in bf16 mode).
+ * 5. The key side by blocks of queries (sattn_bwd_window_bf16) at every level against the fp32 key
+ *    side called query by query, the optimised levels against the reference, the entries split
+ *    between two calls against one call (the same bits), the scratch guard (window_case below).
+ * 6. copy_nt and cvt_bf16_nt (writes around the cache) at every table: memcpy's and
+ *    trex_f32_to_bf16's bits at every misalignment, nothing written outside the range.
  *
  * `test_attn_bf16 --bench [reps]` instead times the fp32 entries of the best level and the bf16 entries
  * of every level on dsv4-bench's shapes (16 heads of 512, 256 entries per query in the forward and the
@@ -48,6 +53,8 @@
 #define TEST_RNG_SEED 0x2545f4914f6cdd1dull
 #include "rand_fill.h"
 #include "kernels/fused.h"
+#include "fused_levels.h"
+#include "trex/tensor.h"
 
 /* worst ratio |x - r| / bound (bound + tiny), and relative L2 of x - r */
 typedef struct cmp {
@@ -589,6 +596,196 @@ static void test_dots_bf16(const trex_fused_table *const *lv, int nl)
     free(A), free(out), free(ws), free(Kb), free(s64), free(sb), free(bnd), free(srt);
 }
 
+/* 5. The key side by blocks of nq queries (sattn_bwd_window_bf16) on n consecutive entries, query b at
+ * row n - nq + b seeing the W rows up to its own (query 1 none at all when nq >= 3): every level
+ * against the fp32 reference entry called query by query, within 2^-7 M + 1e-6 |dV| where M =
+ * sum over the visible terms of |p_bhe g_bhk| + scale |dz_bhe q_bhk| (q, g and the entries are
+ * bf16 values here, so only the coefficients p and scale dz are rounded: 2^-9 each, a margin of 2 on
+ * the sum of the two), the optimised levels against the reference level within a quarter of that;
+ * the entries split between two calls at s give the same bits as one call (an entry's result depends
+ * only on the entry and the block); the scratch guard stays intact. */
+static double win_worst[2]; /* as worst_seen, for the window key side */
+
+static void window_case(const trex_fused_table *const *lv, int nl, int64_t n, int64_t nq, int64_t H,
+                        int64_t c, int64_t W)
+{
+    const trex_fused_table *r = trex_fused_for(TREX_ISA_REF);
+    const int64_t hc = H * c;
+    const float scale = 1.0f / sqrtf((float)c);
+    float *V = xmalloc_f(n * c), *q = xmalloc_f(nq * hc), *g = xmalloc_f(nq * hc);
+    float *sink = xmalloc_f(H), *lse = xmalloc_f(nq * H), *D = xmalloc_f(nq * H);
+    float *dp0 = xmalloc_f(n * c), *dref = xmalloc_f(n * c), *o = xmalloc_f(hc);
+    float *ps = xmalloc_f(n + 1), *zs = xmalloc_f(H * (n + 1));
+    float *wsr = xmalloc_f(TREX_FUSED_SATTN_WS(n + 1, H));
+    double *M = xmalloc_d(n * c), *bound = xmalloc_d(n * c);
+    uint16_t *vrows = malloc((size_t)(n * c + 1) * 2), *qb = malloc((size_t)(nq * hc) * 2);
+    uint16_t *gb = malloc((size_t)(nq * hc) * 2);
+    const uint16_t **Vb = malloc((size_t)(n + 1) * sizeof *Vb);
+    const float **Vp = malloc((size_t)(n + 1) * sizeof *Vp);
+    float **dV = malloc((size_t)(n + 1) * sizeof *dV);
+    int64_t *vis = malloc((size_t)(2 * nq) * sizeof *vis), *vis2 = malloc((size_t)(2 * nq) * sizeof *vis2);
+    if (!vrows || !qb || !gb || !Vb || !Vp || !dV || !vis || !vis2)
+        exit(2);
+    fill(V, n * c, 2.0f);
+    fill(q, nq * hc, 1.5f);
+    fill(g, nq * hc, 1.0f);
+    fill(sink, H, 1.0f);
+    fill(dp0, n * c, 0.5f);
+    for (int64_t i = 0; i < n * c; i++) { /* bf16 values: the rounding on entry is exact */
+        vrows[i] = to_bf16(V[i]);
+        V[i] = from_bf16(vrows[i]);
+    }
+    for (int64_t i = 0; i < nq * hc; i++) {
+        qb[i] = to_bf16(q[i]), q[i] = from_bf16(qb[i]);
+        gb[i] = to_bf16(g[i]), g[i] = from_bf16(gb[i]);
+    }
+    for (int64_t e = 0; e < n; e++)
+        Vb[e] = vrows + e * c, Vp[e] = V + e * c;
+    memcpy(dref, dp0, (size_t)(n * c) * sizeof(float));
+    for (int64_t b = 0; b < nq; b++) {
+        const int64_t t = n - nq + b, lo = t - W + 1 > 0 ? t - W + 1 : 0;
+        const bool none = nq >= 3 && b == 1;
+        vis[2 * b] = none ? 0 : lo;
+        vis[2 * b + 1] = none ? 0 : t + 1 > lo ? t + 1 : lo;
+        const int64_t m = vis[2 * b + 1] - vis[2 * b];
+        const float *qq = q + b * hc, *gg = g + b * hc;
+        float *lb = lse + b * H, *db = D + b * H;
+        /* the query's lse and D from the fp32 forward over its entries, then its fp32 key side */
+        r->sattn_fwd(o, lb, zs, wsr, qq, Vp + vis[2 * b], m, H, c, sink, scale);
+        for (int64_t h = 0; h < H; h++)
+            db[h] = r->dot(gg + h * c, o + h * c, c);
+        for (int64_t e = 0; e < m; e++)
+            dV[e] = dref + (vis[2 * b] + e) * c;
+        r->sattn_bwd_entries(dV, ps, wsr, Vp + vis[2 * b], m, qq, gg, H, c, scale, lb, db);
+        for (int64_t e = vis[2 * b]; e < vis[2 * b + 1]; e++)
+            for (int64_t h = 0; h < H; h++) {
+                double z = 0.0, dp = 0.0;
+                for (int64_t k = 0; k < c; k++) {
+                    z += (double)qq[h * c + k] * V[e * c + k];
+                    dp += (double)gg[h * c + k] * V[e * c + k];
+                }
+                const double p = exp(scale * z - lb[h]), dz = fabs(scale * p * (dp - db[h]));
+                for (int64_t k = 0; k < c; k++)
+                    M[e * c + k] += p * fabs((double)gg[h * c + k]) + dz * fabs((double)qq[h * c + k]);
+            }
+    }
+    for (int64_t i = 0; i < n * c; i++)
+        bound[i] = M[i] / 128.0 + 1e-6 * fabs(dref[i]) + 1e-30;
+    const int64_t wsn = TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq);
+    float *wbuf = xmalloc_f(wsn + 1 + 64), *ws = wbuf + 1; /* misaligned, 64 guard floats after */
+    float *out[4] = {NULL}, *split = xmalloc_f(n * c);
+    for (int l = 0; l < nl; l++) {
+        const trex_fused_table *t = lv[l];
+        if (!t->sattn_bwd_window_bf16)
+            continue;
+        for (int64_t i = 0; i < 64; i++)
+            ws[wsn + i] = GUARD;
+        out[l] = xmalloc_f(n * c);
+        memcpy(out[l], dp0, (size_t)(n * c) * sizeof(float));
+        for (int64_t e = 0; e < n; e++)
+            dV[e] = out[l] + e * c;
+        t->sattn_bwd_window_bf16(dV, ws, Vb, n, nq, vis, qb, gb, H, c, scale, lse, D);
+        const cmp x = compare(out[l], dref, bound, n * c);
+        CHECK(x.worst <= 1.0, "%s window key side vs fp32: error %.3g of the bound n=%lld nq=%lld "
+              "H=%lld c=%lld", t->sattn_bf16_name, x.worst, (long long)n, (long long)nq,
+              (long long)H, (long long)c);
+        win_worst[0] = x.worst > win_worst[0] ? x.worst : win_worst[0];
+        if (l > 0 && out[0]) {
+            double *b4 = xmalloc_d(n * c);
+            for (int64_t i = 0; i < n * c; i++)
+                b4[i] = 0.25 * bound[i];
+            const cmp y = compare(out[l], out[0], b4, n * c);
+            CHECK(y.worst <= 1.0, "%s window key side vs the bf16 reference: error %.3g of the "
+                  "quarter bound n=%lld nq=%lld H=%lld c=%lld", t->sattn_bf16_name, y.worst,
+                  (long long)n, (long long)nq, (long long)H, (long long)c);
+            win_worst[1] = y.worst > win_worst[1] ? y.worst : win_worst[1];
+            free(b4);
+        }
+        /* the same entries in two calls, split at s */
+        const int64_t sp = n / 3 + 1 < n ? n / 3 + 1 : n;
+        memcpy(split, dp0, (size_t)(n * c) * sizeof(float));
+        for (int part = 0; part < 2; part++) {
+            const int64_t s0 = part ? sp : 0, s1 = part ? n : sp;
+            for (int64_t b = 0; b < nq; b++) {
+                int64_t lo = vis[2 * b] > s0 ? vis[2 * b] : s0;
+                int64_t hi = vis[2 * b + 1] < s1 ? vis[2 * b + 1] : s1;
+                lo = lo < s1 ? lo : s1;
+                vis2[2 * b] = lo - s0;
+                vis2[2 * b + 1] = (hi > lo ? hi : lo) - s0;
+            }
+            for (int64_t e = s0; e < s1; e++)
+                dV[e - s0] = split + e * c;
+            t->sattn_bwd_window_bf16(dV, ws, Vb + s0, s1 - s0, nq, vis2, qb, gb, H, c, scale, lse,
+                                     D);
+        }
+        CHECK(same_bits(split, out[l], n * c), "%s window key side: the entries in two calls give "
+              "other bits n=%lld nq=%lld H=%lld c=%lld", t->sattn_bf16_name, (long long)n,
+              (long long)nq, (long long)H, (long long)c);
+        int guard_ok = 1;
+        for (int64_t i = 0; i < 64; i++)
+            guard_ok &= ws[wsn + i] == GUARD;
+        CHECK(guard_ok, "%s window key side: scratch overrun n=%lld nq=%lld H=%lld c=%lld",
+              t->sattn_bf16_name, (long long)n, (long long)nq, (long long)H, (long long)c);
+    }
+    for (int l = 0; l < 4; l++)
+        free(out[l]);
+    free(split), free(wbuf);
+    free(V), free(q), free(g), free(sink), free(lse), free(D), free(dp0), free(dref), free(o);
+    free(ps), free(zs), free(wsr), free(M), free(bound), free(vrows), free(qb), free(gb);
+    free(Vb), free(Vp), free(dV), free(vis), free(vis2);
+}
+
+static void test_window_bf16(const trex_fused_table *const *lv, int nl)
+{
+    static const int64_t cases[][5] = {
+        /* n, nq, H, c, W */
+        {1, 1, 1, 32, 4},    {5, 4, 3, 48, 2},    {17, 4, 16, 32, 14}, {40, 3, 20, 48, 38},
+        {131, 4, 16, 512, 128}, {70, 5, 16, 64, 66}, {33, 2, 1, 512, 32}, {8, 8, 3, 32, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        window_case(lv, nl, cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4]);
+    printf("window key side by query blocks: %zu shapes at %d level(s); largest error / bound %.3f "
+           "against fp32, %.3f (of the quarter bound) against the bf16 reference\n",
+           sizeof cases / sizeof cases[0], nl, win_worst[0], win_worst[1]);
+}
+
+/* 6. copy_nt and cvt_bf16_nt (the layer-wide copies written around the cache) at every table: the
+ * bits of memcpy and of trex_f32_to_bf16 (ties, NaN, infinities, subnormals among the values), at
+ * every misalignment of 0-17 elements and lengths 0-70, nothing written outside [0, n). */
+static void test_nt_entries(const trex_fused_table *const *all, int na)
+{
+    enum { MAXN = 70, PAD = 24 };
+    float src[MAXN + PAD];
+    uint16_t hdst[MAXN + 2 * PAD] __attribute__((aligned(64)));
+    float fal[MAXN + 2 * PAD] __attribute__((aligned(64)));
+    fill(src, MAXN + PAD, 3.0f);
+    const uint32_t special[] = {0x7fc00001u, 0xff800000u, 0x7f800000u, 0x00000001u, 0x3f808000u,
+                                0x3f818000u, 0x80000000u, 0x7f7fffffu};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        memcpy(&src[5 * i + 1], &special[i], 4);
+    int bad = 0;
+    for (int l = 0; l < na; l++) {
+        const trex_fused_table *t = all[l];
+        for (int64_t off = 0; off < 18; off++)
+            for (int64_t n = 0; n <= MAXN; n++) {
+                for (int64_t i = 0; i < MAXN + 2 * PAD; i++) {
+                    fal[i] = GUARD;
+                    hdst[i] = 0xabcd;
+                }
+                t->copy_nt(fal + off, src + (off % 5), n);
+                t->cvt_bf16_nt(hdst + off, src + (off % 5), n);
+                for (int64_t i = 0; i < MAXN + 2 * PAD; i++) {
+                    const bool in = i >= off && i < off + n;
+                    const float *sv = src + (off % 5) + (i - off);
+                    bad += in ? memcmp(&fal[i], sv, 4) != 0 : memcmp(&fal[i], &GUARD, 4) != 0;
+                    bad += in ? hdst[i] != trex_f32_to_bf16(*sv) : hdst[i] != 0xabcd;
+                }
+            }
+    }
+    CHECK(bad == 0, "copy_nt / cvt_bf16_nt: %d wrong or stray elements", bad);
+    printf("copy_nt, cvt_bf16_nt: %d table(s), lengths 0-%d at 18 offsets\n", na, (int)MAXN);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "--bench")) {
@@ -597,17 +794,19 @@ int main(int argc, char **argv)
     }
     const trex_fused_table *ref = trex_fused_for(TREX_ISA_REF);
     CHECK(ref->sattn_fwd_bf16 == trex_fused_sattn_fwd_bf16_ref, "the ref level has the bf16 reference");
-    /* the distinct bf16 implementations, reference first */
-    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
-    const trex_fused_table *lv[4];
+    /* the distinct bf16 implementations among the tables (tests/fused_levels.h), reference first */
+    const trex_fused_table *all[4], *lv[4];
+    const int na = fused_levels(ref, all);
     int nl = 0;
-    for (size_t k = 0; k < 4; k++) {
-        const trex_fused_table *t = trex_fused_for(caps[k]);
-        int dup = !t->sattn_fwd_bf16 || !t->sattn_bwd_query_bf16 || !t->sattn_bwd_entries_bf16;
-        if (dup && !t->sattn_fwd_bf16 && !t->sattn_bwd_query_bf16 && !t->sattn_bwd_entries_bf16)
+    for (int k = 0; k < na; k++) {
+        const trex_fused_table *t = all[k];
+        int dup = !t->sattn_fwd_bf16 || !t->sattn_bwd_query_bf16 || !t->sattn_bwd_entries_bf16 ||
+                  !t->sattn_bwd_window_bf16;
+        if (dup && !t->sattn_fwd_bf16 && !t->sattn_bwd_query_bf16 && !t->sattn_bwd_entries_bf16 &&
+            !t->sattn_bwd_window_bf16)
             printf("level %s: no bf16 attention core (%s)\n", t->name, t->sattn_bf16_name);
         else
-            CHECK(!dup, "level %s has all three bf16 entries or none", t->name);
+            CHECK(!dup, "level %s has all four bf16 attention entries or none", t->name);
         for (int i = 0; i < nl; i++)
             dup |= lv[i]->sattn_fwd_bf16 == t->sattn_fwd_bf16;
         if (!dup)
@@ -657,5 +856,7 @@ int main(int argc, char **argv)
     printf("largest error / bound: %.3f against fp32, %.3f (of the quarter bound) against the bf16 "
            "reference\n", worst_seen[0], worst_seen[1]);
     test_dots_bf16(lv, nl);
+    test_window_bf16(lv, nl);
+    test_nt_entries(all, na);
     return check_summary();
 }

@@ -56,6 +56,14 @@ typedef void (*trex_fused_axpy_fn)(float *y, float a, const float *x, int64_t n)
 typedef void (*trex_fused_axpy_rows_fn)(float *Y, int64_t ldy, int64_t R, const float *A,
                                         const unsigned char *on, int64_t sr, int64_t sj,
                                         const float *const *X, int64_t J, int64_t c);
+/* dst[0..n) = src[0..n) (floats, not overlapping); the stores may bypass the cache (a destination
+ * that is read back only much later: the attention output rows, model/attention.c), and are complete
+ * (fenced) when the call returns. */
+typedef void (*trex_fused_copy_nt_fn)(float *dst, const float *src, int64_t n);
+/* dst[0..n) = src[0..n) rounded to bf16 (trex_cvt_f32_bf16's bits: nearest even, NaN quieted), the
+ * stores as copy_nt's (model/attention.c's layer-wide bf16 copies of q, g and dq, read in a later
+ * pass). */
+typedef void (*trex_fused_cvt_bf16_nt_fn)(uint16_t *dst, const float *src, int64_t n);
 /* out[r*n + e] = dot(A + r*lda, V[e], c) for r < R, e < n, each exactly as the dot above. */
 typedef void (*trex_fused_dots_fn)(float *out, const float *A, int64_t lda, int64_t R,
                                    const float *const *V, int64_t n, int64_t c);
@@ -138,6 +146,27 @@ typedef void (*trex_fused_sattn_bwd_entries_bf16_fn)(float *const *dV, float *ps
                                                      const float *g, const uint16_t *gb, int64_t H,
                                                      int64_t c, float scale, const float *lse,
                                                      const float *D);
+/* The key side of a block of nq consecutive queries over n consecutive entries (bf16 mode, the window
+ * of model/attention.c): query b (its rounded qb + b H c, gb + b H c, lse + b H, D + b H) sees the
+ * entries vis[2b] <= e < vis[2b+1] (an empty range: none); for every entry,
+ *   dV[e][k] += sum over b seeing e, h of bf(p_bhe) bf(g_bh)[k] + bf(scale dz_bhe) bf(q_bh)[k]
+ * with p, dz as sattn_bwd_entries_bf16 computes them, summed in fp32 over the block's 2 H nq terms
+ * (b ascending, then as there), then added to dV[e] once: one read-modify-write of each dV row per
+ * block instead of one per query. Vb[e]: the entries' bf16 rows. Each entry's result depends only on
+ * that entry and the block's queries (not on which other entries share the call), so a caller that
+ * fixes the blocks by query index gets the same bits for any grouping of the entries. ws holds
+ * TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq) floats. */
+typedef void (*trex_fused_sattn_bwd_window_bf16_fn)(float *const *dV, float *ws,
+                                                    const uint16_t *const *Vb, int64_t n,
+                                                    int64_t nq, const int64_t *vis,
+                                                    const uint16_t *qb, const uint16_t *gb,
+                                                    int64_t H, int64_t c, float scale,
+                                                    const float *lse, const float *D);
+#define TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq)                                                  \
+    (TREX_FUSED_SATTN_BF16_WS(n, H, c) +                                                          \
+     (int64_t)(nq) * (2 * TREX_FUSED_SATTN_HP(H) * TREX_FUSED_SATTN_CP(c) +                       \
+                      TREX_FUSED_SATTN_HP(H) * TREX_FUSED_SATTN_NP(n) + 2 * (int64_t)(H)) +        \
+     16 * 16)
 
 /* Lightning-indexer head scores of bf16 mode (docs/precision.md): out[r*n + e] = bf(A_r) . K_e for
  * r < R, e < n, A_r = A + r*lda (c floats, rounded to bf16 nearest even), K_e the bf16 row
@@ -290,6 +319,8 @@ typedef struct trex_fused_table {
     trex_fused_dots_fn dots;
     trex_fused_axpy_fn axpy;
     trex_fused_axpy_rows_fn axpy_rows;
+    trex_fused_copy_nt_fn copy_nt;
+    trex_fused_cvt_bf16_nt_fn cvt_bf16_nt;
     trex_fused_sattn_fwd_fn sattn_fwd;
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
@@ -299,6 +330,7 @@ typedef struct trex_fused_table {
     trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;
     trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
     trex_fused_sattn_bwd_entries_bf16_fn sattn_bwd_entries_bf16;
+    trex_fused_sattn_bwd_window_bf16_fn sattn_bwd_window_bf16; /* NULL where the others are */
     const char *sattn_bf16_name;
     /* bf16 indexer scores: the reference in the ref table (the ref and avx2 levels), AMX at amx,
      * NULL at avx512 (bf16 mode keeps the fp32 dots there, as it keeps the fp32 attention core) */
@@ -333,6 +365,8 @@ const trex_fused_table *trex_fused_for(trex_isa cap);
 /* ---- leaves (reached only through the tables) ---- */
 float trex_fused_dot_avx512(const float *a, const float *b, int64_t n);
 void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n);
+void trex_fused_copy_nt_avx512(float *dst, const float *src, int64_t n);
+void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n);
 void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
                                  const unsigned char *on, int64_t sr, int64_t sj,
                                  const float *const *X, int64_t J, int64_t c);
@@ -446,6 +480,14 @@ void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float 
                                            const float *D);
 void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda, int64_t R,
                               const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
+void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uint16_t *const *Vb,
+                                          int64_t n, int64_t nq, const int64_t *vis,
+                                          const uint16_t *qb, const uint16_t *gb, int64_t H,
+                                          int64_t c, float scale, const float *lse, const float *D);
+void trex_fused_sattn_bwd_window_bf16_amx(float *const *dV, float *ws, const uint16_t *const *Vb,
+                                          int64_t n, int64_t nq, const int64_t *vis,
+                                          const uint16_t *qb, const uint16_t *gb, int64_t H,
+                                          int64_t c, float scale, const float *lse, const float *D);
 void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda, int64_t R,
                               const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
 void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, float *ws,

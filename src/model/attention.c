@@ -37,6 +37,8 @@
  * threads by work (kcmp_bounds) can be fine where few entries exist; a thread's run of tiles still
  * makes one call per query (kcmp_items), so small tiles cost no extra calls */
 #define KCTILE 4
+/* queries per call of bf16 mode's window key side (kwin_blocks): fixed, independent of threads */
+#define KQB 4
 
 /* Sizes of one layer. */
 typedef struct attn_dims {
@@ -204,6 +206,17 @@ static size_t lay(size_t *total, size_t bytes)
     return off;
 }
 
+/* Backward scratch that is written whole before it is read: not zeroed (aborts when out of memory,
+ * as trex_arena_xalloc). */
+static void *xalloc_uninit(trex_arena *ar, size_t bytes)
+{
+    void *p = trex_arena_alloc_uninit(ar, bytes);
+    if (!p)
+        TREX_ABORT("attention backward: out of memory in the activation arena allocating %zu bytes "
+                   "(%zu in use)", bytes, trex_arena_used(ar));
+    return p;
+}
+
 /* Work item k of n -> block index, alternating from both ends so that contiguous thread chunks get a
  * similar mix of cheap early and costly late queries. A bijection on [0, n). */
 static int64_t zigzag(int64_t k, int64_t n)
@@ -260,44 +273,47 @@ static void topk_sift(int64_t *heap, int64_t size, int64_t i, const float *score
     }
 }
 
-/* The k-th largest of v[0..n) (1 <= k <= n, no NaN), by quickselect in place (v is scratch). */
-static float kth_largest(float *v, int64_t n, int64_t k)
+/* The k-th largest of v[0..n) (1 <= k <= n, no NaN), by quickselect: each pass splits the candidates
+ * around a pivot (median of three) into those above it (to the front of the other buffer) and those
+ * below it (to its back) without a branch per element (every value is stored to both ends, and the
+ * counts advance by the comparisons), then keeps the side that holds the k-th. v and w: n floats of
+ * scratch each (v's values are destroyed). */
+static float kth_largest(float *v, float *w, int64_t n, int64_t k)
 {
-    int64_t lo = 0, hi = n - 1;
-    const int64_t want = k - 1; /* position in descending order */
-    while (lo < hi) {
-        /* median of three as the pivot, then a three-way partition: > p | == p | < p */
-        const int64_t mid = lo + (hi - lo) / 2;
-        float a = v[lo], b = v[mid], c = v[hi];
-        const float p = (a > b) ? ((b > c) ? b : (a > c ? c : a)) : ((a > c) ? a : (b > c ? c : b));
-        int64_t lt = lo, i = lo, gt = hi;
-        while (i <= gt) {
-            const float x = v[i];
-            if (x > p) {
-                v[i++] = v[lt];
-                v[lt++] = x;
-            } else if (x < p) {
-                v[i] = v[gt];
-                v[gt--] = x;
-            } else {
-                i++;
-            }
+    float *a = v, *b = w;
+    while (n > 1) {
+        const float x0 = a[0], x1 = a[n / 2], x2 = a[n - 1];
+        const float p = (x0 > x1) ? ((x1 > x2) ? x1 : (x0 > x2 ? x2 : x0))
+                                  : ((x0 > x2) ? x0 : (x1 > x2 ? x2 : x1));
+        int64_t gt = 0, lt = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float x = a[i];
+            b[gt] = x;
+            gt += x > p;
+            b[n - 1 - lt] = x;
+            lt += x < p;
         }
-        if (want < lt)
-            hi = lt - 1;
-        else if (want > gt)
-            lo = gt + 1;
-        else
+        if (k <= gt) { /* among those above p */
+            n = gt;
+        } else if (k <= n - lt) { /* p itself (n - gt - lt copies of it) */
             return p;
+        } else { /* among those below p: the (k - (n - lt))-th largest of them */
+            k -= n - lt;
+            b += n - lt;
+            n = lt;
+        }
+        float *t = a;
+        a = b;
+        b = t;
     }
-    return v[lo];
+    return a[0];
 }
 
-/* Indices of the k largest of score[0..n) (equal scores: the lower index wins), ascending into out.
- * Without NaNs: the k-th largest value thr by quickselect (tmp: n floats of scratch), then one pass
- * in index order takes every score above thr and the first k - #(above) equal to it, which is that
- * set. With a NaN somewhere (a broken run), the heap below, as before. heap: k slots; mark: n bytes,
- * zero on entry and on return. */
+/* Indices of the k largest of score[0..n) (equal scores: the lower index wins), ascending into out
+ * (n + 1 slots: the pass below stores one past the k it keeps). Without NaNs: the k-th largest value
+ * thr by quickselect (tmp: 2n floats of scratch), then one pass in index order takes every score
+ * above thr and the first k - #(above) equal to it, which is that set. With a NaN somewhere (a broken
+ * run), the heap below, as before. heap: k slots; mark: n bytes, zero on entry and on return. */
 static void topk_select(int64_t *out, const float *score, int64_t n, int64_t k, int64_t *heap,
                         unsigned char *mark, float *tmp)
 {
@@ -315,16 +331,16 @@ static void topk_select(int64_t *out, const float *score, int64_t n, int64_t k, 
         nan |= score[i] != score[i];
     }
     if (!nan) {
-        const float thr = kth_largest(tmp, n, k);
+        const float thr = kth_largest(tmp, tmp + n, n, k);
         int64_t above = 0;
         for (int64_t i = 0; i < n; i++)
             above += score[i] > thr;
         int64_t eq = k - above, j = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (score[i] > thr || (score[i] == thr && eq > 0)) {
-                eq -= score[i] == thr;
-                out[j++] = i;
-            }
+        for (int64_t i = 0; i < n; i++) { /* without a branch per score (about k / n are taken) */
+            const int64_t same = score[i] == thr, take = (score[i] > thr) | (same & (eq > 0));
+            out[j] = i;
+            j += take;
+            eq -= same & take;
         }
         TREX_ASSERT(j == k);
         return;
@@ -361,6 +377,7 @@ typedef struct rope_task {
     const float *ct, *st;
     bool inverse;
     uint16_t *vb;      /* NULL, or [rows, nh * dim]: each rotated row rounded to bf16 */
+    trex_fused_cvt_bf16_nt_fn cvt_nt; /* with vb: NULL, or vb's rows written around the cache */
 } rope_task;
 
 static void rope_rows(void *arg, int64_t r0, int64_t r1, int tid)
@@ -372,7 +389,9 @@ static void rope_rows(void *arg, int64_t r0, int64_t r1, int tid)
         const float *cs = a->ct + a->pos[r] * a->half, *sn = a->st + a->pos[r] * a->half;
         for (int64_t h = 0; h < a->nh; h++)
             trex_rope_rotate(a->v + (r * a->nh + h) * a->dim + a->off, cs, sn, a->half, a->inverse);
-        if (a->vb) /* while the row is in the cache */
+        if (a->vb && a->cvt_nt) /* while the row is in the cache */
+            a->cvt_nt(a->vb + r * w, a->v + r * w, w);
+        else if (a->vb)
             trex_cvt_f32_bf16(a->vb + r * w, a->v + r * w, w);
     }
 }
@@ -383,7 +402,7 @@ static void rope_apply_bf16(trex_pool *pool, float *v, uint16_t *vb, int64_t row
                             int64_t dim, const attn_dims *dm, const int64_t *pos, const float *ct,
                             const float *st, bool inverse)
 {
-    rope_task a = {v, nh, dim, dim - dm->r, dm->half, pos, ct, st, inverse, vb};
+    rope_task a = {v, nh, dim, dim - dm->r, dm->half, pos, ct, st, inverse, vb, NULL};
     int64_t work = nh * dm->r;
     trex_pool_for(pool, rows, work >= 4096 ? 1 : 4096 / work, rope_rows, &a);
 }
@@ -418,28 +437,35 @@ static void qprep_rows(void *arg, int64_t t0, int64_t t1, int tid)
         const int64_t nt = t1 - t < QPREP_TOKENS ? t1 - t : QPREP_TOKENS;
         float *q = a->q + t * hc;
         trex_rmsnorm_forward(NULL, q, a->rstd + t * H, q, NULL, nt * H, c, dm->eps);
-        rope_task r = {a->q, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, a->qb};
+        rope_task r = {a->q, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, a->qb,
+                       trex_fused()->cvt_bf16_nt}; /* qb around the cache: read in the core loop */
         rope_rows(&r, t, t + nt, tid);
     }
 }
 
-/* Rows of src [rows, w] rounded to bf16 into dst, over the pool. */
+/* Rows of src [rows, w] rounded to bf16 into dst, over the pool; nt: written around the cache (a
+ * layer-wide copy that a later pass reads), else kept in it. */
 typedef struct cvt_task {
     uint16_t *dst;
     const float *src;
     int64_t w;
+    trex_fused_cvt_bf16_nt_fn cvt_nt; /* NULL, or the rows written around the cache */
 } cvt_task;
 
 static void cvt_rows_task(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const cvt_task *a = arg;
-    trex_cvt_f32_bf16(a->dst + r0 * a->w, a->src + r0 * a->w, (r1 - r0) * a->w);
+    if (a->cvt_nt)
+        a->cvt_nt(a->dst + r0 * a->w, a->src + r0 * a->w, (r1 - r0) * a->w);
+    else
+        trex_cvt_f32_bf16(a->dst + r0 * a->w, a->src + r0 * a->w, (r1 - r0) * a->w);
 }
 
-static void cvt_rows_pool(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t w)
+static void cvt_rows_pool(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t w,
+                          bool nt)
 {
-    cvt_task a = {dst, src, w};
+    cvt_task a = {dst, src, w, nt ? trex_fused()->cvt_bf16_nt : NULL};
     trex_pool_for(pool, rows, w >= 16384 ? 1 : 16384 / (w > 0 ? w : 1), cvt_rows_task, &a);
 }
 
@@ -576,11 +602,13 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
 {
     const int64_t N = dm->N, wc = wm * cw, nc = docs->nc;
     s->cw = cw;
-    s->kt = trex_arena_alloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
-    s->zt = trex_arena_alloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
-    s->pooled = trex_arena_alloc(ctx->arena, (size_t)(nc * cw + 1) * sizeof(float));
-    s->rstd = trex_arena_alloc(ctx->arena, (size_t)(nc + 1) * sizeof(float));
-    s->out = trex_arena_alloc(ctx->arena, (size_t)(nc * cw + 1) * sizeof(float));
+    /* not zeroed: kt, zt by the products (beta 0), pooled by cmp_blocks (every entry), rstd and out
+     * by the norm */
+    s->kt = trex_arena_alloc_uninit(ctx->arena, (size_t)(N * wc) * sizeof(float));
+    s->zt = trex_arena_alloc_uninit(ctx->arena, (size_t)(N * wc) * sizeof(float));
+    s->pooled = trex_arena_alloc_uninit(ctx->arena, (size_t)(nc * cw + 1) * sizeof(float));
+    s->rstd = trex_arena_alloc_uninit(ctx->arena, (size_t)(nc + 1) * sizeof(float));
+    s->out = trex_arena_alloc_uninit(ctx->arena, (size_t)(nc * cw + 1) * sizeof(float));
     size_t stride = cmp_scratch_bytes(m, cw);
     char *scr = trex_arena_alloc(ctx->arena, stride * (size_t)nthreads(ctx));
     if (!s->kt || !s->zt || !s->pooled || !s->rstd || !s->out || !scr)
@@ -628,7 +656,7 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
         return;
     AP_START;
     rope_apply(ctx->pool, dout, nc, 1, cw, dm, docs->cpos, ct, st, true);
-    float *dpooled = trex_arena_xalloc(ctx->arena, (size_t)(nc * cw) * sizeof(float));
+    float *dpooled = xalloc_uninit(ctx->arena, (size_t)(nc * cw) * sizeof(float)); /* acc false */
     trex_rmsnorm_backward(ctx->pool, dpooled, gnorm, dout, s->pooled, norm, s->rstd, nc, cw, false);
     float *dkt = trex_arena_xalloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
     float *dzt = trex_arena_xalloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
@@ -755,7 +783,7 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, const 
         if (dm->csa && c->sparse) {
             if (a->select) {
                 ncs = dm->topk < vis ? dm->topk : vis;
-                topk_select(cidx, scores, vis, ncs, heap, mark, ia); /* ia: free here */
+                topk_select(cidx, scores, vis, ncs, heap, mark, ia); /* ia: free here, 2 vis floats */
                 for (int64_t i = 0; i < ncs; i++)
                     a->sel[t * dm->topk + i] = (int32_t)cidx[i];
                 a->nsel[t] = (int32_t)ncs;
@@ -812,14 +840,14 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
         a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H,
                      dm->c, a->sink, dm->scale);
     AP_T(AP_T_CORE, tid);
-    /* inverse RoPE of the output at the query's position (the core writes into the thread's scratch,
-     * in the first-level cache, and one copy moves it out) */
+    /* inverse RoPE of the output at the query's position, in the thread's scratch where the core
+     * wrote it (first-level cache), then one copy moves it out, around the cache (o is read again
+     * only by the output projection, after the loop) */
     const int64_t pos = a->docs->tpos[t];
-    float *o = a->o + t * hc;
-    memcpy(o, opre, (size_t)hc * sizeof(float));
     for (int64_t h = 0; h < H; h++)
-        trex_rope_rotate(o + h * dm->c + dm->nope, c->rcos + pos * dm->half,
+        trex_rope_rotate(opre + h * dm->c + dm->nope, c->rcos + pos * dm->half,
                          c->rsin + pos * dm->half, dm->half, true);
+    a->fk->copy_nt(a->o + t * hc, opre, hc);
     if (!(a->kl && dm->csa))
         return;
     a->ilse[t] = 0.0f;
@@ -991,6 +1019,8 @@ typedef struct ktask {
     const trex_fused_table *fk;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries; /* fp32 mode */
     trex_fused_sattn_bwd_entries_bf16_fn sattn_bwd_entries_bf16; /* bf16 mode: this one instead */
+    /* bf16 mode with q, g and kv rounded: the window by blocks of KQB queries (kwin_blocks) */
+    trex_fused_sattn_bwd_window_bf16_fn sattn_bwd_window_bf16;
     bool bf16;              /* scratch sized for the bf16 entries */
     const float *gO, *D;
     const uint16_t *qb, *gb; /* bf16 mode: q and gO rounded [N, H*c] */
@@ -1025,7 +1055,8 @@ static int64_t kscr_max(const attn_dims *dm, const attn_docs *docs, bool sparse)
     int64_t cm = 0;
     if (dm->m > 0)
         cm = (dm->csa && sparse && dm->topk < docs->maxnb) ? dm->topk : docs->maxnb;
-    const int64_t km = dm->nwin > cm ? dm->nwin : cm;
+    const int64_t nw = dm->nwin + KQB - 1; /* a block of KQB queries (kwin_blocks) */
+    const int64_t km = nw > cm ? nw : cm;
     return km > 1 ? km : 1;
 }
 
@@ -1038,8 +1069,9 @@ static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf
 {
     kscr_lay L;
     size_t t = 0;
-    const int64_t wsf = bf16 ? TREX_FUSED_SATTN_BF16_WS(km, dm->H, dm->c)
-                             : TREX_FUSED_SATTN_WS(km, dm->H);
+    const int64_t wb = TREX_FUSED_SATTN_BF16_WS(km, dm->H, dm->c);
+    const int64_t wk = TREX_FUSED_SATTN_WIN_BF16_WS(km, dm->H, dm->c, KQB);
+    const int64_t wsf = bf16 ? (wk > wb ? wk : wb) : TREX_FUSED_SATTN_WS(km, dm->H);
     L.V = lay(&t, (size_t)km * sizeof(float *));
     L.Vb = lay(&t, (size_t)km * sizeof(uint16_t *));
     L.dV = lay(&t, (size_t)km * sizeof(float *));
@@ -1079,6 +1111,54 @@ static kscr kscr_get(const ktask *a, int tid)
     return k;
 }
 
+/* bf16 mode's window key side by blocks of KQB queries (kernels/fused.h sattn_bwd_window_bf16): the
+ * blocks are fixed by query index (queries KQB k .. KQB k + KQB - 1, all of them in every call of the
+ * block, also those that see none of the run's entries), and a call takes the run's entries that some
+ * query of the block sees (consecutive rows: the union of consecutive queries' windows). An entry's
+ * sum for a block then depends only on the entry and the block, and the blocks reach it in ascending
+ * order, whatever the runs are: the same bits for any thread count. */
+static void kwin_blocks(const ktask *a, const kscr *ks, int64_t j0, int64_t j1, int64_t tmax)
+{
+    const attn_dims *dm = a->dm;
+    const int64_t N = dm->N, H = dm->H, c = dm->c, hc = H * c;
+    int64_t vis[2 * KQB];
+    for (int64_t tb = j0 / KQB * KQB; tb <= tmax; tb += KQB) {
+        const int64_t nq = N - tb < KQB ? N - tb : KQB;
+        int64_t ulo = N, uhi = 0;
+        for (int64_t b = 0; b < nq; b++) { /* query t sees rows lo .. hi - 1 of the run */
+            const int64_t t = tb + b, s0 = a->docs->start[a->docs->seg[t]];
+            int64_t lo = t - dm->nwin + 1;
+            lo = lo > s0 ? lo : s0;
+            lo = lo > j0 ? lo : j0;
+            const int64_t hi = t + 1 < j1 ? t + 1 : j1;
+            vis[2 * b] = lo;
+            vis[2 * b + 1] = hi > lo ? hi : lo;
+            if (hi > lo) {
+                ulo = lo < ulo ? lo : ulo;
+                uhi = hi > uhi ? hi : uhi;
+            }
+        }
+        if (uhi <= ulo)
+            continue;
+        if (tb + KQB <= tmax) { /* the next block's rounded q and g, while this one computes */
+            prefetch_bytes(a->qb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
+            prefetch_bytes(a->gb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
+        }
+        const int64_t n = uhi - ulo;
+        for (int64_t i = 0; i < n; i++) {
+            ks->Vb[i] = a->c->kvb + (ulo + i) * c;
+            ks->dV[i] = a->dkv + (ulo + i) * c;
+        }
+        for (int64_t b = 0; b < nq; b++) {
+            vis[2 * b] -= ulo;
+            vis[2 * b + 1] -= ulo;
+        }
+        a->sattn_bwd_window_bf16(ks->dV, ks->ws, ks->Vb, n, nq, vis, a->qb + tb * hc,
+                                 a->gb + tb * hc, H, c, dm->scale, a->c->lse + tb * H,
+                                 a->D + tb * H);
+    }
+}
+
 /* Window entries: the work items are tiles of KTILE consecutive tokens; a thread's run of tiles
  * [k0, k1) gathers, query by query ascending, the entries of the run that each query sees (same
  * document, t - nwin < j <= t) in one call, heads ascending inside it. Each entry row gets its terms in
@@ -1094,6 +1174,10 @@ static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
     if (j0 >= j1)
         return;
     const int64_t tmax = (j1 - 1 + dm->nwin - 1 < N - 1) ? j1 - 1 + dm->nwin - 1 : N - 1;
+    if (a->sattn_bwd_window_bf16) {
+        kwin_blocks(a, &ks, j0, j1, tmax);
+        return;
+    }
     for (int64_t t = j0; t <= tmax; t++) {
         if (t < tmax) {
             prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
@@ -1216,6 +1300,54 @@ static void kcmp_bounds(int64_t *bounds, int64_t parts, const int64_t *tiles, in
         bounds[p] = nt;
 }
 
+/* bf16 mode's compressed key side without a selection and without KL terms (HCA layers) by blocks of
+ * KQB queries, as kwin_blocks: the run's entries imin .. imax - 1 of document s (consecutive rows of
+ * cmpb; query t sees those below (t - s0 + 1) / m), blocks fixed by query index, every query of a
+ * block in each of its calls (one of another document sees none), so the same bits for any runs. */
+static void kcmp_blocks(const ktask *a, const kscr *ks, int64_t s, int64_t imin, int64_t imax,
+                        int tid)
+{
+    (void)tid;
+    AP_TSTART;
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    const int64_t N = dm->N, H = dm->H, c = dm->c, hc = H * c;
+    const int64_t s0 = docs->start[s], L = docs->len[s], cb = docs->cstart[s];
+    int64_t vis[2 * KQB];
+    const int64_t t0 = s0 + (imin + 1) * dm->m - 1; /* the first query that sees entry imin */
+    for (int64_t tb = t0 / KQB * KQB; tb < s0 + L; tb += KQB) {
+        const int64_t nq = N - tb < KQB ? N - tb : KQB;
+        int64_t uhi = imin;
+        for (int64_t b = 0; b < nq; b++) { /* query t sees entries imin .. hi - 1 */
+            const int64_t t = tb + b;
+            int64_t hi = imin;
+            if (docs->seg[t] == s) {
+                const int64_t v = (t - s0 + 1) / dm->m;
+                hi = v < imax ? v : imax;
+                hi = hi > imin ? hi : imin;
+            }
+            vis[2 * b] = 0;
+            vis[2 * b + 1] = hi - imin;
+            uhi = hi > uhi ? hi : uhi;
+        }
+        if (uhi <= imin)
+            continue;
+        if (tb + KQB < s0 + L) {
+            prefetch_bytes(a->qb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
+            prefetch_bytes(a->gb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
+        }
+        const int64_t n = uhi - imin;
+        for (int64_t i = 0; i < n; i++) {
+            ks->Vb[i] = a->c->cmpb + (cb + imin + i) * c;
+            ks->dV[i] = a->dC + (cb + imin + i) * c;
+        }
+        a->sattn_bwd_window_bf16(ks->dV, ks->ws, ks->Vb, n, nq, vis, a->qb + tb * hc,
+                                 a->gb + tb * hc, H, c, dm->scale, a->c->lse + tb * H,
+                                 a->D + tb * H);
+    }
+    AP_T(AP_T_KC_CORE, tid);
+}
+
 /* The thread's run of work items [k0, k1) covers the tiles bounds[k0] .. bounds[k1] - 1 (kcmp_bounds:
  * consecutive tiles of about equal work per thread); document by document
  * (ascending), every query that attends an entry of the run's tiles makes one call with all those
@@ -1250,6 +1382,11 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
             continue;
         const int64_t s0 = docs->start[s], L = docs->len[s], cb = docs->cstart[s];
         const unsigned char *mine = ks.mine + cb;
+        if (a->sattn_bwd_window_bf16 && !sel_mode && !a->kl) {
+            kcmp_blocks(a, &ks, s, imin, imax, tid);
+            memset(ks.mine + cb + imin, 0, (size_t)(imax - imin));
+            continue;
+        }
         for (int64_t t = s0 + (imin + 1) * dm->m - 1; t < s0 + L; t++) {
             int64_t n = 0;
             if (sel_mode) {
@@ -1300,7 +1437,8 @@ static void gprep_rows(void *arg, int64_t t0, int64_t t1, int tid)
     for (int64_t t = t0; t < t1; t++)
         for (int64_t h = 0; h < H; h++)
             a->D[t * H + h] = a->dot(a->g + (t * H + h) * c, a->o + (t * H + h) * c, c);
-    rope_task r = {a->g, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, a->gb};
+    rope_task r = {a->g, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, a->gb,
+                   trex_fused()->cvt_bf16_nt}; /* gb around the cache: read by the later loops */
     rope_rows(&r, t0, t1, tid);
 }
 
@@ -1336,7 +1474,7 @@ static void qnorm_rows(void *arg, int64_t t0, int64_t t1, int tid)
                              a->st + a->tpos[t] * dm->half, dm->half, true);
         }
         if (a->dqb) /* while the token's row is in the cache */
-            trex_cvt_f32_bf16(a->dqb + t * dm->H * c, a->dq + t * dm->H * c, dm->H * c);
+            trex_fused()->cvt_bf16_nt(a->dqb + t * dm->H * c, a->dq + t * dm->H * c, dm->H * c);
     }
 }
 
@@ -1460,6 +1598,15 @@ static bool docs_init(attn_docs *dc, trex_arena *ar, const trex_seqinfo *seq, in
         if (!(p))                                                                         \
             goto oom;                                                                     \
     } while (0)
+/* As FALLOC, not zeroed: for blocks that are written whole before anything reads them (every block
+ * allocated with it says which pass writes it). The arena's zeroing was a pass over about 300 MiB
+ * per dsv4-bench layer at T = 4096, mostly q and o (128 MiB each). */
+#define FALLOC_W(p, count)                                                                \
+    do {                                                                                  \
+        (p) = trex_arena_alloc_uninit(ar, (size_t)((count) + 1) * sizeof *(p));           \
+        if (!(p))                                                                         \
+            goto oom;                                                                     \
+    } while (0)
 
 trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                             const trex_seqinfo *seq, float *y, const float *x, const trex_attn_w *w,
@@ -1500,26 +1647,28 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     float *freq;
     FALLOC(freq, dm->half);
     trex_rope_layer_freqs(freq, cfg, (int)dm->m);
-    FALLOC(C->rcos, docs->maxlen * dm->half);
-    FALLOC(C->rsin, docs->maxlen * dm->half);
+    FALLOC_W(C->rcos, docs->maxlen * dm->half); /* both written whole by trex_rope_table */
+    FALLOC_W(C->rsin, docs->maxlen * dm->half);
     trex_rope_table(C->rcos, C->rsin, freq, dm->half, docs->maxlen);
 
     AP_START;
     /* query path */
-    FALLOC(C->qa, N * dc);
-    FALLOC(C->qa_rstd, N);
-    FALLOC(C->qr, N * dc);
+    /* not zeroed: qa by its product (beta 0), qa_rstd and qr by the norm, q by its product, q_rstd by
+     * qprep_rows */
+    FALLOC_W(C->qa, N * dc);
+    FALLOC_W(C->qa_rstd, N);
+    FALLOC_W(C->qr, N * dc);
     trex_linear_forward_ex(pool, gws, gdt, C->qa, x, w->wq_a, N, d, dc);
     trex_rmsnorm_forward(pool, C->qr, C->qa_rstd, C->qa, w->q_norm, N, dc, dm->eps);
-    FALLOC(C->q, N * hc);
-    FALLOC(C->q_rstd, N * H);
+    FALLOC_W(C->q, N * hc);
+    FALLOC_W(C->q_rstd, N * H);
     trex_linear_forward_ex(pool, gws, gdt, C->q, C->qr, w->wq_b, N, dc, hc);
     AP(AP_F_QPROJ); /* its per-head norm and RoPE run right before the core loop (qprep_rows) */
 
     /* window kv path */
-    FALLOC(C->kva, N * c);
-    FALLOC(C->kv_rstd, N);
-    FALLOC(C->kv, N * c);
+    FALLOC_W(C->kva, N * c); /* written by the product, the norm */
+    FALLOC_W(C->kv_rstd, N);
+    FALLOC_W(C->kv, N * c);
     trex_linear_forward_ex(pool, gws, gdt, C->kva, x, w->wkv, N, d, c);
     trex_rmsnorm_forward(pool, C->kv, C->kv_rstd, C->kva, w->kv_norm, N, c, dm->eps);
     rope_apply(pool, C->kv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, false);
@@ -1535,8 +1684,8 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     /* lightning indexer */
     if (run_indexer) {
         const int64_t nI = dm->nI, cI = dm->cI;
-        FALLOC(C->iq, N * nI * cI);
-        FALLOC(C->hw, N * nI);
+        FALLOC_W(C->iq, N * nI * cI); /* written by the products */
+        FALLOC_W(C->hw, N * nI);
         trex_linear_forward_ex(pool, gws, gdt, C->iq, C->qr, w->idx_wq_b, N, dc, nI * cI);
         rope_apply(pool, C->iq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, false);
         trex_linear_forward_ex(pool, gws, gdt, C->hw, x, w->idx_weights_proj, N, d, nI);
@@ -1553,7 +1702,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
             C->ikb = trex_arena_alloc_uninit(ar, (size_t)nk * sizeof(uint16_t));
             if (!C->ikb)
                 goto oom;
-            cvt_rows_pool(pool, C->ikb, C->icmp.out, docs->nc, cI);
+            cvt_rows_pool(pool, C->ikb, C->icmp.out, docs->nc, cI, false);
             memset(C->ikb + docs->nc * cI, 0, (size_t)(16 * cI) * sizeof(uint16_t));
             /* the per-thread scratch holds dots_bf16's workspace only beside the bf16 core (qscr_layout,
              * kscr_layout): every table has both or neither */
@@ -1564,17 +1713,19 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
 
     AP_SKIP;
     /* core attention, query by query */
-    FALLOC(C->lse, N * H);
-    FALLOC(C->o, N * hc);
+    /* not zeroed: the core loop writes lse, o, and (kl) ilse, mass, kl_t and (sparse) nsel of every
+     * query; sel is zeroed (a query writes only its first nsel entries) */
+    FALLOC_W(C->lse, N * H);
+    FALLOC_W(C->o, N * hc);
     double *kl_t = NULL;
     if (C->kl) {
-        FALLOC(C->ilse, N);
-        FALLOC(C->mass, N);
-        FALLOC(kl_t, N);
+        FALLOC_W(C->ilse, N);
+        FALLOC_W(C->mass, N);
+        FALLOC_W(kl_t, N);
     }
     if (C->sparse) {
         FALLOC(C->sel, N * dm->topk);
-        FALLOC(C->nsel, N);
+        FALLOC_W(C->nsel, N);
     }
     qtask qa = {0};
     qa.dm = dm;
@@ -1590,7 +1741,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
         C->kvb = trex_arena_alloc_uninit(ar, (size_t)(N * c) * sizeof *C->kvb);
         if (!C->kvb)
             goto oom;
-        cvt_rows_pool(pool, C->kvb, C->kv, N, c);
+        cvt_rows_pool(pool, C->kvb, C->kv, N, c, false);
         if (c % 32 == 0) { /* the window's pair rows: 4 MiB at N 4096, c 512 */
             const int64_t npair = N / 2 + 17;
             C->kvp = trex_arena_alloc_uninit(ar, (size_t)(npair * 2 * c) * sizeof *C->kvp);
@@ -1603,7 +1754,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
             C->cmpb = trex_arena_alloc_uninit(ar, (size_t)(docs->nc * c) * sizeof *C->cmpb);
             if (!C->cmpb)
                 goto oom;
-            cvt_rows_pool(pool, C->cmpb, C->cmp.out, docs->nc, c);
+            cvt_rows_pool(pool, C->cmpb, C->cmp.out, docs->nc, c, false);
         }
     }
     qa.sink = w->attn_sink;
@@ -1620,7 +1771,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.L = qscr_layout(dm, docs, C->sparse, core_bf16);
     qa.stride = qa.L.total;
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
-    FALLOC(C->u, N * G * dg);
+    FALLOC_W(C->u, N * G * dg); /* written whole by the G products (beta 0) */
     /* scratch from here to the end of the core loop: the bf16 copy of q and the threads' scratch */
     const trex_arena_mark core_mark = trex_arena_mark_get(ar);
     uint16_t *qb = NULL;
@@ -1668,17 +1819,6 @@ oom:
 
 #define XALLOC(count) trex_arena_xalloc(ctx->arena, (size_t)((count) + 1) * sizeof(float))
 
-/* Backward scratch that is written whole before it is read: not zeroed (aborts when out of memory,
- * as trex_arena_xalloc). */
-static void *xalloc_uninit(trex_arena *ar, size_t bytes)
-{
-    void *p = trex_arena_alloc_uninit(ar, bytes);
-    if (!p)
-        TREX_ABORT("attention backward: out of memory in the activation arena allocating %zu bytes "
-                   "(%zu in use)", bytes, trex_arena_used(ar));
-    return p;
-}
-
 void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                         const trex_seqinfo *seq, float *dx, const float *dy, const float *x,
                         const trex_attn_w *w, trex_attn_w *g, const trex_attn_cache *cache,
@@ -1701,7 +1841,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
 
     AP_START;
     /* output projections */
-    float *du = XALLOC(N * G * dg);
+    float *du = xalloc_uninit(ctx->arena, (size_t)(N * G * dg) * sizeof(float)); /* acc false below */
     trex_linear_backward_ex(pool, gws, gdt, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
     float *gO = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float)); /* beta 0 below */
     for (int64_t gi = 0; gi < G; gi++) {
@@ -1717,19 +1857,19 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     uint16_t *qb = NULL, *gb = NULL;
     if (core_bf16)
         gb = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof *gb);
-    float *D = XALLOC(N * H);
+    float *D = xalloc_uninit(ctx->arena, (size_t)(N * H) * sizeof(float)); /* gprep_rows writes it */
     gprep_task gp = {D, gO, gb, C->o, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
     trex_pool_for(pool, N, 1, gprep_rows, &gp);
     if (core_bf16) {
         /* the core reads gb, never the fp32 gO again: its first half takes q's bf16 copy */
         qb = (uint16_t *)gO;
-        cvt_rows_pool(pool, qb, C->q, N, hc);
+        cvt_rows_pool(pool, qb, C->q, N, hc, true);
     }
     AP(AP_B_OUT);
 
     /* query side: dq (written whole by the core), d sink, indexer query-side gradients */
     float *dq = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float));
-    float *dsink_t = XALLOC(N * H);
+    float *dsink_t = xalloc_uninit(ctx->arena, (size_t)(N * H) * sizeof(float)); /* every query */
     float *diq = NULL, *dhw = NULL;
     if (kl) {
         diq = XALLOC(N * dm->nI * dm->cI);
@@ -1775,6 +1915,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     ka.fk = trex_fused();
     ka.sattn_bwd_entries = ka.fk->sattn_bwd_entries;
     ka.sattn_bwd_entries_bf16 = core_bf16 ? ka.fk->sattn_bwd_entries_bf16 : NULL;
+    ka.sattn_bwd_window_bf16 = core_bf16 && qb && gb && C->kvb ? ka.fk->sattn_bwd_window_bf16 : NULL;
     ka.bf16 = core_bf16;
     ka.gO = gO;
     ka.qb = qb;
@@ -1829,7 +1970,9 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     uint16_t *dqb = gb;
     qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot, dqb};
     trex_pool_for(pool, N, (4096 / (hc > 0 ? hc : 1)) + 1, qnorm_rows, &qn);
-    float *dqr = XALLOC(N * dc), *dqa = XALLOC(N * dc);
+    /* written whole: dqr by its product (beta 0), dqa by the norm's backward (acc false) */
+    float *dqr = xalloc_uninit(ctx->arena, (size_t)(N * dc) * sizeof(float));
+    float *dqa = xalloc_uninit(ctx->arena, (size_t)(N * dc) * sizeof(float));
     if (dqb) {
         TREX_ASSERT(gdt == TREX_BF16);
         const trex_gemm_problem px = {N, dc, hc, dqb, hc, w->wq_b, dc, dqr, dc};
@@ -1845,7 +1988,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
 
     /* kv path */
     rope_apply(pool, dkv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, true);
-    float *dkva = XALLOC(N * c);
+    float *dkva = xalloc_uninit(ctx->arena, (size_t)(N * c) * sizeof(float)); /* acc false below */
     trex_rmsnorm_backward(pool, dkva, g->kv_norm, dkv, C->kva, w->kv_norm, C->kv_rstd, N, c, false);
     trex_linear_backward_ex(pool, gws, gdt, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
     AP(AP_B_KVPATH);

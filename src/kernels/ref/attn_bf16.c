@@ -206,3 +206,53 @@ void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda
             out[r * n + e] = am_dot_f(ra + r * c, rv, c);
     }
 }
+
+/* sattn_bwd_window_bf16 (kernels/fused.h): the key side of nq consecutive queries, one fp32 sum per
+ * entry over the terms of every query that sees it (b ascending; per query the g terms, heads
+ * ascending, then the q terms), started at the first term, then one add into dV[e].
+ * ws: bf(q), bf(g) of the nq queries [nq*H*c each], one widened entry [c], the coefficients [2H*nq]. */
+void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uint16_t *const *Vb,
+                                          int64_t n, int64_t nq, const int64_t *vis,
+                                          const uint16_t *qb, const uint16_t *gb, int64_t H,
+                                          int64_t c, float scale, const float *lse, const float *D)
+{
+    const int64_t hc = H * c;
+    float *rq = ws, *rg = ws + nq * hc, *rv = ws + 2 * nq * hc, *ab = rv + c;
+    query_into(rq, NULL, qb, nq * hc);
+    query_into(rg, NULL, gb, nq * hc);
+    for (int64_t e = 0; e < n; e++) {
+        entry_into(rv, NULL, Vb, e, c);
+        bool any = false;
+        for (int64_t b = 0; b < nq; b++) {
+            if (e < vis[2 * b] || e >= vis[2 * b + 1])
+                continue;
+            any = true;
+            const float *q = rq + b * hc, *g = rg + b * hc;
+            for (int64_t h = 0; h < H; h++) {
+                const float s = scale * am_dot_f(q + h * c, rv, c);
+                const float dp = am_dot_f(g + h * c, rv, c);
+                const float p = expf(s - lse[b * H + h]);
+                ab[2 * H * b + h] = bf(p);
+                ab[2 * H * b + H + h] = bf(scale * (p * (dp - D[b * H + h])));
+            }
+        }
+        if (!any)
+            continue;
+        float *dv = dV[e];
+        for (int64_t i = 0; i < c; i++) {
+            float acc = 0.0f;
+            bool first = true;
+            for (int64_t b = 0; b < nq; b++) {
+                if (e < vis[2 * b] || e >= vis[2 * b + 1])
+                    continue;
+                const float *q = rq + b * hc, *g = rg + b * hc, *a = ab + 2 * H * b;
+                for (int64_t h = 0; h < 2 * H; h++) {
+                    const float t = a[h] * (h < H ? g[h * c + i] : q[(h - H) * c + i]);
+                    acc = first ? t : acc + t;
+                    first = false;
+                }
+            }
+            dv[i] += acc;
+        }
+    }
+}

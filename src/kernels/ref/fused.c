@@ -8,6 +8,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "trex/tensor.h"
 
 #define AM_REAL float
 #define AM_SFX f
@@ -36,6 +39,17 @@ static void axpy_rows_ref(float *Y, int64_t ldy, int64_t R, const float *A, cons
         for (int64_t j = 0; j < J; j++)
             if (on[r * sr + j * sj])
                 am_axpy_f(Y + r * ldy, A[r * sr + j * sj], X[j], c);
+}
+
+static void copy_nt_ref(float *dst, const float *src, int64_t n)
+{
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+static void cvt_bf16_nt_ref(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = trex_f32_to_bf16(src[i]);
 }
 
 static void dots_ref(float *out, const float *A, int64_t lda, int64_t R, const float *const *V,
@@ -102,12 +116,15 @@ static const trex_fused_table table_ref = {
     .dots = dots_ref,
     .axpy = axpy_ref,
     .axpy_rows = axpy_rows_ref,
+    .copy_nt = copy_nt_ref,
+    .cvt_bf16_nt = cvt_bf16_nt_ref,
     .sattn_fwd = sattn_fwd_ref,
     .sattn_bwd_query = sattn_bwd_query_ref,
     .sattn_bwd_entries = sattn_bwd_entries_ref,
     .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_ref,
     .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_ref,
     .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_ref,
+    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_ref,
     .sattn_bf16_name = "ref",
     .dots_bf16 = trex_fused_dots_bf16_ref,
     .mhc_post_fwd = mhc_post_fwd_ref,
@@ -140,6 +157,8 @@ static const trex_fused_table table_avx512 = {
     .dots = trex_fused_dots_avx512,
     .axpy = trex_fused_axpy_avx512,
     .axpy_rows = trex_fused_axpy_rows_avx512,
+    .copy_nt = trex_fused_copy_nt_avx512,
+    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
@@ -176,12 +195,15 @@ static const trex_fused_table table_amx = {
     .dots = trex_fused_dots_avx512,
     .axpy = trex_fused_axpy_avx512,
     .axpy_rows = trex_fused_axpy_rows_avx512,
+    .copy_nt = trex_fused_copy_nt_avx512,
+    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
     .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_amx,
     .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_amx,
     .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_amx,
+    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_amx,
     .sattn_bf16_name = "amx",
     .dots_bf16 = trex_fused_dots_bf16_amx,
     .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,

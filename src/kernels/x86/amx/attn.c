@@ -10,7 +10,9 @@
  *            pairs x 16 dims), the query side's dq = scale (dZ V) the same way; a window given in the
  *            pair layout (Wp, kernels/fused.h) is read in place, the other entries interleaved here;
  *   key side dV[e] += [P^T | scale dZ^T] [np x 2Hp] (A) times [G ; Q] [2Hp x cp] (VNNI B): for H = 16
- *            one TDPBF16PS per 16 x 16 output tile, then the tile is added to the fp32 dV rows.
+ *            one TDPBF16PS per 16 x 16 output tile, then the tile is added to the fp32 dV rows; for
+ *            a block of nq queries (sattn_bwd_window_bf16) the queries' columns and rows side by side,
+ *            K = 2 Hp nq, and one add per block.
  * Softmax, exp, log, lse, psum, dsink and D stay fp32 as in kernels/ref/attn_bf16.c, which defines the
  * semantics; the sums inside the tiles follow the hardware's order and exp is a vector polynomial
  * (exp16, about 1 ulp) instead of libm's expf, so results agree with the reference within fp32
@@ -54,6 +56,7 @@ typedef struct attn_ws {
     uint16_t *a2;        /* [np][2Hp] the key side's [P^T | scale dZ^T] rows */
     uint16_t *b2;        /* [G ; Q] as VNNI B tiles: [2Hp/32][cp/16] tiles */
     float *ex;           /* [np] the forward's exp(z - mx) of one head */
+    char *end;           /* past the layout (sattn_bwd_window_bf16 carves more from there) */
 } attn_ws;
 
 static char *carve(char **p, size_t bytes)
@@ -86,6 +89,7 @@ static attn_ws ws_layout(float *ws, int64_t n, int64_t H, int64_t c, bool bwd, b
     w.b2 = key ? (uint16_t *)carve(&p, 4 * hc) : NULL;
     w.ex = (bwd || key) ? NULL : (float *)carve(&p, 4 * (size_t)w.np);
     w.zr = key ? NULL : (uint16_t *)carve(&p, 2 * (size_t)w.cp);
+    w.end = p;
     w.wv = NULL;
     w.wl = w.nw = w.kw = 0;
     w.npb = w.np;
@@ -160,22 +164,54 @@ static void cvt_rows(uint16_t *dst, const float *src, int64_t R, int64_t Rp, int
         cvt_row(dst + r * cp, r < R ? src + r * c : NULL, c, cp);
 }
 
-/* X^T as VNNI B tiles from X [Rp][cp] bf16 (Rp rows: heads, a multiple of 16): the tile of head group
- * hg and dim step s holds, at row kp and column h, the bf16 pair X[16 hg + h][32 s + 2 kp + {0, 1}]
- * (the 32-bit word 16 s + kp of that row): a 16 x 16 transpose of 32-bit words per tile. */
-static void pack_xt_vnni(uint16_t *dst, const uint16_t *X, int64_t Rp, int64_t cp)
+/* The 16 x 16 transpose of 32-bit words in r: r[i] word j -> r[j] word i (pairs within 128-bit lanes,
+ * then 64-bit pairs, then 128-bit lanes twice). */
+static inline void transpose16(__m512i r[16])
 {
-    const int64_t ldw = cp / 2; /* words per row */
-    const __m512i rows = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)ldw));
-    uint32_t *d = (uint32_t *)dst;
-    const uint32_t *x = (const uint32_t *)X;
-    for (int64_t hg = 0; hg < Rp / 16; hg++)
-        for (int64_t s = 0; s < cp / 32; s++)
-            for (int64_t kp = 0; kp < 16; kp++, d += 16)
-                _mm512_storeu_si512((void *)d,
-                                    _mm512_i32gather_epi32(rows, x + hg * 16 * ldw + s * 16 + kp, 4));
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* u[4k + j], lane L: word 4L + j of rows 4k .. 4k+3 */
+    for (int k = 0; k < 16; k += 4) {
+        u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+        u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+        u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    /* word 4L + j of every row: lane k from u[4k + j], lane L */
+    for (int j = 0; j < 4; j++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
+        const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512i v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+        r[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+        r[4 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+    }
+}
+
+/* X^T as VNNI B tiles from X [Rp][cp] bf16 at a row stride of ld bf16 (Rp rows: heads, a multiple of
+ * 16): the tile of head group hg and dim step s holds, at row kp and column h, the bf16 pair
+ * X[16 hg + h][32 s + 2 kp + {0, 1}] (the 32-bit word 16 s + kp of that row): a 16 x 16 transpose of
+ * 32-bit words per tile, in registers (one 64-byte load per row and tile, instead of 16 gathers of
+ * 4-byte words). */
+static void pack_xt_vnni(uint16_t *dst, const uint16_t *X, int64_t ld, int64_t Rp, int64_t cp)
+{
+    uint16_t *d = dst;
+    for (int64_t hg = 0; hg < Rp / 16; hg++) {
+        const uint16_t *x = X + hg * 16 * ld;
+        for (int64_t s = 0; s < cp / 32; s++, d += 512) {
+            __m512i r[16];
+            for (int h = 0; h < 16; h++)
+                r[h] = _mm512_loadu_si512((const void *)(x + h * ld + 32 * s));
+            transpose16(r);
+            for (int kp = 0; kp < 16; kp++)
+                _mm512_storeu_si512((void *)(d + 32 * kp), r[kp]);
+        }
+    }
 }
 
 /* Two bf16 rows r0, r1 of cp into VNNI pair rows: for each 16-dim chunk j, 32 bf16 (r0[16j + i],
@@ -197,8 +233,9 @@ static void interleave_pair(uint16_t *dst, int64_t jstride, const uint16_t *r0, 
 }
 
 /* The bf16 rows [Hp x cp] of x [H x c] in scr: x rounded, or the caller's rounded xb copied (zero
- * padded). A copy even when xb needs no padding: the transposes that follow gather 4-byte words from
- * 16 rows at a time, which is slow from memory and fast from the first-level cache. */
+ * padded). A copy even when xb needs no padding: the transposes that follow load 64 bytes of 16 rows
+ * 1 KiB apart at a time, which measured slower from the caller's rows (L2 or memory) than one
+ * sequential copy into the first-level cache first (docs/perf.md "Attention class, round 7"). */
 static const uint16_t *query_rows(uint16_t *scr, const float *x, const uint16_t *xb, int64_t H,
                                   int64_t Hp, int64_t c, int64_t cp)
 {
@@ -227,11 +264,11 @@ static void pack_query(attn_ws *w, const float *q, const uint16_t *qb, const flo
                        const uint16_t *gb, int64_t H, int64_t c)
 {
     w->qr = query_rows(w->qb, q, qb, H, w->Hp, c, w->cp);
-    pack_xt_vnni(w->qv, w->qr, w->Hp, w->cp);
+    pack_xt_vnni(w->qv, w->qr, w->cp, w->Hp, w->cp);
     w->gr = NULL;
     if (g || gb) {
         w->gr = query_rows(w->gb, g, gb, H, w->Hp, c, w->cp);
-        pack_xt_vnni(w->gv, w->gr, w->Hp, w->cp);
+        pack_xt_vnni(w->gv, w->gr, w->cp, w->Hp, w->cp);
     }
 }
 
@@ -430,21 +467,29 @@ static void pv_product(const attn_ws *w, float *out, int64_t ldo)
 /* out [H][c] = mul * (the product), straight into out when the shapes allow, else through ot. */
 static void pv_out(const attn_ws *w, float *out, int64_t H, int64_t c, float mul)
 {
-    const bool direct = H == w->Hp && c == w->cp;
+    const bool direct = H == w->Hp && c == w->cp && mul == 1.0f;
     float *dst = direct ? out : w->ot;
     const int64_t ld = direct ? c : w->cp;
     pv_product(w, dst, ld);
+    if (direct)
+        return;
+    /* through the scratch: out is written once, 64-byte aligned rows with streaming stores (the
+     * query side's dq: written here, read back only by a later pass over the layer) */
+    const bool nt = c % 16 == 0 && ((uintptr_t)out & 63) == 0;
     for (int64_t h = 0; h < H; h++) {
         const float *src = dst + h * ld;
         float *o = out + h * c;
-        if (direct && mul == 1.0f)
-            continue;
         int64_t k = 0;
+        if (nt)
+            for (; k + 16 <= c; k += 16)
+                _mm512_stream_ps(o + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), _mm512_set1_ps(mul)));
         for (; k + 16 <= c; k += 16)
             _mm512_storeu_ps(o + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), _mm512_set1_ps(mul)));
         for (; k < c; k++)
             o[k] = src[k] * mul;
     }
+    if (nt)
+        _mm_sfence();
 }
 
 /* exp of 16 floats: Cody-Waite reduction by ln 2 and a degree-7 polynomial; within 1.3 ulp of the
@@ -602,6 +647,117 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
     trex_gemm_end_amx();
 }
 
+/* Row e < n of a2 (K bf16 per row), columns col0 .. col0 + 2Hp: the key side's coefficients of one
+ * query, [bf(p_he) | bf(scale dz_he)] over the heads (zero for padded heads), from its S^T and dP^T
+ * in w->st, w->dt, for lo <= e < hi, and zeros for the other entries; psum[e] = sum_h p_he (psum may
+ * be NULL). */
+static void key_coefs(const attn_ws *w, uint16_t *a2, int64_t K, float *psum, int64_t col0,
+                      int64_t lo, int64_t hi, int64_t n, int64_t H, float scale, const float *lse,
+                      const float *D)
+{
+    const int64_t Hp = w->Hp;
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t e = 0; e < n; e++) {
+        uint16_t *row = a2 + e * K + col0;
+        if (e < lo || e >= hi) {
+            memset(row, 0, (size_t)(2 * Hp) * 2);
+            continue;
+        }
+        __m512 ps = _mm512_setzero_ps();
+        for (int64_t hg = 0; hg < Hp / 16; hg++) {
+            const __mmask16 hm = head_mask(H, hg);
+            const int64_t i = e * Hp + 16 * hg;
+            const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
+            const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
+            /* padded heads: p = 0 */
+            const __m512 p = _mm512_maskz_mov_ps(
+                hm, exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w->st + i)), vl)));
+            const __m512 sdz =
+                _mm512_mul_ps(vs, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd)));
+            _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(p));
+            _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
+            ps = _mm512_add_ps(ps, p);
+        }
+        if (psum)
+            psum[e] = _mm512_reduce_add_ps(ps);
+    }
+}
+
+/* [G ; Q] of one query (w->gr, w->qr rows) as rows r0 .. r0 + 2Hp of the key side's VNNI B operand b2
+ * (K index 32 s + 2 kp (+1) is row r of the stack, cp/16 chunks per step; r0 a multiple of 32). */
+static void key_stack(const attn_ws *w, uint16_t *b2, int64_t r0)
+{
+    const int64_t Hp = w->Hp, cp = w->cp, nj = cp / 16;
+    for (int64_t r = 0; r < 2 * Hp; r += 2) {
+        const uint16_t *x0 = r < Hp ? w->gr + r * cp : w->qr + (r - Hp) * cp;
+        const int64_t s = (r0 + r) / 32, kp = ((r0 + r) % 32) / 2;
+        interleave_pair(b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
+    }
+}
+
+/* The key side's product for the n entries: dV[e] += row e of a2 [n16][K] (A) times b2 [K][cp] (VNNI
+ * B tiles, K/32 steps of cp/16 chunks), 16 entries x 64 dims of output tiles at a time, each added to
+ * the fp32 dV rows (through w->ot). */
+static void key_product(const attn_ws *w, float *const *dV, const uint16_t *a2, const uint16_t *b2,
+                        int64_t K, int64_t n, int64_t c)
+{
+    const int64_t cp = w->cp, nj = cp / 16;
+    const size_t sa = (size_t)K * 2, so = (size_t)cp * 4;
+    for (int64_t e0 = 0; e0 < n; e0 += 16) {
+        const uint16_t *a = a2 + e0 * K;
+        int64_t j = 0;
+        for (; j + 4 <= nj; j += 4) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t s = 0; s < K / 32; s++) {
+                const uint16_t *bv = b2 + (s * nj + j) * 512;
+                _tile_loadd(4, a + 32 * s, sa);
+                _tile_loadd(5, bv, 64);
+                _tile_loadd(6, bv + 512, 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_loadd(7, bv + 1024, 64);
+                _tile_dpbf16ps(1, 4, 6);
+                _tile_loadd(5, bv + 1536, 64);
+                _tile_dpbf16ps(2, 4, 7);
+                _tile_dpbf16ps(3, 4, 5);
+            }
+            _tile_stored(0, w->ot + 16 * j, so);
+            _tile_stored(1, w->ot + 16 * (j + 1), so);
+            _tile_stored(2, w->ot + 16 * (j + 2), so);
+            _tile_stored(3, w->ot + 16 * (j + 3), so);
+        }
+        for (; j < nj; j += 2) {
+            _tile_zero(0);
+            _tile_zero(1);
+            for (int64_t s = 0; s < K / 32; s++) {
+                const uint16_t *bv = b2 + (s * nj + j) * 512;
+                _tile_loadd(4, a + 32 * s, sa);
+                _tile_loadd(5, bv, 64);
+                _tile_loadd(6, bv + 512, 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_dpbf16ps(1, 4, 6);
+            }
+            _tile_stored(0, w->ot + 16 * j, so);
+            _tile_stored(1, w->ot + 16 * (j + 1), so);
+        }
+        BARRIER();
+        const int64_t e1 = e0 + 16 < n ? e0 + 16 : n;
+        for (int64_t e = e0; e < e1; e++) {
+            const float *src = w->ot + (e - e0) * cp;
+            float *dv = dV[e];
+            int64_t k = 0;
+            for (; k + 16 <= c; k += 16)
+                _mm512_storeu_ps(dv + k,
+                                 _mm512_add_ps(_mm512_loadu_ps(dv + k), _mm512_loadu_ps(src + k)));
+            for (; k < c; k++)
+                dv[k] += src[k];
+        }
+        BARRIER();
+    }
+}
+
 /* The key side always runs on the tiles, whatever n: each entry's result is then a function of that
  * entry and the query alone (its row of every product), so callers may group the entries of a query
  * in any way (model/attention.c groups them by thread-runs of tiles) and get the same bits. A separate
@@ -616,95 +772,55 @@ void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float 
     if (n == 0)
         return;
     attn_ws w = ws_layout(ws, n, H, c, true, true);
-    const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hp, nj = cp / 16;
+    const int64_t K = 2 * w.Hp;
     pack_query(&w, q, qb, g, gb, H, c);
-    /* [G ; Q] as VNNI B: K index 32 s + 2 kp (+1) is row r of the stack (G rows, then Q rows) */
-    for (int64_t r = 0; r < K; r += 2) {
-        const uint16_t *x0 = r < Hp ? w.gr + r * cp : w.qr + (r - Hp) * cp;
-        const int64_t s = r / 32, kp = (r % 32) / 2;
-        interleave_pair(w.b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
-    }
+    key_stack(&w, w.b2, 0); /* [G ; Q] as VNNI B */
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, Vb, n, c);
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int64_t e = 0; e < n; e++) {
-        uint16_t *row = w.a2 + e * K;
-        __m512 ps = _mm512_setzero_ps();
-        for (int64_t hg = 0; hg < Hp / 16; hg++) {
-            const __mmask16 hm = head_mask(H, hg);
-            const int64_t i = e * Hp + 16 * hg;
-            const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
-            const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
-            /* padded heads: p = 0 */
-            const __m512 p = _mm512_maskz_mov_ps(
-                hm, exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl)));
-            const __m512 sdz =
-                _mm512_mul_ps(vs, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd)));
-            _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(p));
-            _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
-            ps = _mm512_add_ps(ps, p);
-        }
-        psum[e] = _mm512_reduce_add_ps(ps);
-    }
+    key_coefs(&w, w.a2, K, psum, 0, 0, n, n, H, scale, lse, D);
     for (int64_t e = n; e < (n + 15) / 16 * 16; e++)
         memset(w.a2 + e * K, 0, (size_t)K * 2);
     BARRIER();
-    const size_t sa = (size_t)K * 2, so = (size_t)cp * 4;
-    for (int64_t e0 = 0; e0 < n; e0 += 16) {
-        const uint16_t *a = w.a2 + e0 * K;
-        int64_t j = 0;
-        for (; j + 4 <= nj; j += 4) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t s = 0; s < K / 32; s++) {
-                const uint16_t *bv = w.b2 + (s * nj + j) * 512;
-                _tile_loadd(4, a + 32 * s, sa);
-                _tile_loadd(5, bv, 64);
-                _tile_loadd(6, bv + 512, 64);
-                _tile_dpbf16ps(0, 4, 5);
-                _tile_loadd(7, bv + 1024, 64);
-                _tile_dpbf16ps(1, 4, 6);
-                _tile_loadd(5, bv + 1536, 64);
-                _tile_dpbf16ps(2, 4, 7);
-                _tile_dpbf16ps(3, 4, 5);
-            }
-            _tile_stored(0, w.ot + 16 * j, so);
-            _tile_stored(1, w.ot + 16 * (j + 1), so);
-            _tile_stored(2, w.ot + 16 * (j + 2), so);
-            _tile_stored(3, w.ot + 16 * (j + 3), so);
+    key_product(&w, dV, w.a2, w.b2, K, n, c);
+    trex_gemm_end_amx();
+}
+
+/* The key side of a block of nq queries (kernels/fused.h sattn_bwd_window_bf16): per query, its scores
+ * and coefficients as in the entry above (zero columns for the entries it does not see), into one A
+ * row per entry of K = 2 Hp nq columns, and its [G ; Q] into rows 2 Hp b .. of one B operand; then one
+ * product over K per 16 entries and one add into dV. Each entry's row of every product depends only on
+ * that entry and the block (scores_t and key_product are row by row), whatever else shares the call. */
+void trex_fused_sattn_bwd_window_bf16_amx(float *const *dV, float *ws, const uint16_t *const *Vb,
+                                          int64_t n, int64_t nq, const int64_t *vis,
+                                          const uint16_t *qb, const uint16_t *gb, int64_t H,
+                                          int64_t c, float scale, const float *lse, const float *D)
+{
+    if (n == 0 || nq == 0)
+        return;
+    attn_ws w = ws_layout(ws, n, H, c, true, true);
+    const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hp * nq, n16 = (n + 15) / 16 * 16;
+    char *p = w.end;
+    uint16_t *a2 = (uint16_t *)carve(&p, (size_t)(w.np * K) * 2);
+    uint16_t *b2 = (uint16_t *)carve(&p, (size_t)(K * cp) * 2);
+    pack_entries(&w, NULL, Vb, n, c);
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
+    for (int64_t b = 0; b < nq; b++) {
+        pack_query(&w, NULL, qb + b * H * c, NULL, gb + b * H * c, H, c);
+        key_stack(&w, b2, 2 * Hp * b);
+        if (vis[2 * b] < vis[2 * b + 1]) {
+            BARRIER();
+            scores_t(&w, Vb, n, c);
         }
-        for (; j < nj; j += 2) {
-            _tile_zero(0);
-            _tile_zero(1);
-            for (int64_t s = 0; s < K / 32; s++) {
-                const uint16_t *bv = w.b2 + (s * nj + j) * 512;
-                _tile_loadd(4, a + 32 * s, sa);
-                _tile_loadd(5, bv, 64);
-                _tile_loadd(6, bv + 512, 64);
-                _tile_dpbf16ps(0, 4, 5);
-                _tile_dpbf16ps(1, 4, 6);
-            }
-            _tile_stored(0, w.ot + 16 * j, so);
-            _tile_stored(1, w.ot + 16 * (j + 1), so);
-        }
-        BARRIER();
-        const int64_t e1 = e0 + 16 < n ? e0 + 16 : n;
-        for (int64_t e = e0; e < e1; e++) {
-            const float *src = w.ot + (e - e0) * cp;
-            float *dv = dV[e];
-            int64_t k = 0;
-            for (; k + 16 <= c; k += 16)
-                _mm512_storeu_ps(dv + k,
-                                 _mm512_add_ps(_mm512_loadu_ps(dv + k), _mm512_loadu_ps(src + k)));
-            for (; k < c; k++)
-                dv[k] += src[k];
-        }
-        BARRIER();
+        /* a query that sees none of the entries: zero coefficients (key_coefs reads no score) */
+        key_coefs(&w, a2, K, NULL, 2 * Hp * b, vis[2 * b], vis[2 * b + 1], n, H, scale,
+                  lse + b * H, D + b * H);
     }
+    for (int64_t e = n; e < n16; e++)
+        memset(a2 + e * K, 0, (size_t)K * 2);
+    BARRIER();
+    key_product(&w, dV, a2, b2, K, n, c);
     trex_gemm_end_amx();
 }
 
@@ -748,7 +864,7 @@ void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda
             _mm512_storeu_si512((void *)(d + k), v);
         }
     }
-    pack_xt_vnni(qv, qb, Hp, cp);
+    pack_xt_vnni(qv, qb, cp, Hp, cp);
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     const size_t sa = (size_t)cp * 2, so = (size_t)Hp * 4;

@@ -111,6 +111,55 @@ void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n)
     }
 }
 
+/* copy_nt: streaming stores from the first 64-byte boundary of dst on, plain ones around them */
+void trex_fused_copy_nt_avx512(float *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 63) != 0; i++)
+        dst[i] = src[i];
+    for (; i + 16 <= n; i += 16)
+        _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+    for (; i < n; i++)
+        dst[i] = src[i];
+    _mm_sfence();
+}
+
+/* cvt_bf16_nt: 16 floats to 16 bf16 as trex_f32_to_bf16 (integer round to nearest even, NaN quieted),
+ * streaming 32-byte stores from the first 32-byte boundary of dst on */
+static inline __m256i bf16_round16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i hi = _mm512_srli_epi32(u, 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                                  16);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    const int64_t lead = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 2;
+    if (((uintptr_t)dst & 1) == 0 && lead > 0) {
+        const int64_t k = lead < n ? lead : n;
+        const __mmask16 m = (__mmask16)((1u << k) - 1u);
+        _mm256_mask_storeu_epi16(dst, m, bf16_round16(_mm512_maskz_loadu_ps(m, src)));
+        i = k;
+    }
+    if (((uintptr_t)(dst + i) & 31) == 0)
+        for (; i + 16 <= n; i += 16)
+            _mm256_stream_si256((__m256i *)(dst + i), bf16_round16(_mm512_loadu_ps(src + i)));
+    for (; i < n; i += 16) {
+        const int64_t k = n - i < 16 ? n - i : 16;
+        const __mmask16 m = (__mmask16)((1u << k) - 1u);
+        _mm256_mask_storeu_epi16(dst + i, m, bf16_round16(_mm512_maskz_loadu_ps(m, src + i)));
+    }
+    _mm_sfence();
+}
+
 /* trex_fused_axpy_rows_fn: 128 floats of a row Y_r (8 registers) at a time over all J terms, each
  * term a multiply then an add as above, so the same bits as one axpy call per term; a term that is
  * off is masked out of the add (no branch per term: the flags follow the data, about half on in the
