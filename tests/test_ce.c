@@ -1,7 +1,8 @@
 /* tests/test_ce.c — the cross-entropy entries of the LM head in bf16 mode (kernels/fused.h
  * "Cross-entropy"): every level against the reference bit for bit, and the reference against double
  * precision with stated bounds, on awkward shapes (1 row, 1 column, odd counts, columns not a
- * multiple of 16, -inf / large / NaN logits, subnormal results), the gradient written in place.
+ * multiple of 16, -inf / large / NaN logits, subnormal results), the gradient written in place; and
+ * the head's bf16x3 split (split3, trex_split_bf16x3_rows) bit for bit against its definition.
  *
  * `test_ce --bench [reps]` instead times ce_fwd + ce_grad of each level on one chunk of the dsv4-bench
  * head (129 280 x 512, in the model's vocabulary blocks), one thread. */
@@ -15,6 +16,8 @@
 #include "check.h"
 #include "fused_levels.h"
 #include "kernels/fused.h"
+#include "kernels/kernels.h"
+#include "trex/pool.h"
 #include "trex/tensor.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -227,6 +230,53 @@ static void test_grad(const trex_fused_table *const *lv, int nl, int64_t n, int6
     free(E), free(Ein), free(c), free(ref), free(out);
 }
 
+/* split3 (the head's bf16x3 operands) at every level against its definition bit for bit, both plane
+ * orders, with and without streaming stores, on 64-byte aligned and unaligned rows, and the model's
+ * entry point (kernels.h trex_split_bf16x3_rows, over a pool) against trex_split_bf16; the values
+ * include NaNs with payloads, infinities, signed zeros, subnormals, bf16 ties and overflow to inf. */
+static void test_split(const trex_fused_table *const *lv, int nl, trex_pool *pool, int64_t rows, int64_t n)
+{
+    const int64_t cnt = rows * n;
+    float *x = malloc((size_t)(cnt > 0 ? cnt : 1) * sizeof(float));
+    const size_t dbytes = (size_t)(3 * cnt + 64) * sizeof(uint16_t);
+    uint16_t *want = malloc(dbytes), *base = aligned_alloc(64, (dbytes + 63) / 64 * 64), *hl = malloc((size_t)(n + 1) * 4);
+    static const uint32_t special[] = {0x7fc00001u, 0xff800123u, 0x7f800000u, 0xff800000u, 0x80000000u, 0x00000001u,
+                                       0x807fffffu, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00800000u, 0x3f7fffffu};
+    for (int64_t i = 0; i < cnt; i++)
+        x[i] = (i * 7) % 11 == 3 ? bits_f32(special[(i / 11) % 12]) : (float)(nrand() * pow(2.0, 40 * urand() - 20));
+    static const int64_t order[2][3] = {{0, 1, 2}, {0, 2, 1}}; /* [hi | lo | hi], [hi | hi | lo] (in units of n) */
+    for (int o = 0; o < 2; o++) {
+        const int64_t hi0 = order[o][0] * n, lo0 = order[o][1] * n, hi1 = order[o][2] * n;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < n; i++) {
+                const float v = x[r * n + i];
+                const uint16_t h = trex_f32_to_bf16(v);
+                want[r * 3 * n + hi0 + i] = want[r * 3 * n + hi1 + i] = h;
+                want[r * 3 * n + lo0 + i] = trex_f32_to_bf16(v - bits_f32((uint32_t)h << 16));
+            }
+        for (int k = 0; k < nl; k++)
+            for (int nt = 0; nt < 2; nt++)
+                for (int off = 0; off < 2; off++) { /* off: the rows start 2 bytes past a 64-byte line */
+                    uint16_t *d = base + off;
+                    memset(base, 0xab, dbytes);
+                    lv[k]->split3(d, x, rows, n, hi0, lo0, hi1, nt);
+                    CHECK(!memcmp(d, want, (size_t)(3 * cnt) * sizeof(uint16_t)) && base[3 * cnt + off] == 0xabab &&
+                              (off == 0 || base[0] == 0xabab),
+                          "%s split3 rows %lld n %lld order %d nt %d offset %d differs", lv[k]->name, (long long)rows,
+                          (long long)n, o, nt, off);
+                }
+        trex_split_bf16x3_rows(pool, base, x, rows, n, hi0, lo0, hi1);
+        int same = !memcmp(base, want, (size_t)(3 * cnt) * sizeof(uint16_t));
+        for (int64_t r = 0; r < rows && same; r++) { /* and the two-plane split of the kernels' table */
+            trex_split_bf16(hl, hl + n, x + r * n, n);
+            same = !memcmp(hl, want + r * 3 * n + hi0, (size_t)n * 2) && !memcmp(hl + n, want + r * 3 * n + lo0, (size_t)n * 2);
+        }
+        CHECK(same, "trex_split_bf16x3_rows / trex_split_bf16 rows %lld n %lld order %d differ", (long long)rows,
+              (long long)n, o);
+    }
+    free(x), free(want), free(base), free(hl);
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -281,5 +331,10 @@ int main(int argc, char **argv)
             test_fwd(lv, nl, shapes[s][0], shapes[s][1], shapes[s][2], kind);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         test_grad(lv, nl, shapes[s][0], shapes[s][1], shapes[s][2]);
+    trex_pool *pool = trex_pool_create(2);
+    const int64_t split_shapes[][2] = {{0, 8}, {1, 1}, {3, 17}, {2, 31}, {5, 32}, {4, 33}, {3, 64}, {9, 100}, {2, 1024}};
+    for (size_t s = 0; s < sizeof split_shapes / sizeof *split_shapes; s++)
+        test_split(lv, nl, pool, split_shapes[s][0], split_shapes[s][1]);
+    trex_pool_destroy(pool);
     return check_summary();
 }

@@ -470,6 +470,72 @@ static void test_recompute(fixture *f)
     free(load1);
 }
 
+/* The model takes most activation blocks from its arena without zeroing them (model.c ALLOC_W,
+ * scratch_floats: every element written before it is read). A model whose arena holds the activations
+ * of another batch (other tokens, other chunking, one more document) gives the same bits as a fresh
+ * model: losses and every gradient, fp32 and bf16 compute (bf16x3g1 head, both heads as one pass),
+ * with and without recompute, the 3-term head, and a forward without gradients. */
+static void test_stale_arena(fixture *f, trex_mem *mem)
+{
+    const int64_t n = f->w.layout.n_float;
+    float *g1 = calloc((size_t)n, sizeof *g1), *g2 = calloc((size_t)n, sizeof *g2);
+    int32_t tok[B * T], doc[B * T];
+    TREX_ASSERT(g1 && g2);
+    for (int i = 0; i < B * T; i++) {
+        tok[i] = (f->tokens[i] * 7 + 3) % (int32_t)f->cfg.vocab_size;
+        doc[i] = i / 5;
+    }
+    const trex_batch other = {B, T, tok, NULL, doc};
+    static const struct {
+        trex_dtype compute;
+        trex_head_precision head;
+        trex_model_recompute rec;
+        bool grads;
+    } runs[] = {{TREX_F32, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE, true},
+                {TREX_F32, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_FULL, true},
+                {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE, true},
+                {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_FULL, true},
+                {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_ATTENTION, true},
+                {TREX_BF16, TREX_HEAD_BF16X3, TREX_MODEL_RECOMPUTE_NONE, true},
+                {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE, false}};
+    trex_err err;
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        trex_model_opts o = f->opts;
+        o.compute = runs[r].compute;
+        o.head_precision = runs[r].head;
+        o.recompute = runs[r].grads ? runs[r].rec : TREX_MODEL_RECOMPUTE_NONE;
+        trex_model *fresh = NULL, *used = NULL;
+        CHECK(trex_model_create(&fresh, &f->w, f->p2, mem, &err) == TREX_OK, "model: %s", err.msg);
+        CHECK(trex_model_create(&used, &f->w, f->p2, mem, &err) == TREX_OK, "model: %s", err.msg);
+        if (!fresh || !used)
+            break;
+        trex_losses l1, l2;
+        memset(g1, 0, sizeof(float) * (size_t)n);
+        CHECK(trex_model_forward(fresh, &f->batch, &o, runs[r].grads ? g1 : NULL, NULL, NULL, &l1, &err) == TREX_OK,
+              "fresh: %s", err.msg);
+        if (runs[r].grads)
+            trex_model_backward(fresh);
+        /* fill used's arena with another pass (gradients, chunks of 5 rows), then the same pass as fresh */
+        trex_model_opts ob = o;
+        ob.head_chunk_rows = 5;
+        CHECK(trex_model_forward(used, &other, &ob, g2, NULL, NULL, &l2, &err) == TREX_OK, "other: %s", err.msg);
+        trex_model_backward(used);
+        memset(g2, 0, sizeof(float) * (size_t)n);
+        CHECK(trex_model_forward(used, &f->batch, &o, runs[r].grads ? g2 : NULL, NULL, NULL, &l2, &err) == TREX_OK,
+              "reused: %s", err.msg);
+        if (runs[r].grads)
+            trex_model_backward(used);
+        CHECK(memcmp(&l1, &l2, sizeof l1) == 0 && memcmp(g1, g2, sizeof(float) * (size_t)n) == 0,
+              "run %zu (%s, head %d, recompute %s%s): a reused arena gives a fresh model's bits", r,
+              trex_dtype_name(o.compute), (int)o.head_precision, trex_model_recompute_name(o.recompute),
+              runs[r].grads ? "" : ", forward only");
+        trex_model_destroy(fresh);
+        trex_model_destroy(used);
+    }
+    free(g1);
+    free(g2);
+}
+
 /* A config without the MTP block: loss_mtp is 0, mtp_logits are not touched, gradients are finite
  * and match central differences along a random direction for a few tensors. */
 static void test_no_mtp(void)
@@ -592,6 +658,7 @@ int main(void)
     test_bits(&f);
     test_head_pairs(&f);
     test_recompute(&f);
+    test_stale_arena(&f, &mem);
     /* The indexer's inputs and the attention probabilities in its loss are detached
      * (docs/model-conventions.md), so grad.* is d loss/d param only with indexer_weight 0 for the
      * rest of the model; the indexer's own tensors feed nothing but loss_indexer in dense mode. */

@@ -254,6 +254,12 @@ typedef void (*trex_fused_ce_fwd_fn)(float *L, int64_t ld, int64_t n, int64_t co
 typedef void (*trex_fused_ce_grad_fn)(uint16_t *dst, int64_t ldd, const float *E, int64_t lde,
                                       int64_t n, int64_t cols, const float *c);
 typedef float (*trex_fused_ce_exp_fn)(float x);
+/* The bf16x3 split of the LM head's operands (kernels.h trex_split_bf16x3_rows): for r < rows, the n
+ * floats x of src row r (stride n) give dst row r (stride 3n bf16) hi = bf16(x) at columns hi0 + i and
+ * hi1 + i and lo = bf16(x - hi) at lo0 + i (trex_split_bf16's bits). nt != 0: stores may bypass the
+ * cache (outputs far larger than it); they are complete (fenced) when the call returns. */
+typedef void (*trex_fused_split3_fn)(uint16_t *dst, const float *src, int64_t rows, int64_t n,
+                                     int64_t hi0, int64_t lo0, int64_t hi1, int nt);
 /* The bound tests/test_ce.c checks: ce_exp's error in ulp of the result, for results >= 2^-126. */
 #define TREX_CE_EXP_ULP 1
 
@@ -351,6 +357,7 @@ typedef struct trex_fused_table {
     trex_fused_ce_fwd_fn ce_fwd;
     trex_fused_ce_grad_fn ce_grad;
     trex_fused_ce_exp_fn ce_exp;
+    trex_fused_split3_fn split3;
     trex_fused_sumsq_fn sumsq;
     trex_fused_rmsnorm_fwd_fn rmsnorm_fwd;
     trex_fused_rmsnorm_bwd_fn rmsnorm_bwd;
@@ -444,6 +451,10 @@ void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int
 void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
                                int64_t cols, const float *c);
 float trex_fused_ce_exp_avx512(float x);
+void trex_fused_split3_ref(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
+                           int64_t lo0, int64_t hi1, int nt);
+void trex_fused_split3_avx512(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
+                              int64_t lo0, int64_t hi1, int nt);
 
 /* RMSNorm and the sum of squares: the reference (kernels/ref/norm.c) and the AVX-512 leaves. */
 double trex_fused_sumsq_ref(const float *x, int64_t n);

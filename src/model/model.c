@@ -877,8 +877,10 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
         if (bs) {
             sub_saved *ss = &bs->s[s];
             ss->X = s == 0 ? Xs : NULL;
-            ss->state = trex_arena_alloc(m->arena, (size_t)(N * trex_mhc_state_size(cfg->hc_mult)) * sizeof(float));
-            ss->y = trex_arena_alloc(m->arena, (size_t)(N * d) * sizeof(float));
+            /* written before read: state by HC_pre, y by the sub-layer */
+            ss->state = trex_arena_alloc_uninit(m->arena,
+                                                (size_t)(N * trex_mhc_state_size(cfg->hc_mult)) * sizeof(float));
+            ss->y = trex_arena_alloc_uninit(m->arena, (size_t)(N * d) * sizeof(float));
             if (!ss->state || !ss->y)
                 return trex_err_set(err, TREX_ENOMEM,
                                     "block %" PRId64 ": out of memory keeping activations for %" PRId64
@@ -1010,10 +1012,15 @@ static void block_backward(trex_model *m, int64_t l, const trex_seqinfo *seq, in
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
-#define ALLOC(ptr, count)                                                                          \
+/* ALLOC gives a zeroed block; ALLOC_W one with unspecified contents (trex_arena_alloc_uninit), for a
+ * block whose every element is written before any is read. The arena zeroes with memset whatever an
+ * earlier pass of it wrote: in a dsv4-bench T = 4096 step's forward that was ~3 GB (the streams of every
+ * block, W3, the head's chunk) on the driving thread alone (docs/perf.md "Fixed passes, round 7"). */
+#define ALLOC_Z(ptr, count, zero)                                                                  \
     do {                                                                                           \
         size_t bytes_ = (size_t)(count) * sizeof *(ptr);                                           \
-        (ptr) = trex_arena_alloc(m->arena, bytes_ ? bytes_ : 1);                                   \
+        bytes_ = bytes_ ? bytes_ : 1;                                                              \
+        (ptr) = (zero) ? trex_arena_alloc(m->arena, bytes_) : trex_arena_alloc_uninit(m->arena, bytes_); \
         if (!(ptr)) {                                                                              \
             rc = trex_err_set(err, TREX_ENOMEM,                                                    \
                               "out of memory for the activations of %" PRId64 " x %" PRId64        \
@@ -1021,6 +1028,42 @@ static void block_backward(trex_model *m, int64_t l, const trex_seqinfo *seq, in
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
+#define ALLOC(ptr, count) ALLOC_Z(ptr, count, true)
+#define ALLOC_W(ptr, count) ALLOC_Z(ptr, count, false)
+
+/* The MTP block's inputs, rows [i0, i1) of its Nm = B (T - 1) positions: Xm = the streams X_L of
+ * position t < T - 1 of each sequence (mtp_xm_rows); Z0 += e_proj's output Pe added to each of the n
+ * streams (mtp_z0_rows). On the pool: the same bits as one loop. */
+typedef struct mtp_fwd_job {
+    float *Xm, *Z0;
+    const float *XL, *Pe;
+    int64_t T, n, d;
+} mtp_fwd_job;
+
+static void mtp_xm_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const mtp_fwd_job *j = arg;
+    const int64_t nd = j->n * j->d;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t r = i / (j->T - 1), t = i % (j->T - 1);
+        memcpy(j->Xm + i * nd, j->XL + (r * j->T + t) * nd, (size_t)nd * sizeof(float));
+    }
+}
+
+static void mtp_z0_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const mtp_fwd_job *j = arg;
+    const int64_t n = j->n, d = j->d;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t k = 0; k < n; k++) {
+            float *z = j->Z0 + (i * n + k) * d;
+            const float *pe = j->Pe + i * d;
+            for (int64_t c = 0; c < d; c++)
+                z[c] += pe[c];
+        }
+}
 
 /* Targets of the main head (position t predicts t+1) and the MTP head (position i predicts i+2). */
 static void build_targets(trex_model *m, const trex_batch *b)
@@ -1052,9 +1095,9 @@ static trex_code head_pass_alloc(trex_model *m, head_pass *hp, int64_t R, const 
     hp->R = R;
     ALLOC(hp->tgt, R);
     ALLOC(hp->hstate, R * trex_mhc_head_state_size(m->cfg->hc_mult));
-    ALLOC(hp->h, R * d);
+    ALLOC_W(hp->h, R * d);
     ALLOC(hp->rstd, R);
-    ALLOC(hp->hn, R * d);
+    ALLOC_W(hp->hn, R * d);
     ALLOC(hp->lse, R);
 fail:
     return rc;
@@ -1076,7 +1119,7 @@ static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, 
     trex_code rc = TREX_OK;
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
     if (!m->w3) {
-        ALLOC(m->w3, V * 3 * d);
+        ALLOC_W(m->w3, V * 3 * d);
         trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
     }
     trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
@@ -1095,10 +1138,10 @@ static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const tr
     head_collapse(m, hp, X, hcw, normw);
     ALLOC(nll, R);
     if (m->grads)
-        ALLOC(hp->dhn, R * d);
+        ALLOC_W(hp->dhn, R * d);
     if (m->head3) {
         uint16_t *hnF;
-        ALLOC(hnF, R * 3 * d);
+        ALLOC_W(hnF, R * 3 * d);
         TREX_TRY(head3_split(m, hp, hnF, 0, b, err));
         *sum = head_forward3(m, hp, m->w3, hnF, m->hnB, logits, m->chunk, nll, m->grads ? m->g.head : NULL,
                              scale, R, 0.0f);
@@ -1134,11 +1177,11 @@ static trex_code heads_run3(trex_model *m, float scale_main, float scale_mtp, co
     ALLOC(hc.tgt, R);
     ALLOC(hc.lse, R);
     ALLOC(nll, R);
-    ALLOC(hnF, R * 3 * d);
+    ALLOC_W(hnF, R * 3 * d);
     memcpy(hc.tgt, m->hp.tgt, (size_t)R1 * sizeof *hc.tgt);
     memcpy(hc.tgt + R1, m->hpm.tgt, (size_t)(R - R1) * sizeof *hc.tgt);
     if (m->grads) {
-        ALLOC(hc.dhn, R * d);
+        ALLOC_W(hc.dhn, R * d);
         m->hp.dhn = hc.dhn;
         m->hpm.dhn = hc.dhn + R1 * d;
     }
@@ -1222,19 +1265,19 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         const int64_t Rh = merged ? N + m->Nm : N; /* rows of the longest head pass */
         const int64_t pw = head3_chunk_rows(m, Rh) + (head3_chunk_rows(m, Rh) & 1);
         const int64_t nb = (cfg->vocab_size + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
-        ALLOC(m->chunk, cfg->vocab_size * (m->head_g3 || head3_pairs(m, Rh, backward) ? 3 * pw / 2 : pw));
+        ALLOC_W(m->chunk, cfg->vocab_size * (m->head_g3 || head3_pairs(m, Rh, backward) ? 3 * pw / 2 : pw));
         if (backward && m->head_g3)
-            ALLOC(m->hnB, 3 * pw * d);
+            ALLOC_W(m->hnB, 3 * pw * d);
         ALLOC(m->ce_max, (nb + 1) * pw);
         ALLOC(m->ce_sum, (nb + 1) * pw);
     } else if (backward || !logits || (m->mtp && !mtp_logits)) { /* (with gradients it holds dlogits) */
-        ALLOC(m->chunk, head_chunk_rows(m, N) * cfg->vocab_size);
+        ALLOC_W(m->chunk, head_chunk_rows(m, N) * cfg->vocab_size);
     }
 
     /* scratch of the blocks */
     fwd_tmp tmp;
-    ALLOC(tmp.x_in, N * d);
-    ALLOC(tmp.xn, N * d);
+    ALLOC_W(tmp.x_in, N * d);
+    ALLOC_W(tmp.xn, N * d);
     tmp.y = tmp.state = NULL;
     const bool recompute = backward && m->opts.recompute == TREX_MODEL_RECOMPUTE_FULL;
     if (!backward) {
@@ -1244,7 +1287,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
 
     /* embedding into n streams, then the main blocks */
     float *Xa, *Xb = NULL;
-    ALLOC(m->X0, N * nd);
+    ALLOC_W(m->X0, N * nd);
     trex_prof_begin(TREX_PROF_EMBED);
     for (int64_t i = 0; i < N; i++)
         for (int64_t k = 0; k < n; k++)
@@ -1252,11 +1295,11 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     trex_prof_end(TREX_PROF_EMBED);
     double bal = 0.0;
     float *X = m->X0;
-    ALLOC(Xb, N * nd); /* the middle streams of every block (recomputed in the backward) */
+    ALLOC_W(Xb, N * nd); /* the middle streams of every block (recomputed in the backward) */
     for (int64_t l = 0; l < L; l++) {
         float *Xout;
         if (backward) {
-            ALLOC(Xout, N * nd);
+            ALLOC_W(Xout, N * nd);
         } else {
             Xout = X; /* Xin -> Xb -> back into the same buffer */
         }
@@ -1292,18 +1335,17 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
 
     if (m->mtp) {
         trex_prof_begin(TREX_PROF_MTP);
-        const int64_t Tm = T - 1;
-        ALLOC(m->Xm, Nm * nd);
-        ALLOC(m->hh, Nm * nd);
+        ALLOC_W(m->Xm, Nm * nd);
+        ALLOC_W(m->hh, Nm * nd);
         ALLOC(m->hh_rstd, Nm * n);
-        ALLOC(m->ein, Nm * d);
-        ALLOC(m->ee, Nm * d);
+        ALLOC_W(m->ein, Nm * d);
+        ALLOC_W(m->ee, Nm * d);
         ALLOC(m->ee_rstd, Nm);
-        ALLOC(m->Z0, Nm * nd);
+        ALLOC_W(m->Z0, Nm * nd);
         float *Pe;
-        ALLOC(Pe, Nm * d);
-        for (int64_t r = 0; r < B; r++)
-            memcpy(m->Xm + r * Tm * nd, m->XL + r * T * nd, (size_t)(Tm * nd) * sizeof(float));
+        ALLOC_W(Pe, Nm * d);
+        mtp_fwd_job mf = {.Xm = m->Xm, .Z0 = m->Z0, .XL = m->XL, .Pe = Pe, .T = T, .n = n, .d = d};
+        trex_pool_for(m->ctx.pool, Nm, 16, mtp_xm_rows, &mf);
         for (int64_t i = 0; i < Nm; i++)
             memcpy(m->ein + i * d, m->w.embed + (int64_t)m->seqm.tokens[i] * d, (size_t)d * sizeof(float));
         const float eps = (float)cfg->rms_norm_eps;
@@ -1312,15 +1354,9 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         trex_linear_forward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, m->Z0, m->hh, m->w.h_proj, Nm * n,
                                d, d);
         trex_linear_forward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, Pe, m->ee, m->w.e_proj, Nm, d, d);
-        for (int64_t i = 0; i < Nm; i++)
-            for (int64_t k = 0; k < n; k++) {
-                float *z = m->Z0 + (i * n + k) * d;
-                const float *pe = Pe + i * d;
-                for (int64_t c = 0; c < d; c++)
-                    z[c] += pe[c];
-            }
+        trex_pool_for(m->ctx.pool, Nm, 16, mtp_z0_rows, &mf);
         float *Zmid = Xb, *ZL; /* Xb: free scratch of at least Nm * nd floats */
-        ALLOC(ZL, Nm * nd);
+        ALLOC_W(ZL, Nm * nd);
         rc = block_forward(m, L, &m->seqm.info, Nm, m->Z0, Zmid, ZL, backward ? &m->bs[L] : NULL, &tmp, &bal,
                            &m->bs[L].il, m->load + L * cfg->n_routed_experts, err);
         if (rc != TREX_OK)
@@ -1386,6 +1422,61 @@ static void head_collapse_backward(trex_model *m, const head_pass *hp, const flo
     trex_mhc_head_backward(&m->ctx, m->cfg, hp->R, dX, hcg, t->dstate, t->dy, X, hcw, hp->hstate);
 }
 
+/* The MTP part of the backward: rows [i0, i1) of the token rows of dZ0 [Nm, n, d] summed over the n
+ * streams into dPe [Nm, d] (streams in order); rows [i0, i1) of the main streams' gradient dXL
+ * [B * T, n d] written as 0 + dXm (dXm [B * (T - 1), n d]: position t of each sequence; the last
+ * position 0), the bits of adding dXm into zeroed rows (+0 + -0 is +0). */
+typedef struct mtp_bwd_job {
+    const float *dZ0, *dXm;
+    float *dPe, *dXL;
+    int64_t T, n, d;
+} mtp_bwd_job;
+
+static void mtp_dpe_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const mtp_bwd_job *j = arg;
+    const int64_t n = j->n, d = j->d;
+    for (int64_t i = i0; i < i1; i++) {
+        float *pe = j->dPe + i * d;
+        memcpy(pe, j->dZ0 + i * n * d, (size_t)d * sizeof(float));
+        for (int64_t k = 1; k < n; k++) {
+            const float *z = j->dZ0 + (i * n + k) * d;
+            for (int64_t c = 0; c < d; c++)
+                pe[c] += z[c];
+        }
+    }
+}
+
+static void mtp_dxl_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const mtp_bwd_job *j = arg;
+    const int64_t nd = j->n * j->d;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t r = i / j->T, t = i % j->T;
+        float *o = j->dXL + i * nd;
+        if (t == j->T - 1) {
+            memset(o, 0, (size_t)nd * sizeof(float));
+            continue;
+        }
+        const float *x = j->dXm + (r * (j->T - 1) + t) * nd;
+        for (int64_t c = 0; c < nd; c++)
+            o[c] = 0.0f + x[c];
+    }
+}
+
+/* count floats from the arena, not zeroed: for scratch whose every element the caller writes before
+ * reading it. Aborts when out of memory, as trex_arena_xalloc does. */
+static float *scratch_floats(trex_arena *ar, int64_t count)
+{
+    const size_t bytes = (size_t)(count > 0 ? count : 1) * sizeof(float);
+    float *p = trex_arena_alloc_uninit(ar, bytes);
+    if (!p)
+        TREX_ABORT("model backward: out of activation memory for %zu bytes of scratch", bytes);
+    return p;
+}
+
 void trex_model_backward(trex_model *m)
 {
     TREX_ASSERT(m->have_pass && m->grads);
@@ -1394,18 +1485,19 @@ void trex_model_backward(trex_model *m)
     const int64_t N = m->N, Nm = m->Nm, T = m->T, B = m->B;
     const int64_t d = cfg->hidden_size, n = cfg->hc_mult, nd = n * d, L = cfg->num_hidden_layers;
     trex_arena *ar = m->arena;
-    bwd_tmp t;
-    t.dA = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
-    t.dB = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
-    t.dy = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
-    t.dxn = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
-    t.dx_in = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
-    t.x_in = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
-    t.xn = trex_arena_xalloc(ar, (size_t)(N * d) * sizeof(float));
-    t.rstd = trex_arena_xalloc(ar, (size_t)N * sizeof(float));
-    t.dstate = trex_arena_xalloc(ar, (size_t)(N * trex_mhc_dstate_size(n)) * sizeof(float));
-    t.Xmid = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
-    float *dXL = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float)); /* zeroed */
+    bwd_tmp t; /* each written before it is read (dA: its MTP rows cleared below, then dXL takes its place) */
+    t.dA = scratch_floats(ar, N * nd);
+    t.dB = scratch_floats(ar, N * nd);
+    t.dy = scratch_floats(ar, N * d);
+    t.dxn = scratch_floats(ar, N * d);
+    t.dx_in = scratch_floats(ar, N * d);
+    t.x_in = scratch_floats(ar, N * d);
+    t.xn = scratch_floats(ar, N * d);
+    t.rstd = scratch_floats(ar, N);
+    t.dstate = scratch_floats(ar, N * trex_mhc_dstate_size(n));
+    t.Xmid = scratch_floats(ar, N * nd);
+    /* d loss / d X_L: hc_head's backward adds into it, after the MTP part's rows (all of them written) */
+    float *dXL = m->mtp ? scratch_floats(ar, N * nd) : trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
 
     if (m->mtp) {
         /* MTP head -> MTP block -> e_proj / h_proj -> enorm / hnorm */
@@ -1417,15 +1509,8 @@ void trex_model_backward(trex_model *m)
         trex_prof_end(TREX_PROF_HEAD);
         block_backward(m, L, &m->seqm.info, Nm, &t);
         float *dZ0 = t.dA, *dPe = t.dy, *dee = t.dxn, *dXm = t.dB, *dhh = t.dB;
-        for (int64_t i = 0; i < Nm; i++) {
-            float *pe = dPe + i * d;
-            memcpy(pe, dZ0 + i * nd, (size_t)d * sizeof(float));
-            for (int64_t k = 1; k < n; k++) {
-                const float *z = dZ0 + (i * n + k) * d;
-                for (int64_t c = 0; c < d; c++)
-                    pe[c] += z[c];
-            }
-        }
+        mtp_bwd_job mj = {.dZ0 = dZ0, .dPe = dPe, .dXL = dXL, .T = T, .n = n, .d = d};
+        trex_pool_for(m->ctx.pool, Nm, 16, mtp_dpe_rows, &mj);
         trex_linear_backward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, dee, m->g.e_proj, dPe, m->ee,
                                 m->w.e_proj, Nm, d, d, false);
         trex_linear_backward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, dhh, m->g.h_proj, dZ0, m->hh,
@@ -1434,9 +1519,8 @@ void trex_model_backward(trex_model *m)
         trex_rmsnorm_backward(m->ctx.pool, t.dA, m->g.hnorm, dhh, m->Xm, m->w.hnorm, m->hh_rstd, Nm * n, d,
                               false);
         dXm = t.dA;
-        for (int64_t r = 0; r < B; r++)
-            for (int64_t i = 0; i < (T - 1) * nd; i++)
-                dXL[r * T * nd + i] += dXm[r * (T - 1) * nd + i];
+        mj.dXm = dXm;
+        trex_pool_for(m->ctx.pool, B * T, 16, mtp_dxl_rows, &mj);
         trex_rmsnorm_backward(m->ctx.pool, t.dx_in, m->g.enorm, dee, m->ein, m->w.enorm, m->ee_rstd, Nm, d,
                               false);
         trex_prof_begin(TREX_PROF_EMBED);
@@ -1450,11 +1534,11 @@ void trex_model_backward(trex_model *m)
     head_collapse_backward(m, &m->hp, m->XL, &m->w.hc_head, &m->g.hc_head, m->w.norm, m->g.norm, m->hp.dhn,
                            dXL, &t);
     trex_prof_end(TREX_PROF_HEAD);
-    memcpy(t.dA, dXL, (size_t)(N * nd) * sizeof(float));
+    t.dA = dXL; /* dL/dXout of the last block (dA's buffer is free: the MTP part is done) */
     if (m->opts.recompute == TREX_MODEL_RECOMPUTE_FULL) {
         /* each main block's forward again from its kept input, then its backward; the copy's losses,
          * expert counts and outputs go to scratch (they equal the first forward's, bit for bit) */
-        float *Xout = trex_arena_xalloc(ar, (size_t)(N * nd) * sizeof(float));
+        float *Xout = scratch_floats(ar, N * nd);
         int64_t *load = trex_arena_xalloc(ar, (size_t)cfg->n_routed_experts * sizeof *load);
         const fwd_tmp ftmp = {.x_in = t.x_in, .xn = t.xn, .y = NULL, .state = NULL};
         for (int64_t l = L - 1; l >= 0; l--) {

@@ -1,5 +1,6 @@
 /* kernels/ref/ce.c — the reference of the cross-entropy entries of the LM head in bf16 mode
- * (kernels/fused.h "Cross-entropy"; model/model.c head_forward3; docs/precision.md "The LM head").
+ * (kernels/fused.h "Cross-entropy"; model/model.c head_forward3; docs/precision.md "The LM head"), and
+ * of the bf16x3 split of its operands (split3).
  *
  * The head holds a chunk of logits transposed ([V, rows]: row v = vocabulary entry v, column i =
  * token i), so these entries walk rows (contiguous) and keep one running value per column. The exp is
@@ -76,5 +77,21 @@ void trex_fused_ce_grad_ref(uint16_t *dst, int64_t ldd, const float *E, int64_t 
         uint16_t *o = dst + v * ldd;
         for (int64_t i = 0; i < cols; i++) /* reads e[i] before o[i] (bytes 2i..) may overwrite it */
             o[i] = c[i] != 0.0f ? trex_f32_to_bf16(e[i] * c[i]) : 0;
+    }
+}
+
+void trex_fused_split3_ref(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
+                           int64_t lo0, int64_t hi1, int nt)
+{
+    (void)nt;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = src + r * n;
+        uint16_t *row = dst + r * 3 * n;
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t hi = trex_f32_to_bf16(x[i]);
+            row[hi0 + i] = hi;
+            row[hi1 + i] = hi;
+            row[lo0 + i] = trex_f32_to_bf16(x[i] - bits_f32((uint32_t)hi << 16));
+        }
     }
 }

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
 #include "trex/status.h"
 
@@ -700,23 +701,28 @@ typedef struct split_job {
     const float *src;
     uint16_t *dst;
     int64_t n, hi0, lo0, hi1;
+    int nt;
+    const trex_fused_table *fz;
 } split_job;
 
 static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
 {
     (void)tid;
     const split_job *j = arg;
-    for (int64_t i = i0; i < i1; i++) {
-        uint16_t *row = j->dst + i * 3 * j->n;
-        trex_split_bf16(row + j->hi0, row + j->lo0, j->src + i * j->n, j->n);
-        memcpy(row + j->hi1, row + j->hi0, (size_t)j->n * sizeof *row);
-    }
+    j->fz->split3(j->dst + i0 * 3 * j->n, j->src + i0 * j->n, i1 - i0, j->n, j->hi0, j->lo0, j->hi1, j->nt);
 }
 
+/* Outputs of at least this many bytes are written around the cache (the fused split3's nt): the LM
+ * head's W3 (794 MB at dsv4-bench) is read again only by the next GEMM's packing, long after the cache
+ * has turned over, and streaming stores skip the read for ownership of every line. */
+#define SPLIT_STREAM_BYTES ((int64_t)64 << 20)
+
+/* One pass of the fused table's split3 per block of rows (hi, x - hi and lo in registers; the same bits
+ * as trex_split_bf16), rows over the pool. */
 void trex_split_bf16x3_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
                             int64_t hi0, int64_t lo0, int64_t hi1)
 {
     TREX_ASSERT(rows >= 0 && n >= 0);
-    split_job j = {src, dst, n, hi0, lo0, hi1};
+    split_job j = {src, dst, n, hi0, lo0, hi1, rows * 3 * n * 2 >= SPLIT_STREAM_BYTES, trex_fused()};
     trex_pool_for(pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split_rows, &j);
 }

@@ -1,5 +1,6 @@
 /* kernels/x86/avx512/ce.c — AVX-512 leaves of the LM head's cross-entropy entries (kernels/fused.h
- * "Cross-entropy"), reached only through the fused-kernel table.
+ * "Cross-entropy") and of the bf16x3 split of its operands (split3), reached only through the
+ * fused-kernel table.
  *
  * They give the bits of the reference (kernels/ref/ce.c): 16 columns per register, the same float
  * operations in the same order (separate multiplies and adds: the build is ISO C and the intrinsics
@@ -107,4 +108,60 @@ void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64
             _mm256_mask_storeu_epi16(o + i, m, bf16_16(x));
         }
     }
+}
+
+/* 16 floats rounded in their dwords: the upper half of each is trex_f32_to_bf16 of it, the lower half
+ * is garbage (NaN: the upper half quieted, as trex_f32_to_bf16 does). */
+static inline __m512i bf16_in_hi(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+}
+
+static inline __mmask32 tail_mask32(int64_t left)
+{
+    return left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+}
+
+/* One pass per row: 32 floats in two registers give hi (rounded in the upper halves), x - hi in fp32
+ * (the lower halves cleared: exactly bf16 hi widened), lo the same way, and one permute per plane
+ * packs the upper halves into 32 bf16 for a 64-byte store. With nt and every plane's row 64-byte
+ * aligned and a whole number of 32 values, the stores are non-temporal (no read for ownership). */
+void trex_fused_split3_avx512(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
+                              int64_t lo0, int64_t hi1, int nt)
+{
+    const __m512i up = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31,
+                                        29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    int fence = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = src + r * n;
+        uint16_t *ph = dst + r * 3 * n + hi0, *ph1 = dst + r * 3 * n + hi1, *pl = dst + r * 3 * n + lo0;
+        const int stream = nt && n % 32 == 0 && ((uintptr_t)ph | (uintptr_t)ph1 | (uintptr_t)pl) % 64 == 0;
+        fence |= stream;
+        for (int64_t i = 0; i < n; i += 32) {
+            const __mmask16 m0 = tail_mask(n - i), m1 = n - i > 16 ? tail_mask(n - i - 16) : 0;
+            const __m512 x0 = _mm512_maskz_loadu_ps(m0, x + i), x1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
+            const __m512i h0 = bf16_in_hi(x0), h1 = bf16_in_hi(x1);
+            const __m512i l0 = bf16_in_hi(_mm512_sub_ps(x0, _mm512_castsi512_ps(_mm512_and_si512(h0, top))));
+            const __m512i l1 = bf16_in_hi(_mm512_sub_ps(x1, _mm512_castsi512_ps(_mm512_and_si512(h1, top))));
+            const __m512i H = _mm512_permutex2var_epi16(h0, up, h1), L = _mm512_permutex2var_epi16(l0, up, l1);
+            if (stream) {
+                _mm512_stream_si512((void *)(ph + i), H);
+                _mm512_stream_si512((void *)(ph1 + i), H);
+                _mm512_stream_si512((void *)(pl + i), L);
+            } else {
+                const __mmask32 m = tail_mask32(n - i);
+                _mm512_mask_storeu_epi16(ph + i, m, H);
+                _mm512_mask_storeu_epi16(ph1 + i, m, H);
+                _mm512_mask_storeu_epi16(pl + i, m, L);
+            }
+        }
+    }
+    if (fence)
+        _mm_sfence();
 }
