@@ -16,9 +16,13 @@
  *    bf16 bounds of the fp32 path; the same routing and balance loss; dx written, weight gradients
  *    accumulated; a hash layer and an empty batch.
  *
- * `test_moe --bench T [REPS [THREADS]]` instead times one bf16 layer at dsv4-bench's shapes (forward
- * with a cache, then backward) and prints wall and CPU seconds and a hash of the outputs (docs/perf.md,
- * "MoE class, round 4"). */
+ * 6. bf16 mode from bf16 copies of the weights (trex_wcopy, as the trainer runs it): the same bits as
+ *    from the fp32 weights; after a change of the weights the copies are stale until rewritten, and
+ *    the rewritten copies give the new weights' bits.
+ *
+ * `test_moe --bench T [REPS [THREADS [copies|fp32]]]` instead times one bf16 layer at dsv4-bench's
+ * shapes (forward with a cache, then backward) and prints wall and CPU seconds and a hash of the
+ * outputs (docs/perf.md, "MoE class, round 4" and "round 7"). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -227,6 +231,9 @@ typedef struct model {
     double *bias; /* [E] */
     float *biasf;
     double *R;    /* [N*d] loss weights */
+    /* bf16 copies of w1, w3, w2 (model_copies; NULL: none) and their source's version counter */
+    trex_wcopy *wc;
+    uint64_t ver;
 } model;
 
 static void model_init_split(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int64_t K,
@@ -296,8 +303,34 @@ static void model_init(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int
     model_init_split(m, B, T, d, E, K, I, layer, alpha, wstd, limit, seed, false);
 }
 
+/* bf16 copies of every expert's w1, w3, w2 and the shared expert's (in that order: each [W1; W3] copy is
+ * one matrix, whatever the fp32 layout), written from thf; views() hands them to the layer. */
+static void model_copies(model *m)
+{
+    const int64_t E = m->E, I = m->I, d = m->d, n = 3 * E + 3;
+    trex_wcopy_tensor *list = xcalloc((size_t)n, sizeof *list);
+    for (int64_t e = 0; e < E; e++) {
+        list[3 * e] = (trex_wcopy_tensor){m->thf + m->o_w1 + e * m->ew, I, d, NULL};
+        list[3 * e + 1] = (trex_wcopy_tensor){m->thf + m->o_w3 + e * m->ew, I, d, NULL};
+        list[3 * e + 2] = (trex_wcopy_tensor){m->thf + m->o_w2 + e * d * I, d, I, NULL};
+    }
+    list[3 * E] = (trex_wcopy_tensor){m->thf + m->o_sw1, I, d, NULL};
+    list[3 * E + 1] = (trex_wcopy_tensor){m->thf + m->o_sw3, I, d, NULL};
+    list[3 * E + 2] = (trex_wcopy_tensor){m->thf + m->o_sw2, d, I, NULL};
+    trex_err err = {0};
+    CHECK(trex_wcopy_create(&m->wc, list, n, &m->ver, NULL, &err) == TREX_OK, "weight copies: %s",
+          err.msg);
+    free(list);
+    if (m->wc) {
+        CHECK(!trex_wcopy_fresh(m->wc), "weight copies: stale until written");
+        trex_wcopy_refresh(NULL, m->wc);
+        CHECK(trex_wcopy_fresh(m->wc), "weight copies: fresh once written");
+    }
+}
+
 static void model_free(model *m)
 {
+    trex_wcopy_destroy(m->wc);
     free(m->th), free(m->thf), free(m->bias), free(m->biasf), free(m->R), free(m->tokens),
         free(m->tid2eid);
 }
@@ -445,7 +478,8 @@ static void views(wviews *v, const model *m, float *flat, bool grads)
                         .gate_bias = grads ? NULL : m->biasf,
                         .tid2eid = grads ? NULL : m->tid2eid,
                         .w1 = v->w1, .w2 = v->w2, .w3 = v->w3,
-                        .sw1 = flat + m->o_sw1, .sw2 = flat + m->o_sw2, .sw3 = flat + m->o_sw3};
+                        .sw1 = flat + m->o_sw1, .sw2 = flat + m->o_sw2, .sw3 = flat + m->o_sw3,
+                        .wc = grads ? NULL : m->wc};
 }
 
 static trex_seqinfo seqinfo(const model *m)
@@ -1017,6 +1051,38 @@ static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *
         CHECK(worst <= 1e-5, "%s: weight gradients accumulate (+=): relative error %g", label, worst);
         free(dy);
     }
+
+    /* The products from bf16 copies of the weights (as in the trainer's bf16 runs): the same bits as
+     * rounding the fp32 weights while packing. Then new expert weights (the routing does not move):
+     * the copies, rewritten, follow them; copies that were not rewritten would give other bits. */
+    {
+        float *g3 = xcalloc((size_t)P, sizeof(float)), *y3 = xcalloc((size_t)n, sizeof(float));
+        double b3 = 0;
+        model_copies(m);
+        for (int64_t p = 0; p < m->o_gate; p++)
+            g3[p] = NAN;
+        layer_grad(m, &c2, y3, g3, &b3, NULL);
+        CHECK(memcmp(y1, y3, (size_t)n * sizeof(float)) == 0, "%s: y from the weight copies bitwise equal",
+              label);
+        CHECK(memcmp(g1, g3, (size_t)P * sizeof(float)) == 0,
+              "%s: gradients from the weight copies bitwise equal", label);
+        for (int64_t p = m->o_w1; p < m->P; p++)
+            m->thf[p] = -0.75f * m->thf[p] + 1e-3f;
+        m->ver++;
+        CHECK(!trex_wcopy_fresh(m->wc), "%s: copies stale after a change of the weights", label);
+        trex_wcopy_refresh(pool, m->wc);
+        memset(g3, 0, (size_t)P * sizeof(float));
+        layer_grad(m, &c2, y3, g3, &b3, NULL);
+        trex_wcopy *wc = m->wc;
+        m->wc = NULL;
+        memset(g1, 0, (size_t)P * sizeof(float));
+        layer_grad(m, &c1, y1, g1, &b1, NULL);
+        m->wc = wc;
+        CHECK(memcmp(y1, y3, (size_t)n * sizeof(float)) == 0 &&
+                  memcmp(g1, g3, (size_t)P * sizeof(float)) == 0,
+              "%s: new weights: results from the rewritten copies bitwise equal", label);
+        free(g3), free(y3);
+    }
     free(g32), free(g1), free(g2), free(y32), free(y1), free(y2);
     trex_gemm_ws_destroy(ws1);
     trex_gemm_ws_destroy(ws2);
@@ -1140,17 +1206,21 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* `test_moe --bench T [REPS [THREADS]]`: one non-hash layer at dsv4-bench's shapes (d 1024, 24 experts,
- * 6 per token, inter 512, swiglu_limit 10, random weights, bias 0) in bf16 mode, forward with a cache
- * then backward, REPS times (default 5) on a pool of THREADS (default 2). Prints each repetition and the
- * medians over all but the first: wall seconds and process CPU seconds (all threads). */
+/* `test_moe --bench T [REPS [THREADS [copies|fp32]]]`: one non-hash layer at dsv4-bench's shapes (d 1024,
+ * 24 experts, 6 per token, inter 512, swiglu_limit 10, random weights, bias 0) in bf16 mode, forward with
+ * a cache then backward, REPS times (default 5) on a pool of THREADS (default 2), the products reading
+ * bf16 copies of the weights (copies, the default: as the trainer runs) or the fp32 weights. Prints each
+ * repetition and the medians over all but the first: wall seconds and process CPU seconds (all
+ * threads); with copies also the time to write them (once per optimizer step in training). */
 static int bench(int argc, char **argv)
 {
     const long T = argc > 2 ? strtol(argv[2], NULL, 10) : 1024;
     const int reps = argc > 3 ? (int)strtol(argv[3], NULL, 10) : 5;
     const int threads = argc > 4 ? (int)strtol(argv[4], NULL, 10) : 2;
-    if (T < 1 || reps < 2 || reps > 100 || threads < 1 || threads > 64) {
-        fprintf(stderr, "usage: test_moe --bench T [REPS (2-100) [THREADS (1-64)]]\n");
+    const char *mode = argc > 5 ? argv[5] : "copies";
+    if (T < 1 || reps < 2 || reps > 100 || threads < 1 || threads > 64 ||
+        (strcmp(mode, "copies") && strcmp(mode, "fp32"))) {
+        fprintf(stderr, "usage: test_moe --bench T [REPS (2-100) [THREADS (1-64) [copies|fp32]]]\n");
         return 2;
     }
     model m;
@@ -1167,6 +1237,20 @@ static int bench(int argc, char **argv)
     for (int64_t q = 0; q < m.N * m.d; q++)
         dy[q] = (float)m.R[q];
     trex_ctx ctx = {.pool = pool, .arena = arena, .compute = TREX_BF16, .ws = ws};
+    if (!strcmp(mode, "copies")) {
+        model_copies(&m);
+        if (!m.wc)
+            return 1;
+        double cw[5], cc[5];
+        for (int r = 0; r < 5; r++) {
+            const double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+            m.ver++;
+            trex_wcopy_refresh(pool, m.wc);
+            cw[r] = now_s(CLOCK_MONOTONIC) - w0, cc[r] = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        }
+        printf("copies: %.1f MiB, written in %.4f s wall %.4f s cpu (median of 5)\n",
+               (double)m.wc->bytes / 1048576.0, median(cw, 5), median(cc, 5));
+    }
     wviews v, gv;
     views(&v, &m, m.thf, false);
     views(&gv, &m, g, true);
@@ -1195,9 +1279,9 @@ static int bench(int argc, char **argv)
         hy = (hy ^ ((const unsigned char *)y)[q]) * 1099511628211ull;
     for (size_t q = 0; q < (size_t)m.P * sizeof(float); q++)
         hg = (hg ^ ((const unsigned char *)g)[q]) * 1099511628211ull;
-    printf("T %ld, %d threads: forward %.4f s wall %.4f s cpu, backward %.4f s wall %.4f s cpu "
+    printf("T %ld, %d threads, %s: forward %.4f s wall %.4f s cpu, backward %.4f s wall %.4f s cpu "
            "(medians of %d); hash y %016llx, hash grads %016llx\n",
-           T, threads, median(fw + 1, reps - 1), median(fc + 1, reps - 1), median(bw + 1, reps - 1),
+           T, threads, mode, median(fw + 1, reps - 1), median(fc + 1, reps - 1), median(bw + 1, reps - 1),
            median(bc + 1, reps - 1), reps - 1, (unsigned long long)hy, (unsigned long long)hg);
     free(y), free(g), free(dy);
     trex_gemm_ws_destroy(ws);

@@ -5,12 +5,17 @@
  * - the tiny config's names and shapes (MODEL_SPEC §7.1 with tiny sizes);
  * - initialisation values and determinism; save -> load round trip bit-exact;
  * - load rejects a missing tensor, a wrong shape, a wrong dtype, a repeated or out-of-range expert in a
- *   tid2eid row, an extra tensor and a quantisation scale, each with the tensor named. Run from the
- *   repository root. */
+ *   tid2eid row, an extra tensor and a quantisation scale, each with the tensor named;
+ * - bf16 compute copies of the experts' weights: the packers' rounding of every routed and shared
+ *   expert tensor, padded rows, [W1; W3] one matrix, nothing else copied; stale after a change of the
+ *   weights until rewritten (reading a stale copy aborts); the optimizer's step writes them fresh
+ *   (AdamW and Muon), and refuses copies it would not update. Run from the repository root. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -18,6 +23,7 @@
 #include "check.h"
 #include "trex/config.h"
 #include "trex/io.h"
+#include "trex/optim.h"
 #include "trex/params.h"
 #include "trex/safetensors.h"
 #include "trex/tensor.h"
@@ -604,6 +610,142 @@ static void test_load_errors(void)
     CHECK(mem.live[TREX_REGION_PARAMS] == 0, "everything freed");
 }
 
+/* Whether every expert tensor's bf16 copy holds the rounding of its fp32 values (pads zero, w3's copy
+ * right after w1's); counts the copied tensors in *n. */
+static bool copies_match(const trex_weights *w, int64_t *n)
+{
+    bool ok = true;
+    *n = 0;
+    const float *w1 = NULL;
+    const uint16_t *c1 = NULL;
+    for (int64_t k = 0; k < w->layout.count; k++) {
+        const trex_param *p = &w->layout.params[k];
+        const bool expert = p->kind == TREX_P_EXPERT || p->kind == TREX_P_SHARED_EXPERT;
+        int64_t ld = 0;
+        const uint16_t *c = p->is_int ? NULL : trex_wcopy_find(w->bf16, w->f + p->offset, &ld);
+        if (!expert || !c) {
+            ok = ok && !expert && !c;
+            continue;
+        }
+        (*n)++;
+        const int64_t rows = p->shape[0], cols = p->shape[1];
+        ok = ok && ld == cols + TREX_WCOPY_PAD;
+        for (int64_t r = 0; r < rows && ok; r++)
+            for (int64_t j = 0; j < ld && ok; j++)
+                ok = c[r * ld + j] == (j < cols ? trex_f32_to_bf16(w->f[p->offset + r * cols + j]) : 0);
+        const size_t len = strlen(p->name);
+        if (len > 9 && !strcmp(p->name + len - 9, "w1.weight"))
+            w1 = w->f + p->offset, c1 = c;
+        else if (len > 9 && !strcmp(p->name + len - 9, "w3.weight"))
+            ok = ok && w1 && c == c1 + rows * ld; /* [W1; W3] one matrix */
+    }
+    return ok;
+}
+
+/* A child process that reads a stale copy must abort. */
+static bool stale_read_aborts(const trex_weights *w, const float *src)
+{
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(3);
+        int64_t ld;
+        (void)trex_wcopy_find(w->bf16, src, &ld);
+        _exit(0);
+    }
+    int st = 0;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static void test_bf16_copies(void)
+{
+    trex_config c;
+    trex_weights w;
+    trex_mem mem = {0};
+    trex_err err = {0};
+    if (!load_cfg(&c, "configs/dsv4-tiny.json"))
+        return;
+    trex_pool *pool = trex_pool_create(2);
+    CHECK(pool && trex_weights_init(&w, &c, 5, &mem, &err) == TREX_OK, "init: %s", err.msg);
+    if (!pool)
+        return;
+    CHECK(w.bf16 == NULL, "no copies unless asked for");
+    const size_t before = mem.live[TREX_REGION_PARAMS];
+    CHECK(trex_weights_bf16_enable(pool, &w, &err) == TREX_OK && w.bf16, "enable: %s", err.msg);
+    if (!w.bf16)
+        goto out;
+    const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, d = c.hidden_size;
+    const int64_t nb = trex_config_n_blocks(&c);
+    const size_t want = (size_t)(nb * (E + 1)) * (size_t)(2 * I * (d + TREX_WCOPY_PAD) + d * (I + TREX_WCOPY_PAD)) * 2;
+    CHECK(w.bf16->bytes == want && mem.live[TREX_REGION_PARAMS] - before == want,
+          "copies: %zu bytes charged to params, want %zu", mem.live[TREX_REGION_PARAMS] - before, want);
+    int64_t n = 0;
+    CHECK(copies_match(&w, &n) && n == nb * (E + 1) * 3, "copies: the packers' rounding of %lld tensors",
+          (long long)n);
+    CHECK(trex_weights_bf16_enable(pool, &w, &err) == TREX_OK && mem.live[TREX_REGION_PARAMS] - before == want,
+          "enable twice: nothing more");
+    CHECK(trex_wcopy_find(w.bf16, trex_weights_get(&w, "embed.weight"), NULL) == NULL, "embed not copied");
+
+    /* a change of the weights: stale until rewritten */
+    float *w2 = trex_weights_get(&w, "layers.1.ffn.experts.2.w2.weight");
+    for (int64_t q = 0; q < d * I; q++)
+        w2[q] = w2[q] * -3.0f + 0.25f;
+    CHECK(!copies_match(&w, &n), "copies: the old values until rewritten");
+    w.version++;
+    CHECK(!trex_wcopy_fresh(w.bf16), "copies: stale after the version moved");
+    CHECK(stale_read_aborts(&w, w2), "reading a stale copy aborts");
+    w.version--;
+    trex_weights_changed(pool, &w, false);
+    CHECK(trex_wcopy_fresh(w.bf16) && copies_match(&w, &n), "copies: rewritten by trex_weights_changed");
+
+    /* the optimizer writes the copies in its step */
+    for (int kind = 0; kind < 2; kind++) {
+        trex_optimizer_settings s;
+        trex_optimizer_defaults(&s);
+        s.kind = kind ? TREX_OPTIM_MUON : TREX_OPTIM_ADAMW;
+        s.lr = 1e-2;
+        trex_optimizer *o = NULL;
+        CHECK(trex_optimizer_create(&o, &w.layout, &c, &s, 2, &mem, &err) == TREX_OK, "optimizer: %s",
+              err.msg);
+        float *g = calloc((size_t)w.layout.n_float, sizeof *g);
+        if (!o || !g) {
+            trex_optimizer_destroy(o);
+            free(g);
+            break;
+        }
+        CHECK(trex_optimizer_set_copies(o, w.f, w.bf16, &err) == TREX_OK, "set copies: %s", err.msg);
+        uint64_t r = 88172645463325252ull + (uint64_t)kind;
+        for (int step = 0; step < 2; step++) {
+            for (int64_t q = 0; q < w.layout.n_float; q++) {
+                r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                g[q] = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5) * 1e-2f;
+            }
+            trex_step_report rep;
+            trex_optimizer_update(o, pool, w.f, g, &rep);
+            CHECK(!rep.skipped, "%s step %d", trex_optim_kind_name(s.kind), step);
+            trex_weights_changed(pool, &w, true);
+            CHECK(trex_wcopy_fresh(w.bf16) && copies_match(&w, &n) && n == nb * (E + 1) * 3,
+                  "%s step %d: the step wrote every copy", trex_optim_kind_name(s.kind), step);
+        }
+        /* copies of a tensor the step does not update are refused */
+        trex_wcopy *bad = NULL;
+        uint64_t ver = 0;
+        const trex_param *bp = trex_layout_find(&w.layout, "layers.2.ffn.gate.bias");
+        const trex_wcopy_tensor bt = {w.f + (bp ? bp->offset : 0), 1, E, NULL};
+        CHECK(bp && trex_wcopy_create(&bad, &bt, 1, &ver, NULL, &err) == TREX_OK, "a copy of gate.bias");
+        CHECK(bad && trex_optimizer_set_copies(o, w.f, bad, &err) == TREX_EINVAL && strstr(err.msg, "gate.bias"),
+              "set copies: gate.bias refused: %s", err.msg);
+        trex_wcopy_destroy(bad);
+        free(g);
+        trex_optimizer_destroy(o);
+    }
+out:
+    trex_weights_free(&w);
+    trex_pool_destroy(pool);
+    CHECK(mem.live[TREX_REGION_PARAMS] == 0, "copies freed with the weights");
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -617,6 +759,7 @@ int main(void)
     test_tiny_layout();
     test_init();
     test_load_errors();
+    test_bf16_copies();
     rmdir(tmpdir);
     return check_summary();
 }

@@ -127,6 +127,14 @@ trex_code trex_optimizer_create(trex_optimizer **out, const trex_layout *lay, co
                                 trex_err *err);
 void trex_optimizer_destroy(trex_optimizer *o); /* NULL is a no-op */
 
+/* Makes every later step write the bf16 copies c (trex/params.h, e.g. trex_weights.bf16) of the tensors
+ * it updates in params, in the same pass, from the new values (the chunk just written is still in
+ * cache: no pass over the weights of its own); after such a step the caller records that the copies
+ * are fresh (trex_weights_changed(pool, w, true)). Later steps must be given this params buffer. Every
+ * copy must be of a whole 2-D tensor of the layout that the optimizer updates: TREX_EINVAL otherwise.
+ * c NULL stops it. TREX_ENOMEM for the table (one pointer and two sizes per tensor). */
+trex_code trex_optimizer_set_copies(trex_optimizer *o, const float *params, const trex_wcopy *c, trex_err *err);
+
 const trex_optimizer_settings *trex_optimizer_settings_get(const trex_optimizer *o);
 /* Changes settings that do not change the state's shape (everything but kind); TREX_EINVAL otherwise. */
 trex_code trex_optimizer_settings_set(trex_optimizer *o, const trex_optimizer_settings *s, trex_err *err);

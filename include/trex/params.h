@@ -102,6 +102,51 @@ typedef struct trex_param_counts {
 
 void trex_layout_count(const trex_layout *lay, const trex_config *cfg, trex_param_counts *out);
 
+/* ---- bf16 compute copies (docs/params.md "bf16 compute copies") ---------------------------------------
+ * bf16 copies of fp32 tensors that bf16 products read many times per optimizer step (the experts'
+ * w1, w3, w2): each tensor [rows, cols] becomes a bf16 matrix with rows `cols + TREX_WCOPY_PAD` apart
+ * (not a power-of-two stride: the packers read 16-32 rows at once), rounded to nearest even as
+ * trex_f32_to_bf16 — the bytes the GEMM's packers make of the fp32 values, so a product that reads the
+ * copy gives the bits of one that rounds the fp32 tensor while packing. The copies lie in the order of
+ * the list with nothing between them (an expert's w1 and w3, listed one after the other, form one
+ * [2 inter, d] matrix). A copy set follows a version counter of its source (`*source`, e.g.
+ * trex_weights.version): whoever changes the source bumps the counter and rewrites the copies
+ * (trex_wcopy_refresh); trex_wcopy_find aborts on a copy older than its source (a stale copy is a bug). */
+#define TREX_WCOPY_PAD 32
+
+typedef struct trex_wcopy_tensor {
+    const float *src;  /* fp32 [rows, cols], row-major, rows cols apart */
+    int64_t rows, cols;
+    uint16_t *dst;     /* its copy, rows cols + TREX_WCOPY_PAD apart (filled by trex_wcopy_create) */
+} trex_wcopy_tensor;
+
+typedef struct trex_wcopy {
+    int64_t n;              /* tensors, sorted by src (their copies lie in list order) */
+    trex_wcopy_tensor *t;
+    uint16_t *b;            /* every copy, one block of `bytes` (region params of mem) */
+    size_t bytes;
+    trex_mem *mem;
+    const uint64_t *source; /* the source's version counter */
+    uint64_t version;       /* the source version the copies hold; UINT64_MAX before the first refresh */
+} trex_wcopy;
+
+/* Copies of the n tensors of list (distinct, non-overlapping sources), allocated but not written
+ * (stale until trex_wcopy_refresh). TREX_ENOMEM with a message when out of memory. */
+trex_code trex_wcopy_create(trex_wcopy **out, const trex_wcopy_tensor *list, int64_t n,
+                            const uint64_t *source, trex_mem *mem, trex_err *err);
+void trex_wcopy_destroy(trex_wcopy *c); /* NULL is a no-op */
+/* Rewrites every copy from its source on the pool's threads (NULL: the calling thread) and records
+ * the source's version. */
+void trex_wcopy_refresh(trex_pool *pool, trex_wcopy *c);
+/* Whether the copies hold the source's current version. */
+bool trex_wcopy_fresh(const trex_wcopy *c);
+/* The copy of the tensor whose fp32 values start at src (its row stride in *ld), or NULL when src is
+ * not a listed tensor or c is NULL. Aborts when the copies are stale. */
+const uint16_t *trex_wcopy_find(const trex_wcopy *c, const float *src, int64_t *ld);
+/* The same for a writer that keeps the copies fresh itself (the optimizer, which writes each tensor's
+ * copy in the pass that updates it): no staleness check; *cols gets the tensor's columns. */
+uint16_t *trex_wcopy_slot(const trex_wcopy *c, const float *src, int64_t *ld, int64_t *cols);
+
 /* The weights of one model replica in memory: fp32 values in `f`, integer tables in `i`. */
 typedef struct trex_weights {
     const trex_config *cfg;
@@ -109,6 +154,10 @@ typedef struct trex_weights {
     float *f;
     int32_t *i;
     trex_mem *mem;
+    /* Bumped by whoever changes f after init or load (trex_weights_changed); the bf16 copies record
+     * the version they were written from. The struct must not move while bf16 is set. */
+    uint64_t version;
+    trex_wcopy *bf16; /* bf16 copies of the experts' weights (trex_weights_bf16_enable), or NULL */
 } trex_weights;
 
 /* Allocates the buffers and initialises them (docs/model-conventions.md "Initialisation") from seed. */
@@ -124,7 +173,18 @@ trex_code trex_weights_load(trex_weights *w, const trex_config *cfg, const char 
                             trex_err *err);
 /* Writes every tensor in layout order (F32; tid2eid I64), atomically. */
 trex_code trex_weights_save(const trex_weights *w, const char *path, trex_err *err);
-void trex_weights_free(trex_weights *w);
+void trex_weights_free(trex_weights *w); /* the bf16 copies too */
+
+/* bf16 compute copies of every routed and shared expert's w1, w3, w2 (layout order, so each expert's
+ * copies of w1 and w3 form one [2 inter, d] matrix), written now from f: about 2 bytes per expert
+ * weight (dsv4-bench: 0.95 GiB), charged to region params. For bf16 training: enable before creating
+ * the model (trex_model_create binds the copies), then call trex_weights_changed after every change of
+ * f. A no-op when already enabled. TREX_ENOMEM with a message when out of memory. */
+trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_err *err);
+/* f has changed (an optimizer step, a load into f): bumps the version; then the bf16 copies, if any, are
+ * rewritten on the pool's threads, unless copies_written says the writer already wrote every copy from
+ * the new values (the optimizer's pass with trex_optimizer_set_copies). */
+void trex_weights_changed(trex_pool *pool, trex_weights *w, bool copies_written);
 
 static inline float *trex_weights_get(const trex_weights *w, const char *name)
 {

@@ -13,6 +13,7 @@
 
 #include "trex/alloc.h"
 #include "trex/config.h"
+#include "trex/params.h"
 #include "trex/pool.h"
 #include "trex/status.h"
 #include "trex/tensor.h"
@@ -99,6 +100,7 @@ typedef struct trex_moe_w {
     const int32_t *tid2eid;
     float **w1, **w2, **w3; /* arrays of n_routed_experts pointers */
     float *sw1, *sw2, *sw3;
+    const trex_wcopy *wc;   /* bf16 copies of w1, w3, w2 read by bf16 mode (NULL: none; docs/moe.md) */
 } trex_moe_w;
 
 typedef struct trex_moe_cache trex_moe_cache;

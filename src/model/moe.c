@@ -16,7 +16,8 @@
  * permuted rows in passes of at most MOE_RANGE, each product one call over every expert of the pass, so
  * both cores share all experts and each weight is packed once per pass; each token then adds its rows
  * in expert order, which keeps y and dx in the per-expert order. The products' activation operands are
- * kept in bf16 (rounded as the packers would) and SwiGLU runs through the fused-kernel table
+ * kept in bf16 (rounded as the packers would), the weights are read from their bf16 copies where the
+ * trainer keeps them (trex_moe_w.wc, see moe_wb_get), and SwiGLU runs through the fused-kernel table
  * (swiglu_*_bf16: vectorised, its own exp). Math, derivations and layout: docs/moe.md. */
 #include <math.h>
 #include <stdbool.h>
@@ -268,8 +269,8 @@ typedef struct piece_list {
 } piece_list;
 
 /* A product over each piece's rows: probs[i] = {M = rows, N, K = Kd, A = a0 + (lo - p0) lda (bf16),
- * B = Bs[e] (ldb), C = c0 + (lo - p0) ldc}. Returns the count. */
-static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, float *const *Bs,
+ * B = Bs[e] (ldb; fp32 weights or their bf16 copies), C = c0 + (lo - p0) ldc}. Returns the count. */
+static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, const void *const *Bs,
                           int64_t N, int64_t Kd, const uint16_t *a0, int64_t lda, int64_t ldb,
                           float *c0, int64_t ldc)
 {
@@ -503,16 +504,66 @@ static bool w13_adjacent(const trex_moe_w *w, int64_t E, int64_t I, int64_t d)
     return adj;
 }
 
+/* bf16 mode: the expert weights as the products read them. With bf16 copies (trex_moe_w.wc, kept by the
+ * trainer: docs/params.md "bf16 compute copies") of every routed and shared w1, w3, w2, in which each
+ * [W1; W3] is one [2I, d] matrix (rows d + TREX_WCOPY_PAD apart, W2's I + TREX_WCOPY_PAD): the products
+ * read those (half the bytes, no rounding per call; the copies hold the packers' rounding, so the bits
+ * are those of the fp32 path). Otherwise the fp32 weights, rounded while packed. */
+typedef struct moe_wb {
+    trex_dtype dt;                    /* TREX_BF16: the copies; TREX_F32: the fp32 weights */
+    const void **w1, **w3, **w2;      /* [E] */
+    const void *sw1, *sw3, *sw2;
+    int64_t ld13, ld2;                /* row strides of W1 and W3, of W2 */
+    bool adj;                         /* [W1; W3] one matrix (always with the copies) */
+} moe_wb;
+
+/* Fills wb (arrays of E pointers from ar, which the caller rewinds) for weights w; false when out of
+ * activation memory. */
+static bool moe_wb_get(moe_wb *wb, trex_arena *ar, const trex_moe_w *w, int64_t E, int64_t I,
+                       int64_t d)
+{
+    const void **p = trex_arena_alloc_uninit(ar, (size_t)(3 * E) * sizeof *p);
+    if (!p)
+        return false;
+    *wb = (moe_wb){.w1 = p, .w3 = p + E, .w2 = p + 2 * E};
+    bool ok = w->wc != NULL;
+    if (ok) {
+        int64_t l1, l3, l2;
+        const uint16_t *b1 = trex_wcopy_find(w->wc, w->sw1, &l1);
+        const uint16_t *b3 = trex_wcopy_find(w->wc, w->sw3, &l3);
+        const uint16_t *b2 = trex_wcopy_find(w->wc, w->sw2, &l2);
+        const int64_t ld13 = d + TREX_WCOPY_PAD, ld2 = I + TREX_WCOPY_PAD;
+        ok = b1 && b3 && b2 && l1 == ld13 && l3 == ld13 && l2 == ld2 && b3 == b1 + I * ld13;
+        wb->sw1 = b1, wb->sw3 = b3, wb->sw2 = b2;
+        for (int64_t e = 0; e < E && ok; e++) {
+            b1 = trex_wcopy_find(w->wc, w->w1[e], &l1);
+            b3 = trex_wcopy_find(w->wc, w->w3[e], &l3);
+            b2 = trex_wcopy_find(w->wc, w->w2[e], &l2);
+            ok = b1 && b3 && b2 && l1 == ld13 && l3 == ld13 && l2 == ld2 && b3 == b1 + I * ld13;
+            wb->w1[e] = b1, wb->w3[e] = b3, wb->w2[e] = b2;
+        }
+        if (ok) {
+            wb->dt = TREX_BF16, wb->ld13 = ld13, wb->ld2 = ld2, wb->adj = true;
+            return true;
+        }
+    }
+    for (int64_t e = 0; e < E; e++)
+        wb->w1[e] = w->w1[e], wb->w3[e] = w->w3[e], wb->w2[e] = w->w2[e];
+    wb->sw1 = w->sw1, wb->sw3 = w->sw3, wb->sw2 = w->sw2;
+    wb->dt = TREX_F32, wb->ld13 = d, wb->ld2 = I, wb->adj = w13_adjacent(w, E, I, d);
+    return true;
+}
+
 /* The problems of a | u = x [W1; W3]^T over the pieces of pl: C = au (rows lau apart, a in columns
- * [0, I), u in [I, 2I)), A = xg (bf16, lda). Returns the count. */
-static int64_t pieces_w13_fwd(trex_gemm_problem *probs, const piece_list *pl, float *const *w1,
-                              float *const *w3, bool adj, int64_t I, int64_t d, const uint16_t *xg,
-                              int64_t lda, float *au, int64_t lau)
+ * [0, I), u in [I, 2I)), A = xg (bf16, lda), B = w1, w3 (ldb). Returns the count. */
+static int64_t pieces_w13_fwd(trex_gemm_problem *probs, const piece_list *pl, const void *const *w1,
+                              const void *const *w3, bool adj, int64_t I, int64_t d, const uint16_t *xg,
+                              int64_t lda, int64_t ldb, float *au, int64_t lau)
 {
     if (adj)
-        return pieces_fwd(probs, pl, w1, 2 * I, d, xg, lda, d, au, lau);
-    const int64_t np = pieces_fwd(probs, pl, w1, I, d, xg, lda, d, au, lau);
-    return np + pieces_fwd(probs + np, pl, w3, I, d, xg, lda, d, au + I, lau);
+        return pieces_fwd(probs, pl, w1, 2 * I, d, xg, lda, ldb, au, lau);
+    const int64_t np = pieces_fwd(probs, pl, w1, I, d, xg, lda, ldb, au, lau);
+    return np + pieces_fwd(probs + np, pl, w3, I, d, xg, lda, ldb, au + I, lau);
 }
 
 /* The problems of [dW1; dW3] += [da du]^T x over the pieces of pl (dadu rows la apart, xg rows lx
@@ -557,7 +608,7 @@ static void w13_rows(void *arg, int64_t r0, int64_t r1, int tid)
     }
 }
 
-static void w13_bf16(trex_pool *pool, uint16_t *dst, float *const *w1, float *const *w3,
+static void w13_bf16(trex_pool *pool, uint16_t *dst, const void *const *w1, const void *const *w3,
                      const int64_t *es, int64_t n, int64_t I, int64_t d)
 {
     TREX_ASSERT(n <= MOE_WAVE);
@@ -596,18 +647,24 @@ typedef struct w13_scratch {
     pass_pieces pp;   /* arrays of E */
 } w13_scratch;
 
-/* Backward dx = [da du] [W1; W3] of the pieces of pl (one product of K = 2I per expert from the bf16
- * copy, written over dxg, row p0 first); dadu holds da and du side by side (rows la apart). */
-static void w13_backward_dx(trex_pool *pool, trex_gemm_ws *gws, const trex_moe_w *w,
+/* Backward dx = [da du] [W1; W3] of the pieces of pl (one product of K = 2I per expert, written over
+ * dxg, row p0 first); dadu holds da and du side by side (rows la apart). With the weights' bf16 copies
+ * one call over every piece; otherwise from bf16 copies of [W1; W3] made here per wave of experts. */
+static void w13_backward_dx(trex_pool *pool, trex_gemm_ws *gws, const moe_wb *wb,
                             const piece_list *pl, w13_scratch *ws, trex_gemm_problem *probs,
                             const uint16_t *dadu, int64_t la, float *dxg, int64_t I, int64_t d)
 {
+    if (wb->dt == TREX_BF16) {
+        const int64_t np = pieces_fwd(probs, pl, wb->w1, d, 2 * I, dadu, la, wb->ld13, dxg, d);
+        trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, np);
+        return;
+    }
     pass_pieces *pp = &ws->pp;
     pass_pieces_of(pp, pl);
     const int64_t nw = (pp->n + MOE_WAVE - 1) / MOE_WAVE;
     for (int64_t v = 0; v < nw; v++) {
         const int64_t j0 = v * pp->n / nw, j1 = (v + 1) * pp->n / nw;
-        w13_bf16(pool, ws->wb, w->w1, w->w3, pp->e + j0, j1 - j0, I, d);
+        w13_bf16(pool, ws->wb, wb->w1, wb->w3, pp->e + j0, j1 - j0, I, d);
         for (int64_t j = j0; j < j1; j++) {
             const int64_t r = pp->lo[j] - pl->p0;
             probs[j - j0] = (trex_gemm_problem){pp->hi[j] - pp->lo[j], d, 2 * I, dadu + r * la, la,
@@ -618,10 +675,10 @@ static void w13_backward_dx(trex_pool *pool, trex_gemm_ws *gws, const trex_moe_w
     }
 }
 
-/* The shared expert's [W1; W3] in bf16 (a one-expert list for w13_bf16). */
-static void w13_shared_bf16(trex_pool *pool, uint16_t *dst, const trex_moe_w *w, int64_t I, int64_t d)
+/* The shared expert's [W1; W3] in bf16 (a one-expert list for w13_bf16), without the weights' copies. */
+static void w13_shared_bf16(trex_pool *pool, uint16_t *dst, const moe_wb *wb, int64_t I, int64_t d)
 {
-    float *w1 = w->sw1, *w3 = w->sw3;
+    const void *w1 = wb->sw1, *w3 = wb->sw3;
     const int64_t e0 = 0;
     w13_bf16(pool, dst, &w1, &w3, &e0, 1, I, d);
 }
@@ -633,25 +690,26 @@ static void w13_shared_bf16(trex_pool *pool, uint16_t *dst, const trex_moe_w *w,
  * go to the cache (else to the pass-sized c->a and sa), rows lau apart. og [C, d] holds the experts'
  * outputs; its first C*d bf16 hold the gathered inputs until W2 overwrites them. */
 static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe_cache *c, float *y,
-                                    const float *x, uint16_t *xb, const trex_moe_w *w, bool keep,
+                                    const float *x, uint16_t *xb, const moe_wb *wb, bool keep,
                                     float *sa, float *og, uint16_t *hg, trex_gemm_problem *probs,
                                     int64_t C, int64_t Cs, float L)
 {
     const int64_t N = c->N, K = c->K, I = c->I, d = c->d, E = c->E, lau = c->lau;
     const trex_fused_table *f = trex_fused();
-    const bool adj = w13_adjacent(w, E, I, d);
+    const trex_dtype bt = wb->dt;
     uint16_t *xg = (uint16_t *)og;
     to_bf16_rows(pool, xb, x, N, d, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
         const int64_t n = N - r0 < Cs ? N - r0 : Cs, soff[2] = {0, n};
         const piece_list sp = {soff, 1, 0, n};
         float *a = keep ? c->sa + r0 * lau : sa;
-        int64_t np = pieces_w13_fwd(probs, &sp, &w->sw1, &w->sw3, adj, I, d, xb + r0 * d, d, a, lau);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        int64_t np = pieces_w13_fwd(probs, &sp, &wb->sw1, &wb->sw3, wb->adj, I, d, xb + r0 * d, d,
+                                    wb->ld13, a, lau);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
         swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .I = I, .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
-        probs[0] = (trex_gemm_problem){n, d, I, hg, I, w->sw2, I, y + r0 * d, d};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, 1);
+        probs[0] = (trex_gemm_problem){n, d, I, hg, I, wb->sw2, wb->ld2, y + r0 * d, d};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, 1);
     }
     for (int64_t p0 = 0; p0 < N * K; p0 += C) {
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
@@ -660,13 +718,13 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe
         float *a = keep ? c->a + p0 * lau : c->a;
         gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t), d};
         trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
-        int64_t np = pieces_w13_fwd(probs, &pl, w->w1, w->w3, adj, I, d, xg, d, a, lau);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        int64_t np = pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a, lau);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
         swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .perm = perm, .gw = c->gw, .I = I,
                             .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
-        np = pieces_fwd(probs, &pl, w->w2, d, I, hg, I, I, og, d); /* outputs over the inputs */
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, probs, np);
+        np = pieces_fwd(probs, &pl, wb->w2, d, I, hg, I, wb->ld2, og, d); /* outputs over the inputs */
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
         combine_args cb = {c->spos, og, y, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
     }
@@ -825,7 +883,8 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     trex_gemm_problem *probs =
         grouped ? arena_get(ar, (size_t)(2 * E) * sizeof(trex_gemm_problem), &ok) : NULL;
     float *gt = grouped ? arena_get_as(ar, (size_t)(d * E) * sizeof(float), true, &ok) : NULL;
-    if (!ok)
+    moe_wb wb;
+    if (!ok || (grouped && !moe_wb_get(&wb, ar, w, E, I, d)))
         goto oom;
 
     /* Router logits, fp32 in both modes. bf16 mode: a skinny kernel with the same bits (the gate
@@ -904,7 +963,7 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     }
 
     if (grouped) {
-        experts_forward_grouped(pool, gws, c, y, x, xb, w, cache != NULL, sa, og, (uint16_t *)hg,
+        experts_forward_grouped(pool, gws, c, y, x, xb, &wb, cache != NULL, sa, og, (uint16_t *)hg,
                                 probs, C, Cs, L);
         goto done;
     }
@@ -1015,7 +1074,8 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
  * order. Operands other than weights are bf16 (see above); dh and dx are fp32 products. Per pass:
  * dh = dy W2; SwiGLU's backward, which also recomputes h (one exp); dW2 += dy^T h;
  * [dW1; dW3] += [da du]^T x (one product per expert where [W1; W3] is one matrix in place, see
- * w13_adjacent); dx = [da du] [W1; W3] (one product of K = 2I per expert from a bf16 copy). */
+ * w13_adjacent); dx = [da du] [W1; W3] (one product of K = 2I per expert, from the weights' bf16 copies
+ * or from copies of [W1; W3] made per wave, see w13_backward_dx). */
 static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *c, float *dx,
                                      float *dg, const float *dy, const float *x, const trex_moe_w *w,
                                      trex_moe_w *g, float L)
@@ -1042,14 +1102,22 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
     uint16_t *dadu = scratch_x(ar, (size_t)(Ch * la) * sizeof(uint16_t)); /* da, du side by side */
     float *dhg = scratch_x(ar, (size_t)(Ch * I) * sizeof(float));
     trex_gemm_problem *probs = trex_arena_xalloc(ar, (size_t)(2 * E) * sizeof(trex_gemm_problem));
-    int64_t *pa = scratch_x(ar, (size_t)(3 * E) * sizeof(int64_t));
-    w13_scratch ws = {scratch_x(ar, (size_t)((E < MOE_WAVE ? E : MOE_WAVE) * 2 * I * lx) *
-                                        sizeof(uint16_t)),
-                      {0, pa, pa + E, pa + 2 * E}};
+    moe_wb wb;
+    if (!moe_wb_get(&wb, ar, w, E, I, d))
+        TREX_ABORT("moe backward: out of activation memory for the weight views");
+    const bool copies = wb.dt == TREX_BF16;
+    w13_scratch ws = {NULL, {0, NULL, NULL, NULL}};
+    if (!copies) { /* the per-wave [W1; W3] copies of w13_backward_dx */
+        int64_t *pa = scratch_x(ar, (size_t)(3 * E) * sizeof(int64_t));
+        ws = (w13_scratch){scratch_x(ar, (size_t)((E < MOE_WAVE ? E : MOE_WAVE) * 2 * I * lx) *
+                                             sizeof(uint16_t)),
+                           {0, pa, pa + E, pa + 2 * E}};
+    }
     to_bf16_rows(pool, xb, x, N, d, lx);
     to_bf16_rows(pool, dyb, dy, N, d, lx);
 
-    w13_shared_bf16(pool, ws.wb, w, I, d);
+    if (!copies)
+        w13_shared_bf16(pool, ws.wb, &wb, I, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
         const int64_t n = N - r0 < Cs ? N - r0 : Cs, soff[2] = {0, n};
         const piece_list sp = {soff, 1, 0, n};
@@ -1057,14 +1125,15 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
         swiglu16_args sg = {.f = f, .a = c->sa + r0 * lau, .u = c->su + r0 * lau, .h = hg, .dh = dhg,
                             .da = dadu, .du = dadu + I, .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I]); SwiGLU backward and h; dW2 += dy^T h */
-        probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, w->sw2, I, dhg, I};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, 1);
+        probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, wb.sw2, wb.ld2, dhg, I};
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, wb.dt, false, false, 1.0f, 0.0f, probs, 1);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I};
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 1);
         int64_t np = pieces_w13_wgrad(probs, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx);
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
-        probs[0] = (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d};
+        probs[0] = copies ? (trex_gemm_problem){n, d, 2 * I, dadu, la, wb.sw1, wb.ld13, dx + r0 * d, d}
+                          : (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d};
         trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, 1);
     }
 
@@ -1078,15 +1147,15 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
                             .da = dadu, .du = dadu + I, .perm = perm, .gw = c->gw, .dg = dg,
                             .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I] is op(B) as stored); SwiGLU backward and h; dW2 += dy^T h. */
-        int64_t np = pieces_fwd(probs, &pl, w->w2, I, d, dyg, lx, I, dhg, I);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, probs, np);
+        int64_t np = pieces_fwd(probs, &pl, wb.w2, I, d, dyg, lx, wb.ld2, dhg, I);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, wb.dt, false, false, 1.0f, 0.0f, probs, np);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, lx, hg, I);
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
         /* [dW1; dW3] += [da du]^T x; dx = [da du] [W1; W3] (over xg and dyg, spent). */
         np = pieces_w13_wgrad(probs, &pl, g->w1, g->w3, gadj, I, d, dadu, la, xg, lx);
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
-        w13_backward_dx(pool, gws, w, &pl, &ws, probs, dadu, la, dxg, I, d);
+        w13_backward_dx(pool, gws, &wb, &pl, &ws, probs, dadu, la, dxg, I, d);
         combine_args cb = {c->spos, dxg, dx, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
     }

@@ -8,7 +8,12 @@
  *
  * Initialisation follows docs/model-conventions.md. Every value is a pure function of (seed, tensor
  * name, element index) through the counter-based RNG, so results never depend on thread count or
- * on the order in which tensors are filled. */
+ * on the order in which tensors are filled.
+ *
+ * The bf16 compute copies (trex_wcopy, trex_weights_bf16_enable; docs/params.md "bf16 compute copies")
+ * are bf16 matrices with padded rows next to chosen fp32 tensors (the experts' w1, w3, w2), found by
+ * the fp32 tensor's address (a sorted table), and tied to a version counter of their source so that a
+ * reader can tell a stale copy. */
 #include "trex/params.h"
 
 #include <inttypes.h>
@@ -17,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "trex/rng.h"
 #include "trex/safetensors.h"
 #include "trex/tensor.h"
@@ -632,8 +638,166 @@ void trex_weights_free(trex_weights *w)
 {
     if (!w)
         return;
+    trex_wcopy_destroy(w->bf16);
     trex_mem_free(w->mem, TREX_REGION_PARAMS, w->f);
     trex_mem_free(w->mem, TREX_REGION_PARAMS, w->i);
     trex_layout_free(&w->layout);
     memset(w, 0, sizeof *w);
+}
+
+/* ---- bf16 compute copies ----------------------------------------------------------------------- */
+
+static int cmp_src(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const trex_wcopy_tensor *)a)->src;
+    const uintptr_t y = (uintptr_t)((const trex_wcopy_tensor *)b)->src;
+    return x < y ? -1 : x > y;
+}
+
+trex_code trex_wcopy_create(trex_wcopy **out, const trex_wcopy_tensor *list, int64_t n,
+                            const uint64_t *source, trex_mem *mem, trex_err *err)
+{
+    TREX_ASSERT(out && (list || n == 0) && n >= 0 && source);
+    *out = NULL;
+    trex_wcopy *c = calloc(1, sizeof *c);
+    trex_wcopy_tensor *t = calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+    size_t elems = 0;
+    for (int64_t k = 0; k < n; k++) {
+        TREX_ASSERT(list[k].src && list[k].rows >= 0 && list[k].cols >= 0);
+        elems += (size_t)(list[k].rows * (list[k].cols + TREX_WCOPY_PAD));
+    }
+    uint16_t *b = c && t ? trex_mem_alloc(mem, TREX_REGION_PARAMS, elems * sizeof *b) : NULL;
+    if (!b) {
+        free(c);
+        free(t);
+        return trex_err_set(err, TREX_ENOMEM, "out of memory allocating %.2f GiB of bf16 weight copies; use "
+                            "a smaller config or a machine with more memory",
+                            (double)elems * 2 / (1024.0 * 1024 * 1024));
+    }
+    size_t at = 0;
+    for (int64_t k = 0; k < n; k++) { /* copies in list order */
+        t[k] = list[k];
+        t[k].dst = b + at;
+        at += (size_t)(list[k].rows * (list[k].cols + TREX_WCOPY_PAD));
+    }
+    qsort(t, (size_t)n, sizeof *t, cmp_src);
+    for (int64_t k = 0; k + 1 < n; k++)
+        TREX_ASSERT(t[k].src + t[k].rows * t[k].cols <= t[k + 1].src); /* no overlaps */
+    *c = (trex_wcopy){n, t, b, elems * sizeof *b, mem, source, UINT64_MAX};
+    *out = c;
+    return TREX_OK;
+}
+
+void trex_wcopy_destroy(trex_wcopy *c)
+{
+    if (!c)
+        return;
+    trex_mem_free(c->mem, TREX_REGION_PARAMS, c->b);
+    free(c->t);
+    free(c);
+}
+
+/* Tensors [k0, k1) of the copy set, row by row. */
+static void wcopy_tensors(void *arg, int64_t k0, int64_t k1, int tid)
+{
+    (void)tid;
+    const trex_wcopy *c = arg;
+    for (int64_t k = k0; k < k1; k++) {
+        const trex_wcopy_tensor *t = &c->t[k];
+        for (int64_t r = 0; r < t->rows; r++)
+            trex_cvt_f32_bf16(t->dst + r * (t->cols + TREX_WCOPY_PAD), t->src + r * t->cols, t->cols);
+    }
+}
+
+void trex_wcopy_refresh(trex_pool *pool, trex_wcopy *c)
+{
+    TREX_ASSERT(c);
+    trex_pool_for(pool, c->n, 1, wcopy_tensors, c);
+    c->version = *c->source;
+}
+
+bool trex_wcopy_fresh(const trex_wcopy *c)
+{
+    return c && c->version == *c->source;
+}
+
+/* The index of the tensor whose values start at src, or -1. */
+static int64_t wcopy_index(const trex_wcopy *c, const float *src)
+{
+    int64_t lo = 0, hi = c->n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)c->t[mid].src < (uintptr_t)src)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->n && c->t[lo].src == src ? lo : -1;
+}
+
+const uint16_t *trex_wcopy_find(const trex_wcopy *c, const float *src, int64_t *ld)
+{
+    if (!c)
+        return NULL;
+    if (c->version != *c->source)
+        TREX_ABORT("bf16 weight copies are stale (they hold version %llu of their source, which is at "
+                   "%llu): whoever changed the weights must call trex_weights_changed",
+                   (unsigned long long)c->version, (unsigned long long)*c->source);
+    const int64_t k = wcopy_index(c, src);
+    if (k < 0)
+        return NULL;
+    if (ld)
+        *ld = c->t[k].cols + TREX_WCOPY_PAD;
+    return c->t[k].dst;
+}
+
+uint16_t *trex_wcopy_slot(const trex_wcopy *c, const float *src, int64_t *ld, int64_t *cols)
+{
+    const int64_t k = c ? wcopy_index(c, src) : -1;
+    if (k < 0)
+        return NULL;
+    *ld = c->t[k].cols + TREX_WCOPY_PAD;
+    *cols = c->t[k].cols;
+    return c->t[k].dst;
+}
+
+trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_err *err)
+{
+    TREX_ASSERT(w && w->f);
+    if (w->bf16)
+        return TREX_OK;
+    const trex_layout *lay = &w->layout;
+    int64_t n = 0;
+    for (int64_t k = 0; k < lay->count; k++)
+        n += lay->params[k].kind == TREX_P_EXPERT || lay->params[k].kind == TREX_P_SHARED_EXPERT;
+    trex_wcopy_tensor *list = calloc((size_t)(n > 0 ? n : 1), sizeof *list);
+    if (!list)
+        return trex_err_set(err, TREX_ENOMEM, "config %s: out of memory listing the bf16 weight copies",
+                            w->cfg->name);
+    n = 0;
+    for (int64_t k = 0; k < lay->count; k++) {
+        const trex_param *p = &lay->params[k];
+        if (p->kind != TREX_P_EXPERT && p->kind != TREX_P_SHARED_EXPERT)
+            continue;
+        TREX_ASSERT(p->ndim == 2 && !p->is_int);
+        list[n++] = (trex_wcopy_tensor){w->f + p->offset, p->shape[0], p->shape[1], NULL};
+    }
+    trex_code rc = trex_wcopy_create(&w->bf16, list, n, &w->version, w->mem, err);
+    free(list);
+    if (rc != TREX_OK) {
+        trex_err_prefix(err, "config %s", w->cfg->name);
+        return rc;
+    }
+    trex_wcopy_refresh(pool, w->bf16);
+    return TREX_OK;
+}
+
+void trex_weights_changed(trex_pool *pool, trex_weights *w, bool copies_written)
+{
+    TREX_ASSERT(w);
+    w->version++;
+    if (w->bf16 && copies_written)
+        w->bf16->version = w->version;
+    else if (w->bf16)
+        trex_wcopy_refresh(pool, w->bf16);
 }

@@ -60,6 +60,12 @@ struct trex_optimizer {
     chunk *adam;
     double *chunk_sq;   /* [n_chunks] sums of squares (TREX_REGION_BUFFERS) */
     int64_t *chunk_bad; /* [n_chunks] NaN/Inf counts */
+
+    /* bf16 copies written by the step (trex_optimizer_set_copies): per tensor its copy (NULL: none),
+     * the copy's row stride and the tensor's columns; copy_base is the params buffer they follow. */
+    const float *copy_base;
+    uint16_t **copy_dst;
+    int64_t *copy_ld, *copy_cols;
 };
 
 /* ---- settings ---------------------------------------------------------------------------------- */
@@ -478,6 +484,9 @@ static void free_plan(trex_optimizer *o)
     free(o->ws);
     free(o->chunks);
     free(o->adam);
+    free(o->copy_dst);
+    free(o->copy_ld);
+    free(o->copy_cols);
 }
 
 void trex_optimizer_destroy(trex_optimizer *o)
@@ -675,6 +684,48 @@ fail:
     return rc;
 }
 
+trex_code trex_optimizer_set_copies(trex_optimizer *o, const float *params, const trex_wcopy *c, trex_err *err)
+{
+    TREX_ASSERT(o && (params || !c));
+    free(o->copy_dst);
+    free(o->copy_ld);
+    free(o->copy_cols);
+    o->copy_dst = NULL, o->copy_ld = o->copy_cols = NULL, o->copy_base = NULL;
+    if (!c)
+        return TREX_OK;
+    const trex_layout *lay = o->lay;
+    const int64_t n = lay->count > 0 ? lay->count : 1;
+    uint16_t **dst = calloc((size_t)n, sizeof *dst);
+    int64_t *ld = calloc((size_t)n, sizeof *ld), *cols = calloc((size_t)n, sizeof *cols);
+    if (!dst || !ld || !cols) {
+        free(dst), free(ld), free(cols);
+        return trex_err_set(err, TREX_ENOMEM, "optimizer: out of memory for the bf16 copies' table");
+    }
+    int64_t found = 0;
+    for (int64_t k = 0; k < lay->count; k++) {
+        const trex_param *p = &lay->params[k];
+        if (p->is_int || !(dst[k] = trex_wcopy_slot(c, params + p->offset, &ld[k], &cols[k])))
+            continue;
+        found++;
+        if ((trex_optim_group)o->group[k] == TREX_GROUP_FROZEN || p->ndim != 2 || cols[k] != p->shape[1]) {
+            free(dst), free(ld), free(cols);
+            return trex_err_set(err, TREX_EINVAL,
+                                "optimizer: tensor '%s' has a bf16 copy the step cannot write (not updated by "
+                                "the optimizer, or not its [%" PRId64 ", %" PRId64 "] matrix)",
+                                p->name, p->shape[0], p->shape[1]);
+        }
+    }
+    if (found != c->n) {
+        free(dst), free(ld), free(cols);
+        return trex_err_set(err, TREX_EINVAL,
+                            "optimizer: %" PRId64 " of %" PRId64 " bf16 copies are not of parameter tensors "
+                            "of this layout; the step could not keep them fresh",
+                            c->n - found, c->n);
+    }
+    o->copy_dst = dst, o->copy_ld = ld, o->copy_cols = cols, o->copy_base = params;
+    return TREX_OK;
+}
+
 /* ---- accessors --------------------------------------------------------------------------------- */
 
 const trex_optimizer_settings *trex_optimizer_settings_get(const trex_optimizer *o)
@@ -826,6 +877,22 @@ typedef struct step_task {
     trex_pool *pool; /* for the GEMMs of large Muon matrices */
 } step_task;
 
+/* Elements [rel, rel + len) of parameter k, just written at w (= its element rel), to its bf16 copy
+ * (rows copy_ld apart), if it has one: while the chunk is in cache, so the copies cost no pass over the
+ * weights of their own (trex_optimizer_set_copies). */
+static void copy_out(const trex_optimizer *o, int64_t k, const float *w, int64_t rel, int64_t len)
+{
+    if (!o->copy_dst || !o->copy_dst[k])
+        return;
+    const int64_t cols = o->copy_cols[k], ld = o->copy_ld[k];
+    int64_t r = rel / cols, c = rel - r * cols;
+    for (int64_t done = 0; done < len; r++, c = 0) {
+        const int64_t n = cols - c < len - done ? cols - c : len - done;
+        trex_cvt_f32_bf16(o->copy_dst[k] + r * ld + c, w + done, n);
+        done += n;
+    }
+}
+
 /* AdamW over chunks [c0, c1) with the adamw kernel (kernels/kernels.h: one fused pass reading w, m, v
  * and g once and writing w, m, v once, per element in double on fp32 values, the clip factor applied
  * to g as it is read; the same bits at every level). The pool gives each thread one contiguous run of
@@ -851,6 +918,7 @@ static void adamw_chunks(void *arg, int64_t c0, int64_t c1, int tid)
         float *v = m + align16((size_t)p->numel);
         k.decay = o->decay[ch->param] ? 1.0 - t->lr * o->s.weight_decay : 1.0;
         adamw(t->params + ch->begin, m, v, t->grads + ch->begin, ch->len, &k);
+        copy_out(o, ch->param, t->params + ch->begin, rel, ch->len);
     }
 }
 
@@ -876,6 +944,7 @@ static void muon_matrix(const step_task *t, trex_pool *pool, int64_t i, float *w
     const double decay = o->decay[u->param] ? 1.0 - t->lr * o->s.weight_decay : 1.0;
     for (int64_t k = 0; k < numel; k++)
         w[k] = (float)((double)w[k] * decay - scale * (double)x[k]);
+    copy_out(o, u->param, w, u->offset - p->offset, numel);
 }
 
 static void muon_workers(void *arg, int64_t w0, int64_t w1, int tid)
@@ -893,6 +962,7 @@ static void step_scaled(trex_optimizer *o, trex_pool *pool, float *params, const
                         double lr)
 {
     TREX_ASSERT(o && params && grads);
+    TREX_ASSERT(!o->copy_dst || params == o->copy_base); /* the copies follow this buffer */
     TREX_ASSERT(lr >= 0 && isfinite(lr));
     o->step++;
     step_task t = {

@@ -7,7 +7,8 @@
  *      global-batch objective (token means over all targets of the step; see "Means" below);
  *   3. during the indexer warm-up, zero every gradient but the indexer's (dense attention);
  *   4. NaN/Inf in the loss or any gradient: skip (nothing changes), log, count; else clip, step
- *      (trex_optimizer_update), and the aux-loss-free bias update from the step's expert loads;
+ *      (trex_optimizer_update; in bf16 mode it also writes the experts' bf16 weight copies, see
+ *      setup_step), and the aux-loss-free bias update from the step's expert loads;
  *   5. metrics line, progress line, expert loads, evaluation and checkpoint when due.
  *
  * Means. The model returns token means over one micro-batch (main over n_k targets, MTP over m_k) and
@@ -282,6 +283,12 @@ static trex_code setup_step(trainer *t, trex_err *err)
     os.total_steps = s->steps;
     t->weight_decay = os.weight_decay;
     TREX_TRY(trex_optimizer_create(&t->opt, lay, &t->cfg, &os, trex_pool_size(t->pool), &t->mem, err));
+    /* bf16 products read bf16 copies of the experts' weights, rewritten after every change of the
+     * weights (trex_weights_changed below; docs/params.md "bf16 compute copies") */
+    if (s->compute == TREX_BF16) {
+        TREX_TRY(trex_weights_bf16_enable(t->pool, &t->w, err));
+        TREX_TRY(trex_optimizer_set_copies(t->opt, t->w.f, t->w.bf16, err)); /* written by each step */
+    }
     TREX_TRY(trex_model_create(&t->model, &t->w, t->pool, &t->mem, err));
     t->K = s->gbs / s->mbs;
     const size_t n = (size_t)(s->gbs * s->seq);
@@ -561,6 +568,8 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
         for (int64_t bl = 0; bl < t->nblocks; bl++)
             if (t->bias_off[bl] >= 0)
                 trex_optim_bias_update(t->w.f + t->bias_off[bl], t->load + bl * t->E, t->E, s->opt.bias_update_speed);
+    if (!rep.skipped)
+        trex_weights_changed(t->pool, &t->w, true); /* the step wrote the bf16 copies too */
     trex_prof_end(TREX_PROF_OPTIMIZER);
     return TREX_OK;
 }
