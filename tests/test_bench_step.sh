@@ -6,6 +6,7 @@
 #     the op classes' seconds sum to the mean step time with every class but "other" inside it, the
 #     classes the step runs were called, the peak given by --peak-tflops is the one used;
 #   - model_flops_per_token is the planner's convention (docs/mfu.md): the figure `trex plan` prints;
+#   - --no-weight-copies drops the experts' bf16 copies (params region, same losses), fp32 never has them;
 #   - fp32 and bf16, AdamW and Muon run; the text report has its lines; the peak is measured when not
 #     given (when the kernel level has a peak loop);
 #   - bad flags fail with exit status 2 and a message naming the flag; a bad config with status 1.
@@ -64,6 +65,21 @@ assert a["optimizer_flops_per_step"] == 0 and m["optimizer_flops_per_step"] > 0,
 assert a["model_flops_per_token"] == m["model_flops_per_token"], "FLOPs/token do not depend on the optimizer"
 if m["kernels"] != "ref":
     assert m["peak_source"] == "avx512_fp32_fma" and m["peak_flops"] > 0, "fp32 peak measured"
+PY
+
+# --- --no-weight-copies: the same bf16 step without the experts' bf16 copies (their memory, same losses) ------
+"$TREX" bench step "${fast[@]}" --precision bf16 --peak-tflops 1.5 --no-weight-copies --json >"$tmp/nowc.json" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && ok || { bad "bench step --no-weight-copies exit $rc"; cat "$tmp/err"; }
+"$PY" - "$tmp/bf16.json" "$tmp/nowc.json" "$tmp/muon.json" <<'PY' && ok || bad "weight copies: in bf16 only, ~2 bytes per expert weight, same losses"
+import json, sys
+a, n, m = (json.load(open(f)) for f in sys.argv[1:4])
+assert a["weight_copies"] is True and n["weight_copies"] is False and m["weight_copies"] is False
+# dsv4-tiny: params ~= grads without copies; the copies add half of the experts' fp32 bytes (and padding)
+assert abs(n["memory_mib"]["params"] - n["memory_mib"]["grads"]) < 1, n["memory_mib"]
+assert abs(m["memory_mib"]["params"] - m["memory_mib"]["grads"]) < 1, "fp32 mode never keeps copies"
+extra = a["memory_mib"]["params"] - n["memory_mib"]["params"]
+assert 0.25 * a["memory_mib"]["grads"] < extra < 0.5 * a["memory_mib"]["grads"], extra
+assert (a["loss_first"], a["loss_last"]) == (n["loss_first"], n["loss_last"]), "the copies change no bit"
 PY
 
 # --- model FLOPs per token = the planner's (trex plan prints it with 3 significant digits) ----------------

@@ -13,6 +13,7 @@
 #   - bad input: seq mismatch, shards of another tokenizer, a corrupt or truncated checkpoint, resume
 #     with another config or gbs, an existing run directory, bad flags — each a clear error, nothing lost;
 #   - --recompute full, attention and moe give the bf16 run's losses, expert loads and weights bit for bit;
+#     so does --weight-copies false (the experts' products then round the fp32 weights per call);
 #   - --precision bf16: the loss falls, the run records bf16 (settings.json, trainer.json), a killed bf16 run
 #     resumes bit for bit (with another thread count); a bad value and a precision change on resume fail;
 #   - --run-file with a flag overriding it; generate: greedy is reproducible, sampling follows the seed.
@@ -224,6 +225,14 @@ expect_line "$tmp/outRF" "recompute=full" "recompute in the effective settings"
 [ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/RF/metrics.jsonl")" ] && ok || bad "recompute full: same losses"
 [ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/RF/step-6/model.safetensors")" ] && ok ||
   bad "recompute full: same final weights"
+# --- --weight-copies false: the same bf16 run bit for bit, the experts' products from the fp32 weights -------
+"$TREX" train "${common[@]}" --precision bf16 --weight-copies false --out "$tmp/WC" >"$tmp/outWC" 2>"$tmp/errWC" && ok ||
+  { bad "weight-copies false run"; cat "$tmp/errWC"; }
+expect_line "$tmp/outWC" "weight_copies=false" "weight_copies in the effective settings"
+[ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/WC/metrics.jsonl")" ] && ok || bad "weight-copies false: same losses"
+[ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/WC/step-6/model.safetensors")" ] && ok ||
+  bad "weight-copies false: same final weights"
+grep -Eq '"weight_copies":[[:space:]]*false' "$tmp/WC/settings.json" && ok || bad "weight-copies false: settings.json records it"
 # --- --recompute attention / moe: the same bf16 run bit for bit, that sub-layer's forward run again -------
 for rec in attention moe; do
   "$TREX" train "${common[@]}" --precision bf16 --recompute $rec --out "$tmp/R$rec" >"$tmp/outR$rec" 2>"$tmp/errR$rec" &&
@@ -237,6 +246,7 @@ for rec in attention moe; do
 done
 err_case "bad precision" "--precision: 'fp16' is not a precision \(use fp32" "$TREX" train "${common[@]}" --precision fp16 --out "$tmp/E0"
 err_case "bad muon_ns" "--muon-ns: 'fp16' is not a Newton-Schulz precision \\(use bf16" "$TREX" train "${common[@]}" --muon-ns fp16 --out "$tmp/E0m"
+err_case "bad weight-copies" "--weight-copies: 'maybe' is not true or false" "$TREX" train "${common[@]}" --weight-copies maybe --out "$tmp/E0w"
 err_case "bad recompute" "--recompute: 'some' is not a recompute policy \(use none; attention or moe" "$TREX" train "${common[@]}" --recompute some --out "$tmp/E0r"
 err_case "resume with another precision" "--resume .*: precision = \"fp32\", but the run was started with precision = \"bf16\"" \
   "$TREX" train --resume "$tmp/P" --precision fp32 --steps 8

@@ -73,6 +73,9 @@ typedef struct trex_train_settings {
     bool deterministic;      /* fixed reduction orders; resume refuses another kernel level */
     trex_dtype compute;      /* large matrix products: TREX_F32 (default) or TREX_BF16 (docs/precision.md);
                               * JSON/flag "precision": "fp32" | "bf16"; a resumed run keeps it */
+    bool weight_copies;      /* bf16: keep bf16 copies of the experts' weights, rewritten by each optimizer step
+                              * (docs/params.md "bf16 compute copies"; faster MoE products, same results,
+                              * ~2 bytes per expert weight); JSON/flag "weight_copies"; default true */
     trex_model_recompute recompute; /* what the forward keeps: "none" (default), "attention" / "moe" (that
                                * sub-layer's forward runs again in the backward) or "full" (the blocks'
                                * forward runs again in the backward); same results, less memory */
@@ -152,6 +155,7 @@ typedef struct trex_train_bench_opts {
     trex_optim_kind optimizer;
     trex_dtype compute;       /* TREX_F32 or TREX_BF16 */
     trex_model_recompute recompute; /* TREX_MODEL_RECOMPUTE_NONE, _ATTENTION, _MOE or _FULL */
+    bool no_weight_copies;    /* bf16: run without the experts' bf16 copies (trex_train_settings.weight_copies) */
     int64_t threads;          /* 0: TREX_THREADS, else every core */
     uint64_t seed;            /* weights and tokens */
     trex_prof *prof;          /* when not NULL: reset, then attached to this thread for the timed steps */

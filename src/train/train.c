@@ -285,7 +285,7 @@ static trex_code setup_step(trainer *t, trex_err *err)
     TREX_TRY(trex_optimizer_create(&t->opt, lay, &t->cfg, &os, trex_pool_size(t->pool), &t->mem, err));
     /* bf16 products read bf16 copies of the experts' weights, rewritten after every change of the
      * weights (trex_weights_changed below; docs/params.md "bf16 compute copies") */
-    if (s->compute == TREX_BF16) {
+    if (s->compute == TREX_BF16 && s->weight_copies) {
         TREX_TRY(trex_weights_bf16_enable(t->pool, &t->w, err));
         TREX_TRY(trex_optimizer_set_copies(t->opt, t->w.f, t->w.bf16, err)); /* written by each step */
     }
@@ -838,6 +838,7 @@ trex_code trex_train_bench(const trex_train_bench_opts *o, trex_train_bench_resu
     s->opt.schedule = TREX_LR_CONSTANT;
     s->compute = o->compute;
     s->recompute = o->recompute;
+    s->weight_copies = !o->no_weight_copies;
     s->threads = o->threads;
     s->seed = o->seed;
     s->sparse = true;

@@ -79,6 +79,7 @@ static const tfield tfields[] = {
     TF(seed, F_U64),
     TF(deterministic, F_BOOL),
     {"precision", F_PRECISION, offsetof(trex_train_settings, compute)},
+    TF(weight_copies, F_BOOL),
     {"recompute", F_RECOMPUTE, offsetof(trex_train_settings, recompute)},
     TF(threads, F_I64),
     TF(peak_tflops, F_F64),
@@ -103,6 +104,7 @@ void trex_train_defaults(trex_train_settings *s)
     s->opt.schedule = TREX_LR_COSINE;
     s->opt.warmup_steps = 0;
     s->mtp_weight = 0.3;
+    s->weight_copies = true;
     s->mtp_weight_late = 0.1;
     s->mtp_switch = -1;
     s->balance_weight = 1e-4;

@@ -45,7 +45,7 @@ int trex_cmd_bench_step(int argc, char **argv)
     const char *config = NULL, *precision = "fp32", *optimizer = "adamw", *recompute = "none";
     int64_t seq = 0, mbs = 1, steps = 3, warmup = 1, threads = 0, seed = 1;
     double peak_tflops = 0;
-    bool json = false;
+    bool json = false, no_weight_copies = false;
     static const char summary[] =
         "Times full training steps (forward, backward, gradient clipping, optimizer, bias update: the "
         "training library's step) of the model of --config, from random initial weights on one batch of "
@@ -67,6 +67,9 @@ int trex_cmd_bench_step(int argc, char **argv)
          "none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its "
          "forward again before its backward) or full (keep block inputs, run each block's forward again in "
          "the backward)", false},
+        {"no-weight-copies", TREX_OPT_FLAG, &no_weight_copies, NULL,
+         "bf16: without the bf16 copies of the experts' weights that training keeps by default (less memory, "
+         "slower MoE products, the same results; docs/params.md)", false},
         {"threads", TREX_OPT_I64, &threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"peak-tflops", TREX_OPT_F64, &peak_tflops, "X",
          "MFU denominator in TFLOP/s (0: measure the precision's peak loop on the threads used)", false},
@@ -75,7 +78,7 @@ int trex_cmd_bench_step(int argc, char **argv)
         {0}};
     trex_cmd_info info = {
         .usage = "trex bench step --config C --seq T [--mbs B] [--steps N] [--warmup W] [--precision fp32|bf16] "
-                 "[--optimizer adamw|muon] [--recompute none|attention|moe|full] [--threads N] [--peak-tflops X] [--seed S] [--json]",
+                 "[--optimizer adamw|muon] [--recompute none|attention|moe|full] [--no-weight-copies] [--threads N] [--peak-tflops X] [--seed S] [--json]",
         .summary = summary};
     int prc = trex_opts_parse(opts, argc, argv, &info);
     if (prc != TREX_OPTS_OK)
@@ -94,6 +97,7 @@ int trex_cmd_bench_step(int argc, char **argv)
         bo.optimizer = TREX_OPTIM_MUON;
     else
         return trex_cli_error("--optimizer '%s': use adamw or muon", optimizer) + 1;
+    bo.no_weight_copies = no_weight_copies;
     if (!trex_model_recompute_parse(recompute, &bo.recompute))
         return trex_cli_error("--recompute '%s': use none, attention, moe or full", recompute) + 1;
     if (seq < 2 || seq > (1 << 24))
@@ -138,9 +142,10 @@ int trex_cmd_bench_step(int argc, char **argv)
         fprintf(stderr, "trex bench step: warning: kernel level %s has no %s peak loop: MFU unknown (give "
                         "--peak-tflops)\n", trex_isa_name(trex_kernels_isa()), precision);
     if (!json) {
-        printf("trex bench step: %s, seq %lld, mbs %lld, precision %s, optimizer %s, recompute %s, %d threads, "
+        printf("trex bench step: %s, seq %lld, mbs %lld, precision %s%s, optimizer %s, recompute %s, %d threads, "
                "kernels %s; %lld warm-up + %lld timed steps\n",
-               cfg.name, (long long)seq, (long long)mbs, precision, optimizer, recompute, nthreads,
+               cfg.name, (long long)seq, (long long)mbs, precision,
+               bo.compute == TREX_BF16 && no_weight_copies ? " (no weight copies)" : "", optimizer, recompute, nthreads,
                trex_isa_name(trex_kernels_isa()), (long long)warmup, (long long)steps);
         fflush(stdout);
     }
@@ -212,6 +217,7 @@ int trex_cmd_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(root, "mbs", (double)mbs);
         cJSON_AddStringToObject(root, "precision", precision);
         cJSON_AddStringToObject(root, "recompute", trex_model_recompute_name(bo.recompute));
+        cJSON_AddBoolToObject(root, "weight_copies", bo.compute == TREX_BF16 && !no_weight_copies);
         cJSON_AddStringToObject(root, "optimizer", optimizer);
         cJSON_AddNumberToObject(root, "threads", nthreads);
         cJSON_AddStringToObject(root, "kernels", trex_isa_name(trex_kernels_isa()));
