@@ -1592,21 +1592,18 @@ static bool docs_init(attn_docs *dc, trex_arena *ar, const trex_seqinfo *seq, in
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
-#define FALLOC(p, count)                                                                  \
+/* p = count + 1 elements of the layer's arena from alloc (zeroed or not), or on to oom: */
+#define FALLOC_FROM(alloc, p, count)                                                      \
     do {                                                                                  \
-        (p) = trex_arena_alloc(ar, (size_t)((count) + 1) * sizeof *(p));                  \
+        (p) = alloc(ar, (size_t)((count) + 1) * sizeof *(p));                             \
         if (!(p))                                                                         \
             goto oom;                                                                     \
     } while (0)
+#define FALLOC(p, count) FALLOC_FROM(trex_arena_alloc, p, count)
 /* As FALLOC, not zeroed: for blocks that are written whole before anything reads them (every block
  * allocated with it says which pass writes it). The arena's zeroing was a pass over about 300 MiB
  * per dsv4-bench layer at T = 4096, mostly q and o (128 MiB each). */
-#define FALLOC_W(p, count)                                                                \
-    do {                                                                                  \
-        (p) = trex_arena_alloc_uninit(ar, (size_t)((count) + 1) * sizeof *(p));           \
-        if (!(p))                                                                         \
-            goto oom;                                                                     \
-    } while (0)
+#define FALLOC_W(p, count) FALLOC_FROM(trex_arena_alloc_uninit, p, count)
 
 trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                             const trex_seqinfo *seq, float *y, const float *x, const trex_attn_w *w,
