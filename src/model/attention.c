@@ -224,6 +224,21 @@ static int64_t zigzag(int64_t k, int64_t n)
     return (k % 2 == 0) ? k / 2 : n - 1 - k / 2;
 }
 
+/* mass[i] = sum over heads h (from 0, ascending) of P[h n + nw + i], i < ncs: the main attention's
+ * probability on each of a query's compressed entries, summed over heads (P: the core's [H, n]
+ * probabilities of one query, the ncs compressed entries after its nw window entries). */
+static void head_mass(float *restrict mass, const float *restrict P, int64_t H, int64_t n, int64_t nw,
+                      int64_t ncs)
+{
+    for (int64_t i = 0; i < ncs; i++)
+        mass[i] = 0.0f;
+    for (int64_t h = 0; h < H; h++) {
+        const float *ph = P + h * n + nw;
+        for (int64_t i = 0; i < ncs; i++)
+            mass[i] += ph[i];
+    }
+}
+
 /* The indexer score of each entry i < n from its head scores ia [nI][n]: score[i] = the fp32 sum from
  * +0, heads ascending, of hw_h ia_hi over the heads with ia_hi > 0 (a NaN head score counts as not
  * positive). Written as a max and an unconditional multiply-add (a non-positive head adds w * 0 = +-0,
@@ -859,13 +874,7 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
      * ascending); q: softmax of I */
     const float *lse = a->lse + t * H;
     if (a->sattn_fwd_bf16) { /* z holds P */
-        for (int64_t i = 0; i < ncs; i++)
-            ps[i] = 0.0f;
-        for (int64_t h = 0; h < H; h++) {
-            const float *ph = z + h * n + nw;
-            for (int64_t i = 0; i < ncs; i++)
-                ps[i] += ph[i];
-        }
+        head_mass(ps, z, H, n, nw, ncs);
     } else {
         for (int64_t i = 0; i < ncs; i++) {
             float s = 0.0f;
@@ -946,13 +955,7 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
      * operations and order (the head-summed mass from 0 with heads ascending, the score by
      * idx_scores, then expf): the same bits as entry by entry, without a serial chain per entry */
     float *dI = (float *)(w + a->L.ps), *sc = (float *)(w + a->L.scores);
-    for (int64_t i = 0; i < ncs; i++)
-        dI[i] = 0.0f;
-    for (int64_t h = 0; h < H; h++) {
-        const float *ph = P + h * n + nw;
-        for (int64_t i = 0; i < ncs; i++)
-            dI[i] += ph[i];
-    }
+    head_mass(dI, P, H, n, nw, ncs);
     idx_scores(sc, ia, ncs, hw, nI);
     const float mass = c->mass[t], ilse = c->ilse[t];
     for (int64_t i = 0; i < ncs; i++)
