@@ -12,7 +12,8 @@
  *  7. bitwise identical results with no pool and with a 2-thread pool, in fp32 and in bf16 mode (the
  *     bf16 attention core and indexer scores of the kernel level, AMX where the machine has it);
  *  8. the fused axpy entry (kernels/fused.h) gives y + a x, element by element, at every level, and
- *     axpy_rows the bits of one axpy per active term.
+ *     axpy_rows the bits of one axpy per active term; the fused rope entry gives trex_rope_rotate's
+ *     bits and rms_head_bwd those of the per-head RMS backward written out in scalar code.
  *
  * `test_attention --bench N [reps] [fp32|bf16] [threads]` instead times trex_attn_forward and
  * trex_attn_backward of one layer of each kind (SWA, CSA with the sparse indexer and its KL, HCA) at
@@ -29,6 +30,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "fused_levels.h"
 #include "kernels/dispatch.h"
 #include "kernels/fused.h"
 #include "kernels/kernels.h"
@@ -1329,6 +1331,80 @@ static void test_axpy_rows_levels(void)
     CHECK(bad == 0, "fused axpy_rows: %d cases differ", bad);
 }
 
+/* The fused rope entry gives trex_rope_rotate's bits (both directions) at every level, on nv vectors
+ * at a stride ld, for every half 1 .. 37 (the masked tails), with signed zeros among the values, and
+ * leaves the floats around the rotated ones alone. */
+static void test_rope_levels(void)
+{
+    const trex_fused_table *lv[4];
+    const int nl = fused_levels(trex_fused_for(TREX_ISA_REF), lv);
+    enum { HM = 37, NV = 5, LD = 2 * HM + 3, TOT = NV * LD + 8 };
+    static float v0[TOT], v[TOT], ve[TOT], cs[HM], sn[HM];
+    rng r = {911};
+    fill_f(v0, TOT, 2.0, &r);
+    fill_f(cs, HM, 1.0, &r);
+    fill_f(sn, HM, 1.0, &r);
+    v0[3] = -0.0f;
+    v0[4] = 0.0f;
+    sn[1] = -0.0f;
+    int bad = 0;
+    for (int l = 0; l < nl; l++)
+        for (int64_t half = 1; half <= HM; half++)
+            for (int64_t nv = 0; nv <= NV; nv += 2)
+                for (int inv = 0; inv < 2; inv++) {
+                    const int64_t off = 1 + half % 3; /* unaligned starts */
+                    memcpy(v, v0, sizeof v);
+                    memcpy(ve, v0, sizeof ve);
+                    lv[l]->rope(v + off, nv, LD, cs, sn, half, inv);
+                    for (int64_t k = 0; k < nv; k++)
+                        trex_rope_rotate(ve + off + k * LD, cs, sn, half, inv != 0);
+                    if (memcmp(v, ve, sizeof v) != 0 && bad++ < 5)
+                        CHECK(0, "fused rope at level %s, half %lld nv %lld %s: not "
+                              "trex_rope_rotate's bits", lv[l]->name, (long long)half,
+                              (long long)nv, inv ? "inverse" : "forward");
+                }
+    CHECK(bad == 0, "fused rope: %d cases differ", bad);
+}
+
+/* The fused rms_head_bwd entry gives, at every level, the bits of the per-head RMS backward written
+ * out here (the reference dot, then a multiply, a subtract and a multiply per element), for H 1-17
+ * and c 1-133 (the masked tails), and writes nothing past its H c floats. */
+static void test_rms_head_bwd_levels(void)
+{
+    const trex_fused_table *lv[4];
+    const trex_fused_table *ref = trex_fused_for(TREX_ISA_REF);
+    const int nl = fused_levels(ref, lv);
+    const int64_t Hs[] = {1, 2, 3, 16, 17}, cs[] = {1, 15, 16, 17, 64, 133};
+    enum { TOT = 17 * 133 + 16 };
+    static float g0[TOT], g[TOT], ge[TOT], q[TOT], rs[17];
+    rng r = {913};
+    fill_f(g0, TOT, 1.0, &r);
+    fill_f(q, TOT, 1.0, &r);
+    fill_f(rs, 17, 2.0, &r);
+    int bad = 0;
+    for (int l = 0; l < nl; l++)
+        for (size_t ih = 0; ih < sizeof Hs / sizeof Hs[0]; ih++)
+            for (size_t ic = 0; ic < sizeof cs / sizeof cs[0]; ic++) {
+                const int64_t H = Hs[ih], c = cs[ic];
+                memcpy(g, g0, sizeof g);
+                memcpy(ge, g0, sizeof ge);
+                lv[l]->rms_head_bwd(g, q, rs, H, c);
+                for (int64_t h = 0; h < H; h++) {
+                    float *gh = ge + h * c;
+                    const float *qh = q + h * c;
+                    const float m = ref->dot(gh, qh, c) / (float)c;
+                    for (int64_t i = 0; i < c; i++) {
+                        const float qm = qh[i] * m, d = gh[i] - qm;
+                        gh[i] = rs[h] * d;
+                    }
+                }
+                if (memcmp(g, ge, sizeof g) != 0 && bad++ < 5)
+                    CHECK(0, "fused rms_head_bwd at level %s, H %lld c %lld: not the scalar bits",
+                          lv[l]->name, (long long)H, (long long)c);
+            }
+    CHECK(bad == 0, "fused rms_head_bwd: %d cases differ", bad);
+}
+
 static void test_bad_config(trex_arena *ar)
 {
     trex_config good = small_cfg(), cfg = good;
@@ -1523,6 +1599,8 @@ int main(int argc, char **argv)
         run_dtype = TREX_F32;
         test_axpy_levels();
         test_axpy_rows_levels();
+        test_rope_levels();
+        test_rms_head_bwd_levels();
         test_bad_config(ar);
         trex_arena_destroy(ar);
     }

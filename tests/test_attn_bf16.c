@@ -36,6 +36,11 @@
  *    between two calls against one call (the same bits), the scratch guard (window_case below).
  * 6. copy_nt and cvt_bf16_nt (writes around the cache) at every table: memcpy's and
  *    trex_f32_to_bf16's bits at every misalignment, nothing written outside the range.
+ * 7. The forward and the query side by blocks of queries (sattn_fwd_block_bf16,
+ *    sattn_bwd_query_block_bf16) at every level against the same level's per-query entries on each
+ *    query's visible entries: lse and dsink the same bits, o and dq within the fp32 rounding of a
+ *    regrouped sum over the entries, the reference level the per-query bits exactly; with and
+ *    without the window in the pair layout, a query that sees nothing, scratch guard (block_case).
  *
  * `test_attn_bf16 --bench [reps]` instead times the fp32 entries of the best level and the bf16 entries
  * of every level on dsv4-bench's shapes (16 heads of 512, 256 entries per query in the forward and the
@@ -786,6 +791,150 @@ static void test_nt_entries(const trex_fused_table *const *all, int na)
     printf("copy_nt, cvt_bf16_nt: %d table(s), lengths 0-%d at 18 offsets\n", na, (int)MAXN);
 }
 
+/* 7. Blocks of nq queries over n = nw + ncs entries: nw window rows (consecutive bf16 rows, and the
+ * same rows in the pair layout from an odd first row when pairs), then ncs scattered compressed
+ * rows; query b sees the window rows [max(0, hi - W), hi), hi = nw - nq + 1 + b, and the first
+ * ncs - (nq - 1 - b) compressed ones (query 1 nothing when nq >= 3). Each level's block entries
+ * against its own per-query entries (the rows each query sees, listed): lse and dsink the same
+ * bits; o and dq within (n + 64) 2^-23 of sum_e |p_he v_ek| (scale sum_e |p_he (dp_he - D_h)| |v_ek|),
+ * the fp32 rounding of a sum over the n entries grouped otherwise (the block's columns); the
+ * reference level exactly the per-query bits; the scratch guard intact. */
+static double blk_worst;
+
+static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, int64_t ncs,
+                       int64_t nq, int64_t H, int64_t c, int64_t W, bool pairs)
+{
+    const int64_t n = nw + ncs, hc = H * c;
+    const float scale = 1.0f / sqrtf((float)c);
+    float *V = xmalloc_f(n * c + 1), *q = xmalloc_f(nq * hc), *g = xmalloc_f(nq * hc);
+    float *sink = xmalloc_f(H), *D = xmalloc_f(nq * H);
+    uint16_t *wrows = malloc((size_t)(nw * c + 1) * 2), *crows = malloc((size_t)(ncs * c + 1) * 2);
+    uint16_t *qb = malloc((size_t)(nq * hc) * 2), *gb = malloc((size_t)(nq * hc) * 2);
+    const uint16_t **Vb = malloc((size_t)(n + 1) * sizeof *Vb);
+    const uint16_t **list = malloc((size_t)(n + 1) * sizeof *list);
+    int64_t *vis = malloc((size_t)(4 * nq) * sizeof *vis);
+    const int64_t first = 1, prow = first + nw + 33;
+    uint16_t *pbuf = malloc((size_t)((prow + 1) / 2 * 2 * c + 1) * 2);
+    if (!wrows || !crows || !qb || !gb || !Vb || !list || !vis || !pbuf)
+        exit(2);
+    fill(V, n * c, 2.0f);
+    fill(q, nq * hc, 1.5f);
+    fill(g, nq * hc, 1.0f);
+    fill(sink, H, 1.0f);
+    fill(D, nq * H, 0.5f);
+    for (int64_t e = 0; e < n; e++) { /* the compressed rows in reverse order: not consecutive */
+        uint16_t *row = e < nw ? wrows + e * c : crows + (ncs - 1 - (e - nw)) * c;
+        for (int64_t i = 0; i < c; i++)
+            row[i] = to_bf16(V[e * c + i]), V[e * c + i] = from_bf16(row[i]);
+        Vb[e] = row;
+    }
+    for (int64_t i = 0; i < nq * hc; i++)
+        qb[i] = to_bf16(q[i]), gb[i] = to_bf16(g[i]);
+    for (int64_t r = 0; r < (prow + 1) / 2 * 2; r++) { /* garbage around the window: weight 0 */
+        const int64_t e = r - first;
+        const bool in = e >= 0 && e < nw;
+        for (int64_t i = 0; i < c; i++)
+            pbuf[(r / 2) * 2 * c + (i / 16) * 32 + 2 * (i % 16) + r % 2] =
+                in ? wrows[e * c + i] : to_bf16(3.0f * V[((r * 7 + 3) % n) * c + i]);
+    }
+    const trex_fused_pairs win = {pbuf, first, nw};
+    for (int64_t b = 0; b < nq; b++) {
+        const bool none = nq >= 3 && b == 1;
+        const int64_t hi = nw - nq + 1 + b, lo = hi - W > 0 ? hi - W : 0;
+        const int64_t cv = ncs - (nq - 1 - b) > 0 ? ncs - (nq - 1 - b) : 0;
+        vis[4 * b] = none ? 0 : lo;
+        vis[4 * b + 1] = none ? 0 : hi;
+        vis[4 * b + 2] = nw;
+        vis[4 * b + 3] = none ? nw : nw + cv;
+    }
+    const int64_t wsn = TREX_FUSED_SATTN_BLOCK_BF16_WS(n, H, c, nq);
+    const int64_t wsq = TREX_FUSED_SATTN_BF16_WS(n, H, c);
+    float *wbuf = xmalloc_f(wsn + 1 + 64), *ws = wbuf + 1, *wq = xmalloc_f(wsq + 1);
+    float *o = xmalloc_f(nq * hc), *lse = xmalloc_f(nq * H), *dq = xmalloc_f(nq * hc);
+    float *ds = xmalloc_f(nq * H), *o1 = xmalloc_f(nq * hc), *lse1 = xmalloc_f(nq * H);
+    float *dq1 = xmalloc_f(nq * hc), *ds1 = xmalloc_f(nq * H), *P = xmalloc_f(H * (n + 1));
+    double *bo = xmalloc_d(nq * hc), *bq = xmalloc_d(nq * hc);
+    for (int l = 0; l < nl; l++) {
+        const trex_fused_table *t = lv[l];
+        if (!t->sattn_fwd_block_bf16 || !t->sattn_bwd_query_block_bf16)
+            continue;
+        for (int64_t i = 0; i < 64; i++)
+            ws[wsn + i] = GUARD;
+        const trex_fused_pairs *wp = pairs ? &win : NULL;
+        t->sattn_fwd_block_bf16(o, lse, ws, qb, nq, vis, Vb, wp, n, H, c, sink, scale);
+        t->sattn_bwd_query_block_bf16(dq, ds, ws, gb, qb, nq, vis, Vb, wp, n, H, c, sink, scale, lse,
+                                      D);
+        for (int64_t b = 0; b < nq; b++) { /* query by query, the same level */
+            int64_t k = 0;
+            for (int r = 0; r < 2; r++)
+                for (int64_t e = vis[4 * b + 2 * r]; e < vis[4 * b + 2 * r + 1]; e++)
+                    list[k++] = Vb[e];
+            t->sattn_fwd_bf16(o1 + b * hc, lse1 + b * H, NULL, P, wq, NULL, qb + b * hc, NULL,
+                              list, NULL, k, H, c, sink, scale);
+            t->sattn_bwd_query_bf16(dq1 + b * hc, ds1 + b * H, NULL, wq, NULL, gb + b * hc, NULL,
+                                    qb + b * hc, NULL, list, NULL, k, H, c, sink, scale,
+                                    lse + b * H, D + b * H);
+            int64_t j = 0;
+            for (int r = 0; r < 2; r++)
+                for (int64_t e = vis[4 * b + 2 * r]; e < vis[4 * b + 2 * r + 1]; e++, j++)
+                    for (int64_t h = 0; h < H; h++) {
+                        double dp = 0.0;
+                        for (int64_t i = 0; i < c; i++)
+                            dp += (double)from_bf16(gb[b * hc + h * c + i]) * V[e * c + i];
+                        const double p = P[h * k + j], dz = fabs(p * (dp - D[b * H + h]));
+                        for (int64_t i = 0; i < c; i++) {
+                            const double v = fabs((double)V[e * c + i]);
+                            bo[b * hc + h * c + i] += p * v;
+                            bq[b * hc + h * c + i] += scale * dz * v;
+                        }
+                    }
+        }
+        const double u = (double)(n + 64) / 8388608.0;
+        for (int64_t i = 0; i < nq * hc; i++)
+            bo[i] = u * bo[i] + 1e-30, bq[i] = u * bq[i] + 1e-30;
+        const cmp xo = compare(o, o1, bo, nq * hc), xq = compare(dq, dq1, bq, nq * hc);
+        char what[96];
+        snprintf(what, sizeof what, "nw=%lld ncs=%lld nq=%lld H=%lld c=%lld%s", (long long)nw,
+                 (long long)ncs, (long long)nq, (long long)H, (long long)c, pairs ? " pairs" : "");
+        CHECK(same_bits(lse, lse1, nq * H), "%s block forward: lse differs from per query, %s",
+              t->sattn_bf16_name, what);
+        CHECK(same_bits(ds, ds1, nq * H), "%s block query side: dsink differs from per query, %s",
+              t->sattn_bf16_name, what);
+        CHECK(xo.worst <= 1.0 && xq.worst <= 1.0, "%s blocks vs per query: o %.3g, dq %.3g of the "
+              "bound, %s", t->sattn_bf16_name, xo.worst, xq.worst, what);
+        if (l == 0)
+            CHECK(same_bits(o, o1, nq * hc) && same_bits(dq, dq1, nq * hc), "ref blocks: not the "
+                  "per-query bits, %s", what);
+        blk_worst = xo.worst > blk_worst ? xo.worst : blk_worst;
+        blk_worst = xq.worst > blk_worst ? xq.worst : blk_worst;
+        int guard_ok = 1;
+        for (int64_t i = 0; i < 64; i++)
+            guard_ok &= ws[wsn + i] == GUARD;
+        CHECK(guard_ok, "%s blocks: scratch overrun, %s", t->sattn_bf16_name, what);
+        memset(bo, 0, (size_t)(nq * hc) * sizeof *bo);
+        memset(bq, 0, (size_t)(nq * hc) * sizeof *bq);
+    }
+    free(V), free(q), free(g), free(sink), free(D), free(wrows), free(crows), free(qb), free(gb);
+    free(Vb), free(list), free(vis), free(pbuf), free(wbuf), free(wq), free(o), free(lse);
+    free(dq), free(ds), free(o1), free(lse1), free(dq1), free(ds1), free(P), free(bo), free(bq);
+}
+
+static void test_block_bf16(const trex_fused_table *const *lv, int nl)
+{
+    static const int64_t cases[][6] = {
+        /* nw, ncs, nq, H, c, W */
+        {1, 0, 1, 1, 32, 4},     {4, 0, 4, 3, 48, 2},    {19, 2, 4, 16, 32, 16},
+        {40, 5, 3, 20, 48, 38},  {131, 0, 4, 16, 512, 128}, {131, 31, 4, 16, 512, 128},
+        {36, 70, 4, 16, 64, 33}, {8, 3, 2, 3, 32, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int pw = 0; pw < 2; pw++)
+            block_case(lv, nl, cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4],
+                       cases[i][5], pw == 1);
+    printf("forward and query side by query blocks: %zu shapes x 2 at %d level(s); largest o / dq "
+           "error of the regrouping bound %.3f\n", sizeof cases / sizeof cases[0], nl, blk_worst);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "--bench")) {
@@ -857,6 +1006,7 @@ int main(int argc, char **argv)
            "reference\n", worst_seen[0], worst_seen[1]);
     test_dots_bf16(lv, nl);
     test_window_bf16(lv, nl);
+    test_block_bf16(lv, nl);
     test_nt_entries(all, na);
     return check_summary();
 }

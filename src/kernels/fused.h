@@ -64,6 +64,17 @@ typedef void (*trex_fused_copy_nt_fn)(float *dst, const float *src, int64_t n);
  * stores as copy_nt's (model/attention.c's layer-wide bf16 copies of q, g and dq, read in a later
  * pass). */
 typedef void (*trex_fused_cvt_bf16_nt_fn)(uint16_t *dst, const float *src, int64_t n);
+/* RoPE of nv vectors v + k*ld (k < nv), each rotated on its 2 half floats from v + k*ld: pair i =
+ * (x[2i], x[2i+1]) becomes (x[2i] c_i - x[2i+1] s_i, x[2i] s_i + x[2i+1] c_i) with c_i = cs[i], s_i =
+ * sn[i] (inverse: -sn[i]), each product rounded, then the difference (sum): the bits of
+ * model/rope.c's trex_rope_rotate (model/attention.c: a token's heads of q, g, dq and o). */
+typedef void (*trex_fused_rope_fn)(float *v, int64_t nv, int64_t ld, const float *cs,
+                                   const float *sn, int64_t half, int inverse);
+/* The weightless per-head RMS backward of one token's H heads of c floats, in place (model/attention.c,
+ * the q path): per head h, with g_h = g + h c, q_h = q + h c: m = dot(g_h, q_h, c) / (float)c (the dot
+ * above), then g_h[i] = rs[h] (g_h[i] - q_h[i] m) (a multiply, a subtract, a multiply). */
+typedef void (*trex_fused_rms_head_bwd_fn)(float *g, const float *q, const float *rs, int64_t H,
+                                           int64_t c);
 /* out[r*n + e] = dot(A + r*lda, V[e], c) for r < R, e < n, each exactly as the dot above. */
 typedef void (*trex_fused_dots_fn)(float *out, const float *A, int64_t lda, int64_t R,
                                    const float *const *V, int64_t n, int64_t c);
@@ -162,6 +173,33 @@ typedef void (*trex_fused_sattn_bwd_window_bf16_fn)(float *const *dV, float *ws,
                                                     const uint16_t *qb, const uint16_t *gb,
                                                     int64_t H, int64_t c, float scale,
                                                     const float *lse, const float *D);
+/* The forward of nq consecutive queries that share their entries (bf16 mode, the SWA and HCA layers
+ * of model/attention.c): query b (its rounded q at qb + b H c) attends the entries e in the two
+ * ranges [vis[4b], vis[4b+1]) and [vis[4b+2], vis[4b+3]) (the first before the second; either may be
+ * empty) and gets o + b H c and lse + b H as sattn_fwd_bf16 on those entries alone gives them (z, P
+ * not written), except that the output product sums each query's terms in the columns of the
+ * block's common entry list, so its fp32 sums may group differently (o within fp32 rounding of the
+ * per-query call; lse the same bits at the AMX level). Vb[e]: the entries' bf16 rows; Wp: NULL, or the
+ * first Wp->n entries as pair rows (as above). One call loads each entry's tiles once for all nq
+ * queries. ws: TREX_FUSED_SATTN_BF16_WS(n, nq * TREX_FUSED_SATTN_HP(H), c) floats plus n pointers. */
+typedef void (*trex_fused_sattn_fwd_block_bf16_fn)(float *o, float *lse, float *ws,
+                                                   const uint16_t *qb, int64_t nq,
+                                                   const int64_t *vis, const uint16_t *const *Vb,
+                                                   const trex_fused_pairs *Wp, int64_t n,
+                                                   int64_t H, int64_t c, const float *sink,
+                                                   float scale);
+/* The query side of nq consecutive queries that share their entries (as sattn_fwd_block_bf16): query
+ * b (qb + b H c, gb + b H c, lse + b H, D + b H) attends the entries of its two ranges and gets
+ * dq + b H c and dsink + b H as sattn_bwd_query_bf16 on those entries alone gives them (P not
+ * written), except that dq's sums over the entries are grouped by the block's columns (within fp32
+ * rounding; dsink the same bits). ws: TREX_FUSED_SATTN_BLOCK_BF16_WS(n, H, c, nq) floats. */
+typedef void (*trex_fused_sattn_bwd_query_block_bf16_fn)(
+    float *dq, float *dsink, float *ws, const uint16_t *gb, const uint16_t *qb, int64_t nq,
+    const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n, int64_t H,
+    int64_t c, const float *sink, float scale, const float *lse, const float *D);
+#define TREX_FUSED_SATTN_BLOCK_BF16_WS(n, H, c, nq)                                                \
+    (TREX_FUSED_SATTN_BF16_WS(n, (int64_t)(nq) * TREX_FUSED_SATTN_HP(H), c) +                    \
+     2 * (int64_t)(n) + 16)
 #define TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq)                                                  \
     (TREX_FUSED_SATTN_BF16_WS(n, H, c) +                                                          \
      (int64_t)(nq) * (2 * TREX_FUSED_SATTN_HP(H) * TREX_FUSED_SATTN_CP(c) +                       \
@@ -327,6 +365,8 @@ typedef struct trex_fused_table {
     trex_fused_axpy_rows_fn axpy_rows;
     trex_fused_copy_nt_fn copy_nt;
     trex_fused_cvt_bf16_nt_fn cvt_bf16_nt;
+    trex_fused_rope_fn rope;
+    trex_fused_rms_head_bwd_fn rms_head_bwd;
     trex_fused_sattn_fwd_fn sattn_fwd;
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
@@ -337,6 +377,8 @@ typedef struct trex_fused_table {
     trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
     trex_fused_sattn_bwd_entries_bf16_fn sattn_bwd_entries_bf16;
     trex_fused_sattn_bwd_window_bf16_fn sattn_bwd_window_bf16; /* NULL where the others are */
+    trex_fused_sattn_fwd_block_bf16_fn sattn_fwd_block_bf16;   /* likewise */
+    trex_fused_sattn_bwd_query_block_bf16_fn sattn_bwd_query_block_bf16; /* likewise */
     const char *sattn_bf16_name;
     /* bf16 indexer scores: the reference in the ref table (the ref and avx2 levels), AMX at amx,
      * NULL at avx512 (bf16 mode keeps the fp32 dots there, as it keeps the fp32 attention core) */
@@ -374,6 +416,9 @@ float trex_fused_dot_avx512(const float *a, const float *b, int64_t n);
 void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n);
 void trex_fused_copy_nt_avx512(float *dst, const float *src, int64_t n);
 void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n);
+void trex_fused_rope_avx512(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,
+                            int64_t half, int inverse);
+void trex_fused_rms_head_bwd_avx512(float *g, const float *q, const float *rs, int64_t H, int64_t c);
 void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
                                  const unsigned char *on, int64_t sr, int64_t sj,
                                  const float *const *X, int64_t J, int64_t c);
@@ -491,6 +536,26 @@ void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float 
                                            const float *D);
 void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda, int64_t R,
                               const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
+void trex_fused_sattn_fwd_block_bf16_ref(float *o, float *lse, float *ws, const uint16_t *qb,
+                                         int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
+                                         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale);
+void trex_fused_sattn_fwd_block_bf16_amx(float *o, float *lse, float *ws, const uint16_t *qb,
+                                         int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
+                                         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale);
+void trex_fused_sattn_bwd_query_block_bf16_ref(float *dq, float *dsink, float *ws,
+                                               const uint16_t *gb, const uint16_t *qb, int64_t nq,
+                                               const int64_t *vis, const uint16_t *const *Vb,
+                                               const trex_fused_pairs *Wp, int64_t n, int64_t H,
+                                               int64_t c, const float *sink, float scale,
+                                               const float *lse, const float *D);
+void trex_fused_sattn_bwd_query_block_bf16_amx(float *dq, float *dsink, float *ws,
+                                               const uint16_t *gb, const uint16_t *qb, int64_t nq,
+                                               const int64_t *vis, const uint16_t *const *Vb,
+                                               const trex_fused_pairs *Wp, int64_t n, int64_t H,
+                                               int64_t c, const float *sink, float scale,
+                                               const float *lse, const float *D);
 void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uint16_t *const *Vb,
                                           int64_t n, int64_t nq, const int64_t *vis,
                                           const uint16_t *qb, const uint16_t *gb, int64_t H,

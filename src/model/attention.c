@@ -95,6 +95,10 @@ struct trex_attn_cache {
      * past N), from which the core's output products read a query's window in place; NULL when c is
      * not a multiple of 32 */
     uint16_t *kvp;
+    /* bf16 core with a cache: q [N, H*c] rounded to bf16 (the forward's copy, written by qprep_rows),
+     * which the backward's query and key sides read instead of rounding q again (64 MiB at
+     * dsv4-bench's N = 4096); NULL otherwise */
+    uint16_t *qb;
     float *ilse, *mass;        /* [N] indexer log-sum-exp over the KL set, sum_s sum_h P */
     int32_t *sel, *nsel;       /* [N, topk] ascending local entry indices, [N] counts (sparse) */
     float *lse;                /* [N*H] including the sink */
@@ -112,8 +116,9 @@ enum {
     AP_F_QPROJ, AP_F_KVPROJ, AP_F_CMP_GEMM, AP_F_CMP_POOL, AP_F_IDXPROJ, AP_F_ICMP_GEMM,
     AP_F_ICMP_POOL, AP_F_CORE, AP_F_OUT, AP_B_OUT, AP_B_QSIDE, AP_B_KWIN, AP_B_KCMP, AP_B_QPATH,
     AP_B_KVPATH, AP_B_CMP_POOL, AP_B_CMP_GEMM, AP_B_IDX, AP_B_ICMP_POOL, AP_B_ICMP_GEMM,
-    AP_T_GATHER, AP_T_CORE, AP_T_POST,
-    AP_T_BQ_GATHER, AP_T_BQ_CORE, AP_T_BQ_KLD, AP_T_BQ_KL, AP_T_KC_CORE, AP_T_KC_KLD, AP_T_KC_KL,
+    AP_B_GPREP, AP_F_QPREP, AP_T_GATHER, AP_T_CORE, AP_T_POST,
+    AP_T_BQ_GATHER, AP_T_BQ_CORE, AP_T_BQ_QNORM, AP_T_BQ_KLD, AP_T_BQ_KL, AP_T_KC_CORE, AP_T_KC_KLD,
+    AP_T_KC_KL,
     AP_N
 };
 static const char *const ap_name[AP_N] = {
@@ -123,9 +128,11 @@ static const char *const ap_name[AP_N] = {
     "bwd wo_b/wo_a + D", "bwd query side (qbwd)", "bwd key side window", "bwd key side compressed",
     "bwd q path (qnorm, wq_b, wq_a)", "bwd kv path", "bwd compressor pool+norm",
     "bwd compressor GEMMs", "bwd indexer projections", "bwd idx compressor pool+norm",
-    "bwd idx compressor GEMMs",
+    "bwd idx compressor GEMMs", "bwd D + g RoPE/bf16 (+ q's bf16)",
+    "fwd q per-head norm+RoPE+bf16 (qprep)",
     "  thr: fwd gather+indexer scores+topk", "  thr: fwd sattn_fwd", "  thr: fwd inv rope + KL",
-    "  thr: bwd-q gather", "  thr: bwd-q sattn_bwd_query", "  thr: bwd-q KL indexer dots",
+    "  thr: bwd-q gather", "  thr: bwd-q sattn_bwd_query", "  thr: bwd-q RMS bwd + RoPE + dq bf16",
+    "  thr: bwd-q KL indexer dots",
     "  thr: bwd-q KL (diq, dhw)", "  thr: bwd-k sattn_bwd_entries (cmp)", "  thr: bwd-k KL indexer dots",
     "  thr: bwd-k KL (dik)"};
 static double ap_wall[AP_N], ap_cpu[AP_N], ap_thr[AP_N][16];
@@ -400,10 +407,10 @@ static void rope_rows(void *arg, int64_t r0, int64_t r1, int tid)
     (void)tid;
     const rope_task *a = arg;
     const int64_t w = a->nh * a->dim;
+    const trex_fused_rope_fn rope = trex_fused()->rope; /* trex_rope_rotate's bits */
     for (int64_t r = r0; r < r1; r++) {
         const float *cs = a->ct + a->pos[r] * a->half, *sn = a->st + a->pos[r] * a->half;
-        for (int64_t h = 0; h < a->nh; h++)
-            trex_rope_rotate(a->v + (r * a->nh + h) * a->dim + a->off, cs, sn, a->half, a->inverse);
+        rope(a->v + r * w + a->off, a->nh, a->dim, cs, sn, a->half, a->inverse);
         if (a->vb && a->cvt_nt) /* while the row is in the cache */
             a->cvt_nt(a->vb + r * w, a->v + r * w, w);
         else if (a->vb)
@@ -697,11 +704,49 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
     AP(cw == dm->c ? AP_B_CMP_GEMM : AP_B_ICMP_GEMM);
 }
 
+/* ---- weightless per-head RMS backward (q) ----------------------------------------------------- */
+
+typedef struct qnorm_task {
+    float *dq;             /* in: dL/dq after RoPE; out: dL/d(q before the norm) */
+    const float *q, *rstd; /* q after RoPE, 1/rms per (token, head) */
+    const attn_dims *dm;
+    const int64_t *tpos;
+    const float *ct, *st;
+    uint16_t *dqb;         /* NULL, or [N, H*c]: the result rounded to bf16 for the products */
+} qnorm_task;
+
+/* q = R(y), y = u * rs. With g = dL/dq, rotation-invariance of dot products gives
+ * dL/du = rs (R^-1 g - y mean(g.q)) = R^-1 [rs (g - q mean(g.q))] on the rotated dims.
+ * g: token t's [H*c] row of dL/dq, in place (a row of a->dq, or bf16 mode's per-thread row of the
+ * query-side loop, qbwd_one: the same operations, so the same bits). */
+static void qnorm_token(const qnorm_task *a, float *g, int64_t t)
+{
+    const attn_dims *dm = a->dm;
+    const int64_t H = dm->H, c = dm->c;
+    const trex_fused_table *fk = trex_fused();
+    /* per head: mean = dot(g, q) / c; g = rs (g - q mean); then the inverse RoPE */
+    fk->rms_head_bwd(g, a->q + t * H * c, a->rstd + t * H, H, c);
+    fk->rope(g + dm->nope, dm->H, dm->c, a->ct + a->tpos[t] * dm->half,
+             a->st + a->tpos[t] * dm->half, dm->half, 1);
+}
+
+static void qnorm_rows(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const qnorm_task *a = arg;
+    const int64_t hc = a->dm->H * a->dm->c;
+    for (int64_t t = t0; t < t1; t++) {
+        qnorm_token(a, a->dq + t * hc, t);
+        if (a->dqb) /* while the token's row is in the cache */
+            trex_fused()->cvt_bf16_nt(a->dqb + t * hc, a->dq + t * hc, hc);
+    }
+}
+
 /* ---- per-query attention (forward and query-side backward) ------------------------------------ */
 
 /* Per-thread scratch of the query loops. */
 typedef struct qscr {
-    size_t V, Vb, cidx, heap, z, o, scores, ps, mark, ws, kp, ia, act, dws, total;
+    size_t V, Vb, cidx, heap, z, o, scores, ps, mark, ws, kp, ia, act, dws, dq, total;
 } qscr;
 
 static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse, bool bf16)
@@ -710,23 +755,31 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse,
     const int64_t maxset = (dm->csa && sparse) ? (dm->topk < docs->maxnb ? dm->topk : docs->maxnb)
                                                : docs->maxnb;
     const int64_t ne = dm->nwin + maxset + 1;
+    /* bf16 mode, SWA and HCA: the forward and the query side by blocks of QBLOCK queries
+     * (qfwd_block, qbwd_block): the union of their windows and compressed sets */
+    const bool blk = bf16 && !dm->csa;
+    const int64_t neb = ne + QBLOCK - 1;
     size_t t = 0;
-    L.V = lay(&t, (size_t)ne * sizeof(float *));
-    L.Vb = lay(&t, (size_t)ne * sizeof(uint16_t *));
+    L.V = lay(&t, (size_t)neb * sizeof(float *));
+    L.Vb = lay(&t, (size_t)neb * sizeof(uint16_t *));
     L.cidx = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(int64_t));
     L.heap = lay(&t, (size_t)(dm->topk + 1) * sizeof(int64_t));
     L.z = lay(&t, (size_t)(dm->H * ne) * sizeof(float));
-    L.o = lay(&t, (size_t)(dm->H * dm->c) * sizeof(float));
+    L.o = lay(&t, (size_t)((blk ? QBLOCK : 1) * dm->H * dm->c) * sizeof(float));
     L.scores = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
     L.ps = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float));
     L.mark = lay(&t, (size_t)(docs->maxnb + 1));
-    L.ws = lay(&t, (size_t)(bf16 ? TREX_FUSED_SATTN_BF16_WS(ne, dm->H, dm->c)
-                                : TREX_FUSED_SATTN_WS(ne, dm->H)) * sizeof(float));
+    int64_t wsf = bf16 ? TREX_FUSED_SATTN_BF16_WS(ne, dm->H, dm->c) : TREX_FUSED_SATTN_WS(ne, dm->H);
+    if (blk && TREX_FUSED_SATTN_BLOCK_BF16_WS(neb, dm->H, dm->c, QBLOCK) > wsf)
+        wsf = TREX_FUSED_SATTN_BLOCK_BF16_WS(neb, dm->H, dm->c, QBLOCK);
+    L.ws = lay(&t, (size_t)wsf * sizeof(float));
     L.kp = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float *));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * (docs->maxnb + 1)) * sizeof(float));
     L.act = lay(&t, (size_t)(dm->nI + 1) * sizeof(int64_t));
     const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(docs->maxnb, dm->nI, dm->cI) : 1;
     L.dws = lay(&t, (size_t)dws * sizeof(float));
+    /* bf16 core, query side: one query's dq [H*c] (qbwd_one), QBLOCK of them (qbwd_block) */
+    L.dq = lay(&t, (size_t)(bf16 ? (blk ? QBLOCK : 1) * dm->H * dm->c : 1) * sizeof(float));
     L.total = t;
     return L;
 }
@@ -741,6 +794,10 @@ typedef struct qtask {
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;             /* bf16 mode: these two instead */
     trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
+    /* bf16 mode, SWA and HCA layers: the forward and the query side by blocks of consecutive
+     * queries (qfwd_block, qbwd_block) */
+    trex_fused_sattn_fwd_block_bf16_fn sattn_fwd_block_bf16;
+    trex_fused_sattn_bwd_query_block_bf16_fn sattn_bwd_query_block_bf16; /* with dqb */
     const uint16_t *qb, *gb;  /* bf16 mode: q and gO rounded once per layer [N, H*c] (gb: backward) */
     const float *sink;
     bool select;              /* forward: choose top-k (CSA sparse) */
@@ -752,6 +809,11 @@ typedef struct qtask {
     /* backward */
     const float *gO, *D;
     float *dq, *dsink_t, *diq, *dhw;
+    /* bf16 core: dq is not written; each query's dq goes through the per-head RMS backward and the
+     * inverse RoPE (qn) in the thread's scratch and leaves rounded to bf16 into dqb [N, H*c], the only
+     * form the q path's products read */
+    const qnorm_task *qn;
+    uint16_t *dqb;
     float il_scale;
     int64_t nqb;
     char *scr;
@@ -849,7 +911,8 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
      * probabilities P (into z's scratch) instead of expf(z - lse) per head and entry here */
     if (a->sattn_fwd_bf16)
         a->sattn_fwd_bf16(opre, a->lse + t * H, NULL, klt ? z : NULL, (float *)(w + a->L.ws),
-                          c->q + t * hc, a->qb ? a->qb + t * hc : NULL, V, c->kvb ? Vb : NULL,
+                          a->qb ? NULL : c->q + t * hc, a->qb ? a->qb + t * hc : NULL, V,
+                          c->kvb ? Vb : NULL,
                           c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale);
     else
         a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H,
@@ -859,9 +922,8 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
      * wrote it (first-level cache), then one copy moves it out, around the cache (o is read again
      * only by the output projection, after the loop) */
     const int64_t pos = a->docs->tpos[t];
-    for (int64_t h = 0; h < H; h++)
-        trex_rope_rotate(opre + h * dm->c + dm->nope, c->rcos + pos * dm->half,
-                         c->rsin + pos * dm->half, dm->half, true);
+    a->fk->rope(opre + dm->nope, H, dm->c, c->rcos + pos * dm->half, c->rsin + pos * dm->half,
+                dm->half, 1);
     a->fk->copy_nt(a->o + t * hc, opre, hc);
     if (!(a->kl && dm->csa))
         return;
@@ -908,6 +970,90 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
     AP_T(AP_T_POST, tid);
 }
 
+/* The common entries of queries t0 .. t1 - 1 (at most QBLOCK, one document): their windows' union
+ * [jlo, t1) then the compressed entries the last one sees, as bf16 rows in Vb; each query's two
+ * ranges inside that list in vis [4 (t1 - t0)] (kernels/fused.h sattn_fwd_block_bf16); the window's
+ * pair rows in win. Returns the number of entries. */
+static int64_t block_entries(const qtask *a, int64_t t0, int64_t t1, const uint16_t **Vb,
+                             int64_t *vis, trex_fused_pairs *win)
+{
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    const trex_attn_cache *c = a->c;
+    const int64_t s = docs->seg[t0], s0 = docs->start[s], cb = docs->cstart[s];
+    const int64_t jlo = (t0 - dm->nwin + 1 > s0) ? t0 - dm->nwin + 1 : s0, nw = t1 - jlo;
+    const int64_t ncs = dm->m > 0 ? (t1 - 1 - s0 + 1) / dm->m : 0;
+    for (int64_t k = 0; k < nw; k++)
+        Vb[k] = c->kvb + (jlo + k) * dm->c;
+    for (int64_t i = 0; i < ncs; i++)
+        Vb[nw + i] = c->cmpb + (cb + i) * dm->c;
+    for (int64_t b = 0; b < t1 - t0; b++) {
+        const int64_t t = t0 + b, lo = (t - dm->nwin + 1 > s0) ? t - dm->nwin + 1 : s0;
+        vis[4 * b] = lo - jlo;
+        vis[4 * b + 1] = t + 1 - jlo;
+        vis[4 * b + 2] = nw;
+        vis[4 * b + 3] = nw + (dm->m > 0 ? (t - s0 + 1) / dm->m : 0);
+    }
+    *win = (trex_fused_pairs){c->kvp, jlo, nw};
+    return nw + ncs;
+}
+
+/* The forward of queries t0 .. t1 - 1 (at most QBLOCK, one document; SWA or HCA, bf16 core) in one
+ * call of sattn_fwd_block_bf16, then, per query, qfwd_one's inverse RoPE and copy. The same lse and
+ * bf16 P bits as query by query; o within fp32 rounding of its sums (kernels/fused.h). */
+static void qfwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
+{
+    (void)tid;
+    AP_TSTART;
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    const trex_attn_cache *c = a->c;
+    const int64_t H = dm->H, hc = H * dm->c, nq = t1 - t0;
+    const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
+    float *opre = (float *)(w + a->L.o);
+    int64_t vis[4 * QBLOCK];
+    trex_fused_pairs win;
+    const int64_t n = block_entries(a, t0, t1, Vb, vis, &win);
+    AP_T(AP_T_GATHER, tid);
+    a->sattn_fwd_block_bf16(opre, a->lse + t0 * H, (float *)(w + a->L.ws), a->qb + t0 * hc, nq,
+                            vis, Vb, c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale);
+    AP_T(AP_T_CORE, tid);
+    for (int64_t b = 0; b < nq; b++) { /* as qfwd_one */
+        const int64_t pos = docs->tpos[t0 + b];
+        a->fk->rope(opre + b * hc + dm->nope, H, dm->c, c->rcos + pos * dm->half,
+                    c->rsin + pos * dm->half, dm->half, 1);
+        a->fk->copy_nt(a->o + (t0 + b) * hc, opre + b * hc, hc);
+    }
+    AP_T(AP_T_POST, tid);
+}
+
+/* The query side of queries t0 .. t1 - 1 (as qfwd_block) in one call of sattn_bwd_query_block_bf16,
+ * each query's dq then through qnorm_token into dqb as in qbwd_one. */
+static void qbwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
+{
+    (void)tid;
+    AP_TSTART;
+    const attn_dims *dm = a->dm;
+    const trex_attn_cache *c = a->c;
+    const int64_t H = dm->H, hc = H * dm->c, nq = t1 - t0;
+    const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
+    float *dq = (float *)(w + a->L.dq);
+    int64_t vis[4 * QBLOCK];
+    trex_fused_pairs win;
+    const int64_t n = block_entries(a, t0, t1, Vb, vis, &win);
+    AP_T(AP_T_BQ_GATHER, tid);
+    a->sattn_bwd_query_block_bf16(dq, a->dsink_t + t0 * H, (float *)(w + a->L.ws),
+                                  a->gb + t0 * hc, a->qb + t0 * hc, nq, vis, Vb,
+                                  c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale,
+                                  c->lse + t0 * H, a->D + t0 * H);
+    AP_T(AP_T_BQ_CORE, tid);
+    for (int64_t b = 0; b < nq; b++) {
+        qnorm_token(a->qn, dq + b * hc, t0 + b);
+        a->fk->cvt_bf16_nt(a->dqb + (t0 + b) * hc, dq + b * hc, hc);
+    }
+    AP_T(AP_T_BQ_QNORM, tid);
+}
+
 static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
 {
     (void)tid;
@@ -924,18 +1070,26 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
     AP_T(AP_T_BQ_GATHER, tid);
     const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
     const trex_fused_pairs win = {c->kvp, t - nw + 1, nw}; /* the window: rows t - nw + 1 .. t */
-    if (a->sattn_bwd_query_bf16)
-        a->sattn_bwd_query_bf16(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL,
+    if (a->sattn_bwd_query_bf16) {
+        float *dq = a->dqb ? (float *)(w + a->L.dq) : a->dq + t * hc;
+        a->sattn_bwd_query_bf16(dq, a->dsink_t + t * H, kl ? P : NULL,
                                 (float *)(w + a->L.ws), a->gb ? NULL : a->gO + t * hc,
-                                a->gb ? a->gb + t * hc : NULL, c->q + t * hc,
+                                a->gb ? a->gb + t * hc : NULL, a->qb ? NULL : c->q + t * hc,
                                 a->qb ? a->qb + t * hc : NULL, V,
                                 c->kvb ? Vb : NULL, c->kvp ? &win : NULL, n, H, dm->c, a->sink,
                                 dm->scale, c->lse + t * H, a->D + t * H);
-    else
+        AP_T(AP_T_BQ_CORE, tid);
+        if (a->dqb) { /* the q path's first pass, while the row is in the cache */
+            qnorm_token(a->qn, dq, t);
+            a->fk->cvt_bf16_nt(a->dqb + t * hc, dq, hc);
+            AP_T(AP_T_BQ_QNORM, tid);
+        }
+    } else {
         a->sattn_bwd_query(a->dq + t * hc, a->dsink_t + t * H, kl ? P : NULL,
                            (float *)(w + a->L.ws), a->gO + t * hc, c->q + t * hc, V, n, H, dm->c,
                            a->sink, dm->scale, c->lse + t * H, a->D + t * H);
-    AP_T(AP_T_BQ_CORE, tid);
+        AP_T(AP_T_BQ_CORE, tid);
+    }
     if (!kl)
         return;
     /* dKL/dI_s = il_scale (q_s - p_s); through the head weights and the ReLU into iq and hw */
@@ -990,6 +1144,16 @@ static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
     for (int64_t k = k0; k < k1; k++) {
         const int64_t b = zigzag(k, a->nqb);
         const int64_t t1 = (b + 1) * QBLOCK < a->dm->N ? (b + 1) * QBLOCK : a->dm->N;
+        if (a->docs->seg[b * QBLOCK] == a->docs->seg[t1 - 1]) { /* one document */
+            if (fwd && a->sattn_fwd_block_bf16) {
+                qfwd_block(a, b * QBLOCK, t1, w, tid);
+                continue;
+            }
+            if (!fwd && a->sattn_bwd_query_block_bf16) {
+                qbwd_block(a, b * QBLOCK, t1, w, tid);
+                continue;
+            }
+        }
         for (int64_t t = b * QBLOCK; t < t1; t++) {
             if (t + 1 < t1) { /* the next query's rounded q and g, while this one computes */
                 prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
@@ -1199,7 +1363,8 @@ static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
         }
         if (a->sattn_bwd_entries_bf16)
             a->sattn_bwd_entries_bf16(ks.dV, ks.psum, ks.ws, ks.V, a->c->kvb ? ks.Vb : NULL, n,
-                                      a->c->q + t * hc, a->qb ? a->qb + t * hc : NULL,
+                                      a->qb ? NULL : a->c->q + t * hc,
+                                      a->qb ? a->qb + t * hc : NULL,
                                       a->gb ? NULL : a->gO + t * hc,
                                       a->gb ? a->gb + t * hc : NULL, H, c,
                                       dm->scale, a->c->lse + t * H, a->D + t * H);
@@ -1227,7 +1392,7 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n, int
     }
     if (a->sattn_bwd_entries_bf16)
         a->sattn_bwd_entries_bf16(ks->dV, ks->psum, ks->ws, ks->V, c->cmpb ? ks->Vb : NULL, n,
-                                  c->q + t * hc, a->qb ? a->qb + t * hc : NULL,
+                                  a->qb ? NULL : c->q + t * hc, a->qb ? a->qb + t * hc : NULL,
                                   a->gb ? NULL : a->gO + t * hc, a->gb ? a->gb + t * hc : NULL, H,
                                   dm->c, dm->scale,
                                   c->lse + t * H, a->D + t * H);
@@ -1421,10 +1586,13 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
 /* ---- D = g.o per (token, head) ------------------------------------------------------------------ */
 
 /* The backward's pass over the output gradient g [N, H, c], token by token: D = g.o per head (as
- * am_sattn_delta, one dot per (token, head)), then g rotated back by RoPE (as rope_apply) and, in bf16 mode, rounded into gb. */
+ * am_sattn_delta, one dot per (token, head)), then g rotated back by RoPE (as rope_apply), in place;
+ * in bf16 mode, where nothing reads the fp32 g again, g is rotated in the thread's row instead (the
+ * same operations: the same bits) and only its bf16 rounding is written, into gb. */
 typedef struct gprep_task {
     float *D, *g;
     uint16_t *gb;          /* NULL or [N, H*c] */
+    float *row;            /* with gb: [threads, H*c] scratch */
     const float *o;
     const attn_dims *dm;
     const int64_t *pos;
@@ -1432,52 +1600,27 @@ typedef struct gprep_task {
     trex_fused_dot_fn dot;
 } gprep_task;
 
-static void gprep_rows(void *arg, int64_t t0, int64_t t1, int tid)
+static void gprep_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     const gprep_task *a = arg;
     const attn_dims *dm = a->dm;
-    const int64_t H = dm->H, c = dm->c;
-    for (int64_t t = t0; t < t1; t++)
+    const int64_t H = dm->H, c = dm->c, hc = H * c;
+    for (int64_t t = r0; t < r1; t++)
         for (int64_t h = 0; h < H; h++)
-            a->D[t * H + h] = a->dot(a->g + (t * H + h) * c, a->o + (t * H + h) * c, c);
-    rope_task r = {a->g, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, a->gb,
-                   trex_fused()->cvt_bf16_nt}; /* gb around the cache: read by the later loops */
-    rope_rows(&r, t0, t1, tid);
-}
-
-/* ---- weightless per-head RMS backward (q) ----------------------------------------------------- */
-
-typedef struct qnorm_task {
-    float *dq;             /* in: dL/dq after RoPE; out: dL/d(q before the norm) */
-    const float *q, *rstd; /* q after RoPE, 1/rms per (token, head) */
-    const attn_dims *dm;
-    const int64_t *tpos;
-    const float *ct, *st;
-    trex_fused_dot_fn dot;
-    uint16_t *dqb;         /* NULL, or [N, H*c]: the result rounded to bf16 for the products */
-} qnorm_task;
-
-/* q = R(y), y = u * rs. With g = dL/dq, rotation-invariance of dot products gives
- * dL/du = rs (R^-1 g - y mean(g.q)) = R^-1 [rs (g - q mean(g.q))] on the rotated dims. */
-static void qnorm_rows(void *arg, int64_t t0, int64_t t1, int tid)
-{
-    (void)tid;
-    const qnorm_task *a = arg;
-    const attn_dims *dm = a->dm;
-    const int64_t c = dm->c;
-    for (int64_t t = t0; t < t1; t++) {
-        for (int64_t h = 0; h < dm->H; h++) {
-            const int64_t row = t * dm->H + h;
-            float *g = a->dq + row * c;
-            const float *q = a->q + row * c, rs = a->rstd[row];
-            const float mean = a->dot(g, q, c) / (float)c;
-            for (int64_t i = 0; i < c; i++)
-                g[i] = rs * (g[i] - q[i] * mean);
-            trex_rope_rotate(g + dm->nope, a->ct + a->tpos[t] * dm->half,
-                             a->st + a->tpos[t] * dm->half, dm->half, true);
-        }
-        if (a->dqb) /* while the token's row is in the cache */
-            trex_fused()->cvt_bf16_nt(a->dqb + t * dm->H * c, a->dq + t * dm->H * c, dm->H * c);
+            a->D[t * H + h] = a->dot(a->g + t * hc + h * c, a->o + t * hc + h * c, c);
+    if (!a->gb) {
+        rope_task rt = {a->g, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, NULL, NULL};
+        rope_rows(&rt, r0, r1, tid);
+        return;
+    }
+    /* g is rotated in the thread's row: gO's lines stay clean (they leave the cache without a
+     * write-back); gb around the cache: read by the later loops */
+    float *row = a->row + (int64_t)tid * hc;
+    for (int64_t t = r0; t < r1; t++) {
+        memcpy(row, a->g + t * hc, (size_t)hc * sizeof(float));
+        trex_fused()->rope(row + dm->nope, H, c, a->ct + a->pos[t] * dm->half,
+                           a->st + a->pos[t] * dm->half, dm->half, 0); /* as rope_rows */
+        trex_fused()->cvt_bf16_nt(a->gb + t * hc, row, hc);
     }
 }
 
@@ -1737,6 +1880,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     const bool core_bf16 = gdt == TREX_BF16 && qa.fk->sattn_fwd_bf16;
     qa.sattn_fwd = qa.fk->sattn_fwd;
     qa.sattn_fwd_bf16 = core_bf16 ? qa.fk->sattn_fwd_bf16 : NULL;
+    qa.sattn_fwd_block_bf16 = core_bf16 && !dm->csa ? qa.fk->sattn_fwd_block_bf16 : NULL;
     if (core_bf16) { /* the entries rounded once (see kvb), written whole: not zeroed first */
         C->kvb = trex_arena_alloc_uninit(ar, (size_t)(N * c) * sizeof *C->kvb);
         if (!C->kvb)
@@ -1772,10 +1916,16 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.stride = qa.L.total;
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
     FALLOC_W(C->u, N * G * dg); /* written whole by the G products (beta 0) */
-    /* scratch from here to the end of the core loop: the bf16 copy of q and the threads' scratch */
-    const trex_arena_mark core_mark = trex_arena_mark_get(ar);
+    /* the bf16 copy of q (written whole by qprep_rows): in the cache when there is one (the backward
+     * reads it), else scratch like the threads' scratch, from here to the end of the core loop */
     uint16_t *qb = NULL;
-    if (core_bf16) {
+    if (core_bf16 && cache) {
+        qb = C->qb = trex_arena_alloc_uninit(ar, (size_t)(N * hc) * sizeof *qb);
+        if (!qb)
+            goto oom;
+    }
+    const trex_arena_mark core_mark = trex_arena_mark_get(ar);
+    if (core_bf16 && !qb) {
         qb = trex_arena_alloc_uninit(ar, (size_t)(N * hc) * sizeof *qb);
         if (!qb)
             goto oom;
@@ -1784,7 +1934,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     /* q's per-head norm and RoPE, and its bf16 copy, in one pass */
     qprep_task qp = {C->q, C->q_rstd, qb, dm, docs->tpos, C->rcos, C->rsin};
     trex_pool_for(pool, N, QPREP_TOKENS, qprep_rows, &qp);
-    AP(AP_F_QPROJ);
+    AP(AP_F_QPREP);
     qa.qb = qb;
     FALLOC(qa.scr, qa.stride * (size_t)nthreads(ctx));
     trex_pool_for(pool, qa.nqb, 1, qfwd_items, &qa);
@@ -1850,25 +2000,37 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
         trex_gemm_ex(pool, gws, gdt, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg,
                      C->o + gi * gin, hc, 1.0f, g->wo_a + gi * dg * gin, gin);
     }
+    AP(AP_B_OUT);
     /* D = g.o is rotation-invariant: take it in the output frame, then rotate g back to the frame
      * of the attention output before its inverse RoPE (the backward of R^-1 is R). */
-    /* bf16 mode: the attention core reads q and g rounded once here (gb in the pass over gO) */
+    /* bf16 mode: the attention core reads g rounded once here (gb in the pass over gO) and q's bf16
+     * copy from the forward (C->qb) */
     const bool core_bf16 = gdt == TREX_BF16 && trex_fused()->sattn_bwd_query_bf16; /* as the forward */
-    uint16_t *qb = NULL, *gb = NULL;
-    if (core_bf16)
+    uint16_t *qb = NULL, *gb = NULL, *dqb = NULL;
+    float *grow = NULL;
+    if (core_bf16) {
         gb = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof *gb);
+        grow = xalloc_uninit(ctx->arena, (size_t)(nthreads(ctx) * hc) * sizeof *grow);
+    }
     float *D = xalloc_uninit(ctx->arena, (size_t)(N * H) * sizeof(float)); /* gprep_rows writes it */
-    gprep_task gp = {D, gO, gb, C->o, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
+    gprep_task gp = {D, gO, gb, grow, C->o, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
     trex_pool_for(pool, N, 1, gprep_rows, &gp);
     if (core_bf16) {
-        /* the core reads gb, never the fp32 gO again: its first half takes q's bf16 copy */
-        qb = (uint16_t *)gO;
-        cvt_rows_pool(pool, qb, C->q, N, hc, true);
+        /* the core reads gb, never the fp32 gO again: its block (N H c floats) holds q's bf16 copy
+         * when the forward did not keep one (first half) and dq's bf16 rounding (second half) */
+        qb = C->qb;
+        if (!qb) {
+            qb = (uint16_t *)gO;
+            cvt_rows_pool(pool, qb, C->q, N, hc, true);
+        }
+        dqb = (uint16_t *)gO + N * hc;
     }
-    AP(AP_B_OUT);
+    AP(AP_B_GPREP);
 
-    /* query side: dq (written whole by the core), d sink, indexer query-side gradients */
-    float *dq = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float));
+    /* query side: dq (written whole by the core; bf16 mode: dqb, see qtask), d sink, indexer
+     * query-side gradients */
+    float *dq = dqb ? NULL : xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float));
+    qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin, NULL};
     float *dsink_t = xalloc_uninit(ctx->arena, (size_t)(N * H) * sizeof(float)); /* every query */
     float *diq = NULL, *dhw = NULL;
     if (kl) {
@@ -1884,11 +2046,16 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qa.gb = gb;
     qa.sattn_bwd_query = qa.fk->sattn_bwd_query;
     qa.sattn_bwd_query_bf16 = core_bf16 ? qa.fk->sattn_bwd_query_bf16 : NULL;
+    qa.sattn_bwd_query_block_bf16 = core_bf16 && !dm->csa && gb && qb && C->kvb
+                                         ? qa.fk->sattn_bwd_query_block_bf16
+                                         : NULL;
     qa.sink = w->attn_sink;
     qa.kl = kl;
     qa.gO = gO;
     qa.D = D;
     qa.dq = dq;
+    qa.qn = &qn;
+    qa.dqb = dqb;
     qa.dsink_t = dsink_t;
     qa.diq = diq;
     qa.dhw = dhw;
@@ -1965,11 +2132,10 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     AP(AP_B_KCMP);
 
     /* q path: per-head RMS and RoPE, wq_b, q_norm, wq_a (dx is written here) */
-    /* bf16 mode: dq rounded to bf16 in the same pass, into gb (free after the key side), so that its
-     * two products pack 2-byte rows (the same bits as rounding while packing) */
-    uint16_t *dqb = gb;
-    qnorm_task qn = {dq, C->q, C->q_rstd, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot, dqb};
-    trex_pool_for(pool, N, (4096 / (hc > 0 ? hc : 1)) + 1, qnorm_rows, &qn);
+    /* bf16 mode: done by the query side, which wrote the result rounded to bf16 (dqb: its two
+     * products pack 2-byte rows, the same bits as rounding while packing) */
+    if (!dqb)
+        trex_pool_for(pool, N, (4096 / (hc > 0 ? hc : 1)) + 1, qnorm_rows, &qn);
     /* written whole: dqr by its product (beta 0), dqa by the norm's backward (acc false) */
     float *dqr = xalloc_uninit(ctx->arena, (size_t)(N * dc) * sizeof(float));
     float *dqa = xalloc_uninit(ctx->arena, (size_t)(N * dc) * sizeof(float));

@@ -207,6 +207,49 @@ void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda
     }
 }
 
+/* sattn_fwd_block_bf16 (kernels/fused.h): each query by the forward above on its visible entries
+ * (their rows listed after the forward's scratch), so the reference gives the per-query bits. */
+void trex_fused_sattn_fwd_block_bf16_ref(float *o, float *lse, float *ws, const uint16_t *qb,
+                                         int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
+                                         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale)
+{
+    (void)Wp;
+    const uintptr_t at = (uintptr_t)(ws + TREX_FUSED_SATTN_BF16_WS(n, H, c));
+    const uint16_t **list = (const uint16_t **)(at + 7 - (at + 7) % 8); /* 8-byte aligned */
+    for (int64_t b = 0; b < nq; b++) {
+        int64_t k = 0;
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = vis[4 * b + 2 * r]; e < vis[4 * b + 2 * r + 1]; e++)
+                list[k++] = Vb[e];
+        trex_fused_sattn_fwd_bf16_ref(o + b * H * c, lse + b * H, NULL, NULL, ws, NULL,
+                                      qb + b * H * c, NULL, list, NULL, k, H, c, sink, scale);
+    }
+}
+
+/* sattn_bwd_query_block_bf16 (kernels/fused.h): each query by the query side below on its visible
+ * entries, so the per-query bits. */
+void trex_fused_sattn_bwd_query_block_bf16_ref(float *dq, float *dsink, float *ws,
+                                               const uint16_t *gb, const uint16_t *qb, int64_t nq,
+                                               const int64_t *vis, const uint16_t *const *Vb,
+                                               const trex_fused_pairs *Wp, int64_t n, int64_t H,
+                                               int64_t c, const float *sink, float scale,
+                                               const float *lse, const float *D)
+{
+    (void)Wp;
+    const uintptr_t at = (uintptr_t)(ws + TREX_FUSED_SATTN_BF16_WS(n, H, c));
+    const uint16_t **list = (const uint16_t **)(at + 7 - (at + 7) % 8); /* 8-byte aligned */
+    for (int64_t b = 0; b < nq; b++) {
+        int64_t k = 0;
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = vis[4 * b + 2 * r]; e < vis[4 * b + 2 * r + 1]; e++)
+                list[k++] = Vb[e];
+        trex_fused_sattn_bwd_query_bf16_ref(dq + b * H * c, dsink + b * H, NULL, ws, NULL,
+                                            gb + b * H * c, NULL, qb + b * H * c, NULL, list, NULL,
+                                            k, H, c, sink, scale, lse + b * H, D + b * H);
+    }
+}
+
 /* sattn_bwd_window_bf16 (kernels/fused.h): the key side of nq consecutive queries, one fp32 sum per
  * entry over the terms of every query that sees it (b ascending; per query the g terms, heads
  * ascending, then the q terms), started at the first term, then one add into dV[e].

@@ -52,6 +52,31 @@ static void cvt_bf16_nt_ref(uint16_t *dst, const float *src, int64_t n)
         dst[i] = trex_f32_to_bf16(src[i]);
 }
 
+static void rope_ref(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,
+                     int64_t half, int inverse)
+{
+    for (int64_t k = 0; k < nv; k++) {
+        float *x = v + k * ld;
+        for (int64_t i = 0; i < half; i++) { /* model/rope.c trex_rope_rotate */
+            const float a = x[2 * i], b = x[2 * i + 1];
+            const float c = cs[i], s = inverse ? -sn[i] : sn[i];
+            x[2 * i] = a * c - b * s;
+            x[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+static void rms_head_bwd_ref(float *g, const float *q, const float *rs, int64_t H, int64_t c)
+{
+    for (int64_t h = 0; h < H; h++) {
+        float *gh = g + h * c;
+        const float *qh = q + h * c, r = rs[h];
+        const float m = am_dot_f(gh, qh, c) / (float)c;
+        for (int64_t i = 0; i < c; i++)
+            gh[i] = r * (gh[i] - qh[i] * m);
+    }
+}
+
 static void dots_ref(float *out, const float *A, int64_t lda, int64_t R, const float *const *V,
                      int64_t n, int64_t c)
 {
@@ -118,6 +143,8 @@ static const trex_fused_table table_ref = {
     .axpy_rows = axpy_rows_ref,
     .copy_nt = copy_nt_ref,
     .cvt_bf16_nt = cvt_bf16_nt_ref,
+    .rope = rope_ref,
+    .rms_head_bwd = rms_head_bwd_ref,
     .sattn_fwd = sattn_fwd_ref,
     .sattn_bwd_query = sattn_bwd_query_ref,
     .sattn_bwd_entries = sattn_bwd_entries_ref,
@@ -125,6 +152,8 @@ static const trex_fused_table table_ref = {
     .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_ref,
     .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_ref,
     .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_ref,
+    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_ref,
+    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_ref,
     .sattn_bf16_name = "ref",
     .dots_bf16 = trex_fused_dots_bf16_ref,
     .mhc_post_fwd = mhc_post_fwd_ref,
@@ -160,6 +189,8 @@ static const trex_fused_table table_avx512 = {
     .axpy_rows = trex_fused_axpy_rows_avx512,
     .copy_nt = trex_fused_copy_nt_avx512,
     .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,
+    .rope = trex_fused_rope_avx512,
+    .rms_head_bwd = trex_fused_rms_head_bwd_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
@@ -199,6 +230,8 @@ static const trex_fused_table table_amx = {
     .axpy_rows = trex_fused_axpy_rows_avx512,
     .copy_nt = trex_fused_copy_nt_avx512,
     .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,
+    .rope = trex_fused_rope_avx512,
+    .rms_head_bwd = trex_fused_rms_head_bwd_avx512,
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
@@ -206,6 +239,8 @@ static const trex_fused_table table_amx = {
     .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_amx,
     .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_amx,
     .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_amx,
+    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_amx,
+    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_amx,
     .sattn_bf16_name = "amx",
     .dots_bf16 = trex_fused_dots_bf16_amx,
     .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,

@@ -473,23 +473,17 @@ static void pv_out(const attn_ws *w, float *out, int64_t H, int64_t c, float mul
     pv_product(w, dst, ld);
     if (direct)
         return;
-    /* through the scratch: out is written once, 64-byte aligned rows with streaming stores (the
-     * query side's dq: written here, read back only by a later pass over the layer) */
-    const bool nt = c % 16 == 0 && ((uintptr_t)out & 63) == 0;
+    /* through the scratch: out is written once, with plain stores (the query side's dq goes to the
+     * caller's per-thread row, which model/attention.c reads right away: the q path's first pass) */
     for (int64_t h = 0; h < H; h++) {
         const float *src = dst + h * ld;
         float *o = out + h * c;
         int64_t k = 0;
-        if (nt)
-            for (; k + 16 <= c; k += 16)
-                _mm512_stream_ps(o + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), _mm512_set1_ps(mul)));
         for (; k + 16 <= c; k += 16)
             _mm512_storeu_ps(o + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), _mm512_set1_ps(mul)));
         for (; k < c; k++)
             o[k] = src[k] * mul;
     }
-    if (nt)
-        _mm_sfence();
 }
 
 /* exp of 16 floats: Cody-Waite reduction by ln 2 and a degree-7 polynomial; within 1.3 ulp of the
@@ -518,6 +512,43 @@ static inline __m256i bf16x16(__m512 x)
     return (__m256i)_mm512_cvtneps_pbh(x);
 }
 
+/* P (dZ) into pb by runs: the bf16 values (one 16-head vector per entry) of up to 32 entries whose
+ * pb columns are consecutive are held, then written as the group's rows of up to 32 columns through
+ * a 16 x 16 transpose of 32-bit words (entry pairs), instead of 16 two-byte stores per entry. */
+typedef struct pb_run {
+    __m256i v[32];
+    int64_t col, m; /* the first column, the entries held */
+} pb_run;
+
+static void pb_flush(const attn_ws *w, pb_run *r, int64_t row0, int64_t hn)
+{
+    if (r->m == 0)
+        return;
+    __m512i x[16];
+    for (int64_t k = 0; k < 16; k++) {
+        const __m512i lo = 2 * k < r->m ? _mm512_cvtepu16_epi32(r->v[2 * k]) : _mm512_setzero_si512();
+        const __m512i hi =
+            2 * k + 1 < r->m ? _mm512_cvtepu16_epi32(r->v[2 * k + 1]) : _mm512_setzero_si512();
+        x[k] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    }
+    transpose16(x); /* x[h], word k: head h of entries 2k, 2k + 1 */
+    const __mmask32 mk = r->m == 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << r->m) - 1u);
+    for (int64_t h = 0; h < hn; h++)
+        _mm512_mask_storeu_epi16(w->pb + (row0 + h) * w->npb + r->col, mk, x[h]);
+    r->m = 0;
+}
+
+static inline void pb_push(const attn_ws *w, pb_run *r, int64_t row0, int64_t hn, int64_t e,
+                           __m256i v)
+{
+    const int64_t col = pcol(w, e);
+    if (r->m > 0 && (r->m == 32 || col != r->col + r->m))
+        pb_flush(w, r, row0, hn);
+    if (r->m == 0)
+        r->col = col;
+    r->v[r->m++] = v;
+}
+
 static inline __mmask16 head_mask(int64_t H, int64_t hg)
 {
     const int64_t k = H - 16 * hg;
@@ -541,7 +572,7 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, flo
     }
     attn_ws w = ws_layout(ws, n, H, c, false, false);
     window_setup(&w, Wp, n, c);
-    const int64_t Hp = w.Hp, npb = w.npb;
+    const int64_t Hp = w.Hp;
     pack_query(&w, q, qb, NULL, NULL, H, c);
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
@@ -578,7 +609,8 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, flo
         _mm512_store_ps(dens, den);
         for (int64_t h = 0; h < hn; h++)
             lse[16 * hg + h] = mxs[h] + logf(dens[h]);
-        uint16_t pt[16] __attribute__((aligned(32)));
+        pb_run run;
+        run.m = 0;
         for (int64_t e = 0; e < n; e++) {
             const __m512 p = _mm512_div_ps(_mm512_loadu_ps(w.st + e * Hp + 16 * hg), den);
             if (P) {
@@ -586,14 +618,94 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, flo
                 for (int64_t h = 0; h < hn; h++)
                     P[(16 * hg + h) * n + e] = zt[h];
             }
-            _mm256_store_si256((__m256i *)pt, bf16x16(p));
-            const int64_t col = pcol(&w, e);
-            for (int64_t h = 0; h < hn; h++)
-                w.pb[(16 * hg + h) * npb + col] = pt[h];
+            pb_push(&w, &run, 16 * hg, hn, e, bf16x16(p));
         }
+        pb_flush(&w, &run, 16 * hg, hn);
     }
     pb_pads(&w, H, n);
     pv_out(&w, o, H, c, 1.0f);
+    trex_gemm_end_amx();
+}
+
+/* sattn_fwd_block_bf16: the nq queries side by side as the heads of one call (query b's heads in rows
+ * b Hq .. b Hq + H - 1 of Q, Hq = H rounded up to 16, zero rows after them), so every entry's A tiles
+ * (scores) and B tiles (output product) are loaded once for all of them; each query's softmax runs
+ * over its own ranges only, in the per-query entry's order (the same mx, den, lse and bf16 P bits),
+ * and P is zero in the columns of the entries it does not see. */
+void trex_fused_sattn_fwd_block_bf16_amx(float *o, float *lse, float *ws, const uint16_t *qb,
+                                         int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
+                                         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
+                                         const float *sink, float scale)
+{
+    if (nq <= 0)
+        return;
+    if (n == 0) {
+        for (int64_t h = 0; h < nq * H; h++) {
+            lse[h] = sink[h % H]; /* log(exp(sink - sink)) is exactly 0 */
+            for (int64_t i = 0; i < c; i++)
+                o[h * c + i] = 0.0f;
+        }
+        return;
+    }
+    const int64_t Hq = TREX_FUSED_SATTN_HP(H);
+    attn_ws w = ws_layout(ws, n, nq * Hq, c, false, false);
+    window_setup(&w, Wp, n, c);
+    const int64_t Hp = w.Hp, npb = w.npb, cp = w.cp;
+    for (int64_t b = 0; b < nq; b++)
+        query_rows(w.qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
+    pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
+    pack_entries(&w, NULL, Vb, n, c);
+    memset(w.pb, 0, (size_t)(Hp * npb) * 2);
+    BARRIER();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
+    scores_t(&w, Vb, n, c);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const int64_t b = 16 * hg / Hq, h0 = 16 * hg - b * Hq; /* query, its first head here */
+        if (h0 >= H)
+            continue; /* padding rows only: P stays zero */
+        const int64_t hn = H - h0 < 16 ? H - h0 : 16;
+        const __mmask16 hm = (__mmask16)(hn >= 16 ? 0xffffu : (1u << hn) - 1u);
+        const int64_t *rg = vis + 4 * b;
+        const __m512 sk = _mm512_maskz_loadu_ps(hm, sink + h0);
+        __m512 mx = sk;
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
+                float *sr = w.st + e * Hp + 16 * hg;
+                const __m512 zv = _mm512_mul_ps(vs, _mm512_loadu_ps(sr));
+                _mm512_storeu_ps(sr, zv);
+                mx = _mm512_max_ps(mx, zv);
+            }
+        __m512 den = exp16(_mm512_sub_ps(sk, mx));
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
+                float *sr = w.st + e * Hp + 16 * hg;
+                const __m512 ex = exp16(_mm512_sub_ps(_mm512_loadu_ps(sr), mx));
+                _mm512_storeu_ps(sr, ex);
+                den = _mm512_add_ps(den, ex);
+            }
+        float mxs[16] __attribute__((aligned(64))), dens[16] __attribute__((aligned(64)));
+        _mm512_store_ps(mxs, mx);
+        _mm512_store_ps(dens, den);
+        for (int64_t h = 0; h < hn; h++)
+            lse[b * H + h0 + h] = mxs[h] + logf(dens[h]);
+        pb_run run;
+        run.m = 0;
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
+                const __m512 p = _mm512_div_ps(_mm512_loadu_ps(w.st + e * Hp + 16 * hg), den);
+                pb_push(&w, &run, 16 * hg, hn, e, bf16x16(p));
+            }
+        pb_flush(&w, &run, 16 * hg, hn);
+    }
+    if (H == Hq && c == cp) { /* the rows of o are the rows of the product */
+        pv_out(&w, o, Hp, c, 1.0f);
+    } else {
+        pv_product(&w, w.ot, cp);
+        for (int64_t b = 0; b < nq; b++)
+            for (int64_t h = 0; h < H; h++)
+                memcpy(o + (b * H + h) * c, w.ot + (b * Hq + h) * cp, (size_t)c * 4);
+    }
     trex_gemm_end_amx();
 }
 
@@ -613,7 +725,7 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
     }
     attn_ws w = ws_layout(ws, n, H, c, true, false);
     window_setup(&w, Wp, n, c);
-    const int64_t Hp = w.Hp, npb = w.npb;
+    const int64_t Hp = w.Hp;
     pack_query(&w, q, qb, g, gb, H, c);
     pack_entries(&w, V, Vb, n, c);
     BARRIER();
@@ -626,24 +738,100 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
         const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
         const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
         float pt[16] __attribute__((aligned(64)));
-        uint16_t dzt[16] __attribute__((aligned(32)));
+        pb_run run;
+        run.m = 0;
         for (int64_t e = 0; e < n; e++) {
             const int64_t i = e * Hp + 16 * hg;
             const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
             const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
-            _mm256_store_si256((__m256i *)dzt, bf16x16(dz));
-            const int64_t col = pcol(&w, e);
-            for (int64_t h = 0; h < hn; h++)
-                w.pb[(16 * hg + h) * npb + col] = dzt[h];
+            pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
             if (P) {
                 _mm512_store_ps(pt, p);
                 for (int64_t h = 0; h < hn; h++)
                     P[(16 * hg + h) * n + e] = pt[h];
             }
         }
+        pb_flush(&w, &run, 16 * hg, hn);
     }
     pb_pads(&w, H, n);
     pv_out(&w, dq, H, c, scale);
+    trex_gemm_end_amx();
+}
+
+/* sattn_bwd_query_block_bf16: the queries side by side as in sattn_fwd_block_bf16 (q and g rows of
+ * query b at b Hq); each query's dZ over its own ranges, zero elsewhere. */
+void trex_fused_sattn_bwd_query_block_bf16_amx(float *dq, float *dsink, float *ws,
+                                               const uint16_t *gb, const uint16_t *qb, int64_t nq,
+                                               const int64_t *vis, const uint16_t *const *Vb,
+                                               const trex_fused_pairs *Wp, int64_t n, int64_t H,
+                                               int64_t c, const float *sink, float scale,
+                                               const float *lse, const float *D)
+{
+    if (nq <= 0)
+        return;
+    for (int64_t b = 0; b < nq; b++)
+        for (int64_t h = 0; h < H; h++)
+            dsink[b * H + h] = -expf(sink[h] - lse[b * H + h]) * D[b * H + h];
+    if (n == 0) {
+        for (int64_t i = 0; i < nq * H * c; i++)
+            dq[i] = 0.0f;
+        return;
+    }
+    const int64_t Hq = TREX_FUSED_SATTN_HP(H);
+    attn_ws w = ws_layout(ws, n, nq * Hq, c, true, false);
+    window_setup(&w, Wp, n, c);
+    const int64_t Hp = w.Hp, cp = w.cp;
+    for (int64_t b = 0; b < nq; b++) {
+        query_rows(w.qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
+        query_rows(w.gb + b * Hq * cp, NULL, gb + b * H * c, H, Hq, c, cp);
+    }
+    w.qr = w.qb;
+    w.gr = w.gb;
+    pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
+    pack_xt_vnni(w.gv, w.gb, cp, Hp, cp);
+    pack_entries(&w, NULL, Vb, n, c);
+    memset(w.pb, 0, (size_t)(Hp * w.npb) * 2);
+    BARRIER();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
+    scores_t(&w, Vb, n, c);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const int64_t b = 16 * hg / Hq, h0 = 16 * hg - b * Hq; /* query, its first head here */
+        if (h0 >= H)
+            continue; /* padding rows only: dZ stays zero */
+        const int64_t hn = H - h0 < 16 ? H - h0 : 16;
+        const __mmask16 hm = (__mmask16)(hn >= 16 ? 0xffffu : (1u << hn) - 1u);
+        const int64_t *rg = vis + 4 * b;
+        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + b * H + h0);
+        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + b * H + h0);
+        pb_run run;
+        run.m = 0;
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
+                const int64_t i = e * Hp + 16 * hg;
+                const __m512 p =
+                    exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
+                const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
+                pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
+            }
+        pb_flush(&w, &run, 16 * hg, hn);
+    }
+    if (H == Hq && c == cp) { /* the rows of dq are the rows of the product */
+        pv_out(&w, dq, Hp, c, scale);
+    } else {
+        pv_product(&w, w.ot, cp);
+        const __m512 sc = _mm512_set1_ps(scale);
+        for (int64_t b = 0; b < nq; b++)
+            for (int64_t h = 0; h < H; h++) { /* as pv_out: a multiply per element */
+                const float *src = w.ot + (b * Hq + h) * cp;
+                float *d = dq + (b * H + h) * c;
+                int64_t k = 0;
+                for (; k + 16 <= c; k += 16)
+                    _mm512_storeu_ps(d + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), sc));
+                for (; k < c; k++)
+                    d[k] = src[k] * scale;
+            }
+    }
     trex_gemm_end_amx();
 }
 

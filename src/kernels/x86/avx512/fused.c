@@ -160,6 +160,56 @@ void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n)
     _mm_sfence();
 }
 
+/* rope: 16 pairs per step, split into their first and second members, rotated with a separate
+ * multiply per product and one subtract (add), as trex_rope_rotate; the pairs past the last multiple
+ * of 16 with masks. */
+void trex_fused_rope_avx512(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,
+                            int64_t half, int inverse)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512i flip = _mm512_set1_epi32(inverse ? (int)0x80000000u : 0);
+    for (int64_t k = 0; k < nv; k++) {
+        float *x = v + k * ld;
+        for (int64_t i = 0; i < half; i += 16) {
+            const int64_t np = half - i < 16 ? half - i : 16;
+            const __mmask16 m = (__mmask16)((1u << np) - 1u);
+            const __mmask16 m0 = (__mmask16)(np >= 8 ? 0xffffu : (1u << (2 * np)) - 1u);
+            const __mmask16 m1 = (__mmask16)(np <= 8 ? 0u : (1u << (2 * (np - 8))) - 1u);
+            const __m512 x0 = _mm512_maskz_loadu_ps(m0, x + 2 * i);
+            const __m512 x1 = _mm512_maskz_loadu_ps(m1, x + 2 * i + 16);
+            const __m512 a = _mm512_permutex2var_ps(x0, ev, x1), b = _mm512_permutex2var_ps(x0, od, x1);
+            const __m512 c = _mm512_maskz_loadu_ps(m, cs + i);
+            const __m512 sv = _mm512_castsi512_ps(
+                _mm512_xor_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, sn + i)), flip));
+            const __m512 r0 = _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, sv));
+            const __m512 r1 = _mm512_add_ps(_mm512_mul_ps(a, sv), _mm512_mul_ps(b, c));
+            _mm512_mask_storeu_ps(x + 2 * i, m0, _mm512_permutex2var_ps(r0, lo, r1));
+            _mm512_mask_storeu_ps(x + 2 * i + 16, m1, _mm512_permutex2var_ps(r0, hi, r1));
+        }
+    }
+}
+
+/* rms_head_bwd: the dot as trex_fused_dot_avx512, then 16 elements per step (a multiply, a subtract,
+ * a multiply, as the reference), the tail with a mask. */
+void trex_fused_rms_head_bwd_avx512(float *g, const float *q, const float *rs, int64_t H, int64_t c)
+{
+    for (int64_t h = 0; h < H; h++) {
+        float *gh = g + h * c;
+        const float *qh = q + h * c;
+        const __m512 m = _mm512_set1_ps(trex_fused_dot_avx512(gh, qh, c) / (float)c);
+        const __m512 r = _mm512_set1_ps(rs[h]);
+        for (int64_t i = 0; i < c; i += 16) {
+            const __mmask16 k = (__mmask16)(c - i >= 16 ? 0xffffu : (1u << (c - i)) - 1u);
+            const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, gh + i),
+                                           _mm512_mul_ps(_mm512_maskz_loadu_ps(k, qh + i), m));
+            _mm512_mask_storeu_ps(gh + i, k, _mm512_mul_ps(r, d));
+        }
+    }
+}
+
 /* trex_fused_axpy_rows_fn: 128 floats of a row Y_r (8 registers) at a time over all J terms, each
  * term a multiply then an add as above, so the same bits as one axpy call per term; a term that is
  * off is masked out of the add (no branch per term: the flags follow the data, about half on in the
