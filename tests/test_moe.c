@@ -17,8 +17,9 @@
  *    accumulated; a hash layer and an empty batch.
  *
  * 6. bf16 mode from bf16 copies of the weights (trex_wcopy, as the trainer runs it): the same bits as
- *    from the fp32 weights; after a change of the weights the copies are stale until rewritten, and
- *    the rewritten copies give the new weights' bits.
+ *    from the fp32 weights (also where experts with few rows take the copies as the A operand of the
+ *    forward's products and others do not, in one call); after a change of the weights the copies are
+ *    stale until rewritten, and the rewritten copies give the new weights' bits.
  *
  * `test_moe --bench T [REPS [THREADS [copies|fp32]]]` instead times one bf16 layer at dsv4-bench's
  * shapes (forward with a cache, then backward) and prints wall and CPU seconds and a hash of the
@@ -1165,6 +1166,14 @@ static void test_bf16(trex_arena *arena)
     bf16_case(&m, arena, pool, "bf16, 20 experts, [W1; W3] apart", 2e-2);
     model_free(&m);
     test_bf16_layouts(arena, pool);
+    /* Expert 0 takes every token (500 rows), the other four about 125 each: with the weight copies,
+     * the forward's products run expert 0 as usual and the others with the weight as A (C transposed
+     * into place, moe.c swap_piece) in one call; d = 38 and 2I = 26 are not multiples of the 4 x 4
+     * blocks of that transposition. */
+    model_init(&m, 1, 500, 38, 5, 2, 13, 1, 0.3, 0.15, 10.0, 25);
+    model_set_bias(&m, 0, 10.0);
+    bf16_case(&m, arena, pool, "bf16, few and many rows per expert", 2e-2);
+    model_free(&m);
     /* Hash layer, no clamp (limit 0), a small batch. */
     model_init(&m, 1, 37, 40, 6, 2, 24, 0, 0.0, 0.2, 0.0, 22);
     bf16_case(&m, arena, pool, "bf16, hash layer", 2e-2);

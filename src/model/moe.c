@@ -17,7 +17,8 @@
  * both cores share all experts and each weight is packed once per pass; each token then adds its rows
  * in expert order, which keeps y and dx in the per-expert order. The products' activation operands are
  * kept in bf16 (rounded as the packers would), the weights are read from their bf16 copies where the
- * trainer keeps them (trex_moe_w.wc, see moe_wb_get), and SwiGLU runs through the fused-kernel table
+ * trainer keeps them (trex_moe_w.wc, see moe_wb_get; experts with few rows take them as the A operand
+ * of the forward products, see swap_piece), and SwiGLU runs through the fused-kernel table
  * (swiglu_*_bf16: vectorised, its own exp). Math, derivations and layout: docs/moe.md. */
 #include <math.h>
 #include <stdbool.h>
@@ -40,6 +41,8 @@
 #define MOE_RANGE 8192  /* bf16 mode: permuted rows per grouped pass (bounds the scratch; fixed) */
 #define MOE_PAD 32      /* bf16 mode: padding (elements, 64 bytes) of the backward's bf16 rows */
 #define MOE_PAD_AU 16   /* bf16 mode: padding (floats, 64 bytes) of the a | u rows */
+#define MOE_SWAP_ROWS 192 /* bf16 mode: pieces of at most this many rows take the weight as A (swap_*) */
+#define MOE_SWAP_MAX 256  /* bf16 mode: such pieces per pass, at most (the others run as usual) */
 
 /* What backward needs, carved from ctx->arena by forward. */
 struct trex_moe_cache {
@@ -578,6 +581,141 @@ static int64_t pieces_w13_wgrad(trex_gemm_problem *probs, const piece_list *pl, 
     return np + pieces_wgrad(probs + np, pl, g3, I, d, dadu + I, la, xg, lx);
 }
 
+/* bf16 mode, the forward products of routed experts with few rows (T = 512: about 128 rows per expert).
+ * With the weight as B (C = X W^T, a row of C per token, as everywhere else) the GEMM packs each weight
+ * into its shared workspace (batches of up to 24 MiB, out of the cores' caches) and reads it back for
+ * blocks of C of at most 256 rows: at 128 rows, packing the weights costs about as much as the product.
+ * With the weight as A (C^T = W X^T: the same call flags, A as stored, B transposed) each thread packs
+ * 256-row blocks of the weight into its own A buffer, in cache while it uses them, and X is packed once.
+ * The price is C^T: a scratch [N, rows] per piece, transposed into place (swap_back) before SwiGLU and
+ * before the combine, about 1 us per row and product at dsv4-bench's shapes. Measured (docs/perf.md
+ * "MoE class, round 8"): the products of 24 experts of R rows, a | u (N = 2I = 1024, K = d = 1024) and
+ * W2's (N = d = 1024, K = I = 512), fall by 41% and 29% at R = 128, 27% and 18% at R = 256, and W2's
+ * rises by 41% at R = 512; the layer's forward at T = 512 fell by 13-21%, and at T = 1024 (256 rows
+ * per expert) a limit of 256 rows cost 5% where 192 broke even. So pieces of at most MOE_SWAP_ROWS rows
+ * run swapped, the others as before, in the same grouped call. Each element of C is the same sum of the
+ * same exact bf16 products in the same k order whichever operand holds the weight (the micro-kernels'
+ * order depends on k only), so C has the same bits (test_moe --bench hashes at every level; part 6 of
+ * tests/test_moe.c). Only with the weights' bf16 copies: then both operands are bf16, as one call needs.
+ * The backward's dh = dy W2 and dx = [da du] [W1; W3] swapped (A = W transposed) measured -6% on the
+ * products but +0.004 CPU-s per call for the transposes at T = 512: not done. */
+typedef struct swap_piece {
+    int64_t r0, rows; /* rows [r0, r0 + rows) of the pass */
+    float *t;         /* [N, rows]: the piece's C^T */
+} swap_piece;
+
+typedef struct swap_set {
+    swap_piece p[MOE_SWAP_MAX];
+    int64_t n, rows;  /* pieces, their rows in all */
+    int64_t N;        /* columns of C */
+    float *c0;        /* C of the pass (row r0 at c0 + r0 ldc) */
+    int64_t ldc;
+} swap_set;
+
+/* Products of the pieces of pl as pieces_fwd, but a piece of at most MOE_SWAP_ROWS rows (when t0 is
+ * not NULL) as C^T = B op(A)^T into t0 (pieces one after the other; recorded in sw). */
+static int64_t pieces_fwd_swap(trex_gemm_problem *probs, const piece_list *pl, const void *const *Bs,
+                               int64_t N, int64_t Kd, const uint16_t *a0, int64_t lda, int64_t ldb,
+                               float *c0, int64_t ldc, float *t0, swap_set *sw)
+{
+    int64_t n = 0;
+    *sw = (swap_set){.N = N, .c0 = c0, .ldc = ldc};
+    for (int64_t e = 0; e < pl->E; e++) {
+        const int64_t lo = pl->off[e] > pl->p0 ? pl->off[e] : pl->p0;
+        const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1, rows = hi - lo;
+        if (rows <= 0)
+            continue;
+        const uint16_t *a = a0 + (lo - pl->p0) * lda;
+        if (t0 && rows <= MOE_SWAP_ROWS && sw->n < MOE_SWAP_MAX) {
+            float *t = t0 + sw->rows * N;
+            sw->p[sw->n++] = (swap_piece){lo - pl->p0, rows, t};
+            sw->rows += rows;
+            probs[n++] = (trex_gemm_problem){N, rows, Kd, Bs[e], ldb, a, lda, t, rows};
+        } else {
+            probs[n++] = (trex_gemm_problem){rows, N, Kd, a, lda, Bs[e], ldb,
+                                             c0 + (lo - pl->p0) * ldc, ldc};
+        }
+    }
+    return n;
+}
+
+/* 4 floats as one value and its lane indices (GCC vector extensions: SSE2 in the default build). */
+typedef float moe_v4 __attribute__((vector_size(16)));
+typedef int32_t moe_i4 __attribute__((vector_size(16)));
+
+/* C rows [r0, r1) of one swapped piece from its C^T: 4 x 4 blocks transposed in registers. */
+static void swap_piece_rows(const swap_set *sw, const swap_piece *p, int64_t r0, int64_t r1)
+{
+    const int64_t N = sw->N, R = p->rows, ldc = sw->ldc;
+    const moe_i4 lo = {0, 4, 1, 5}, hi = {2, 6, 3, 7}, lo2 = {0, 1, 4, 5}, hi2 = {2, 3, 6, 7};
+    float *c = sw->c0 + p->r0 * ldc;
+    const float *t = p->t;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        int64_t j = 0;
+        for (; j + 4 <= N; j += 4) {
+            moe_v4 a0, a1, a2, a3;
+            memcpy(&a0, t + j * R + r, sizeof a0);
+            memcpy(&a1, t + (j + 1) * R + r, sizeof a1);
+            memcpy(&a2, t + (j + 2) * R + r, sizeof a2);
+            memcpy(&a3, t + (j + 3) * R + r, sizeof a3);
+            const moe_v4 t0 = __builtin_shuffle(a0, a1, lo), t1 = __builtin_shuffle(a0, a1, hi);
+            const moe_v4 t2 = __builtin_shuffle(a2, a3, lo), t3 = __builtin_shuffle(a2, a3, hi);
+            const moe_v4 o0 = __builtin_shuffle(t0, t2, lo2), o1 = __builtin_shuffle(t0, t2, hi2);
+            const moe_v4 o2 = __builtin_shuffle(t1, t3, lo2), o3 = __builtin_shuffle(t1, t3, hi2);
+            memcpy(c + r * ldc + j, &o0, sizeof o0);
+            memcpy(c + (r + 1) * ldc + j, &o1, sizeof o1);
+            memcpy(c + (r + 2) * ldc + j, &o2, sizeof o2);
+            memcpy(c + (r + 3) * ldc + j, &o3, sizeof o3);
+        }
+        for (; j < N; j++)
+            for (int64_t q = r; q < r + 4; q++)
+                c[q * ldc + j] = t[j * R + q];
+    }
+    for (; r < r1; r++)
+        for (int64_t j = 0; j < N; j++)
+            c[r * ldc + j] = t[j * R + r];
+}
+
+/* Rows [q0, q1) of the swapped pieces (counted over the pieces in order): C rows from C^T. */
+static void swap_rows(void *arg, int64_t q0, int64_t q1, int tid)
+{
+    (void)tid;
+    const swap_set *sw = arg;
+    int64_t base = 0;
+    for (int64_t i = 0; i < sw->n && q0 < q1; base += sw->p[i].rows, i++) {
+        const swap_piece *p = &sw->p[i];
+        if (q0 >= base + p->rows)
+            continue;
+        const int64_t r1 = q1 - base < p->rows ? q1 - base : p->rows;
+        swap_piece_rows(sw, p, q0 - base, r1);
+        q0 = base + r1;
+    }
+}
+
+static void swap_back(trex_pool *pool, swap_set *sw)
+{
+    if (sw->rows > 0)
+        trex_pool_for(pool, sw->rows, 16, swap_rows, sw);
+}
+
+/* Rows of the largest sum over a pass of C rows of the pieces of at most MOE_SWAP_ROWS rows. */
+static int64_t swap_rows_max(const int64_t *off, int64_t E, int64_t total, int64_t C)
+{
+    int64_t best = 0;
+    for (int64_t p0 = 0; p0 < total; p0 += C) {
+        const int64_t p1 = total - p0 < C ? total : p0 + C;
+        int64_t sum = 0, n = 0;
+        for (int64_t e = 0; e < E; e++) {
+            const int64_t lo = off[e] > p0 ? off[e] : p0, hi = off[e + 1] < p1 ? off[e + 1] : p1;
+            if (hi > lo && hi - lo <= MOE_SWAP_ROWS && n++ < MOE_SWAP_MAX)
+                sum += hi - lo;
+        }
+        best = sum > best ? sum : best;
+    }
+    return best;
+}
+
 /* [W1; W3] of up to MOE_WAVE experts in bf16 ([2I, d] each, W1's rows then W3's, rows d + MOE_PAD
  * apart): the B of the backward's dx = [da du] [W1; W3], one product of K = 2I per expert. A copy
  * even where [W1; W3] is one matrix in place: packing the fp32 weights for this product (B not
@@ -686,18 +824,29 @@ static void w13_shared_bf16(trex_pool *pool, uint16_t *dst, const moe_wb *wb, in
 /* x to bf16 (xb), then the shared expert in passes of Cs tokens (y written), then the routed experts in
  * passes of C permuted rows: gather xb, one grouped call for a | u = x [W1; W3]^T of every expert of
  * the pass, SwiGLU into bf16, one grouped call for W2, then each token adds its rows of the pass in
- * expert order (y summed as in the per-expert path: shared, then experts by index). With keep, a | u
- * go to the cache (else to the pass-sized c->a and sa), rows lau apart. og [C, d] holds the experts'
- * outputs; its first C*d bf16 hold the gathered inputs until W2 overwrites them. */
-static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe_cache *c, float *y,
-                                    const float *x, uint16_t *xb, const moe_wb *wb, bool keep,
-                                    float *sa, float *og, uint16_t *hg, trex_gemm_problem *probs,
-                                    int64_t C, int64_t Cs, float L)
+ * expert order (y summed as in the per-expert path: shared, then experts by index). With the weights'
+ * bf16 copies, an expert with few rows in the pass takes its weight as A in both products (swap_*,
+ * from ar's scratch). With keep, a | u go to the cache (else to the pass-sized c->a and sa), rows lau
+ * apart. og [C, d] holds the experts' outputs; its first C*d bf16 hold the gathered inputs until W2
+ * overwrites them. */
+static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_arena *ar,
+                                    trex_moe_cache *c, float *y, const float *x, uint16_t *xb,
+                                    const moe_wb *wb, bool keep, float *sa, float *og, uint16_t *hg,
+                                    trex_gemm_problem *probs, int64_t C, int64_t Cs, float L)
 {
     const int64_t N = c->N, K = c->K, I = c->I, d = c->d, E = c->E, lau = c->lau;
     const trex_fused_table *f = trex_fused();
     const trex_dtype bt = wb->dt;
     uint16_t *xg = (uint16_t *)og;
+    /* C^T of the swapped pieces (a | u, then W2's outputs): only with the weights' bf16 copies; none
+     * when the arena has no room (the products then run as usual, with the same bits). */
+    float *st = NULL;
+    if (bt == TREX_BF16) {
+        const int64_t rs = swap_rows_max(c->off, E, N * K, C);
+        st = rs > 0 ? trex_arena_alloc_uninit(ar, (size_t)(rs * (2 * I > d ? 2 * I : d)) * sizeof(float))
+                    : NULL;
+    }
+    swap_set sw;
     to_bf16_rows(pool, xb, x, N, d, d);
     for (int64_t r0 = 0; r0 < N; r0 += Cs) {
         const int64_t n = N - r0 < Cs ? N - r0 : Cs, soff[2] = {0, n};
@@ -718,13 +867,20 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_moe
         float *a = keep ? c->a + p0 * lau : c->a;
         gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t), d};
         trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
-        int64_t np = pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a, lau);
+        int64_t np = st ? pieces_fwd_swap(probs, &pl, wb->w1, 2 * I, d, xg, d, wb->ld13, a, lau, st, &sw)
+                        : pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a,
+                                         lau);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
+        if (st)
+            swap_back(pool, &sw);
         swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .perm = perm, .gw = c->gw, .I = I,
                             .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
-        np = pieces_fwd(probs, &pl, wb->w2, d, I, hg, I, wb->ld2, og, d); /* outputs over the inputs */
+        /* outputs over the inputs */
+        np = pieces_fwd_swap(probs, &pl, wb->w2, d, I, hg, I, wb->ld2, og, d, st, &sw);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
+        if (st)
+            swap_back(pool, &sw);
         combine_args cb = {c->spos, og, y, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
     }
@@ -963,7 +1119,7 @@ trex_code trex_moe_forward(const trex_ctx *ctx, const trex_config *cfg, int laye
     }
 
     if (grouped) {
-        experts_forward_grouped(pool, gws, c, y, x, xb, &wb, cache != NULL, sa, og, (uint16_t *)hg,
+        experts_forward_grouped(pool, gws, ar, c, y, x, xb, &wb, cache != NULL, sa, og, (uint16_t *)hg,
                                 probs, C, Cs, L);
         goto done;
     }
