@@ -591,7 +591,8 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
 /* Vocabulary rows per block of the cross-entropy (the fused table's ce_fwd / ce_grad): a task walks its
  * block of the transposed chunk row by row (contiguous reads) and leaves per-column block maxima and
  * sums of exp(l - block max), which are combined per column in block order: the results do not depend
- * on the thread count. 256 rows of 512 columns (512 KiB) stay in L2 between ce_fwd's max and exp. */
+ * on the thread count. 256 rows of 1 024 columns (1 MiB) stay in L2 between ce_fwd's max and exp (the
+ * AVX-512 ce_fwd fetches the next block into L2 meanwhile: kernels/x86/avx512/ce.c). */
 #define HEAD3_CE_VOCAB 256
 
 static int64_t head3_chunk_rows(const trex_model *m, int64_t R)
@@ -747,12 +748,14 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
 }
 
 /* Whether the 1-term head pairs its chunks (see above): gradients, more than one chunk of R rows, and
- * an even number of rows per chunk, at most half the default (a pair then is at most a default chunk:
- * pairing --head-chunk-rows 512 keeps the gradient products of 1 024-row chunks in 3/4 of the memory). */
+ * an even number of rows per chunk, at most the default. The default 1 024-row chunks pair since the
+ * eighth sitting: d head.weight with K = 2 048 and d hn over 2 048 rows measured 8-13% less CPU time than
+ * twice 1 024 (docs/perf.md "LM head in bf16 mode", round 8), for a buffer of [V, 1 536] floats instead
+ * of [V, 1 024] that heads_run3 releases before the backward. */
 static bool head3_pairs(const trex_model *m, int64_t R, bool grads)
 {
     const int64_t rc = head3_chunk_rows(m, R);
-    return grads && !m->head_g3 && rc < R && rc % 2 == 0 && 2 * rc <= HEAD3G1_CHUNK_ROWS;
+    return grads && !m->head_g3 && rc < R && rc % 2 == 0 && rc <= HEAD3G1_CHUNK_ROWS;
 }
 
 /* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, 3d] made by head_run,
@@ -1129,6 +1132,23 @@ fail:
     return rc;
 }
 
+/* bf16x3: the transposed chunk (or pair of chunks: head3_pairs) with its d logits in place, hn's planes
+ * (3-term gradients), the cross-entropy's partials, for head passes of at most Rh rows. */
+static trex_code head3_buffers(trex_model *m, int64_t Rh, bool backward, const trex_batch *b, trex_err *err)
+{
+    trex_code rc = TREX_OK;
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
+    const int64_t pw = head3_chunk_rows(m, Rh) + (head3_chunk_rows(m, Rh) & 1);
+    const int64_t nb = (V + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
+    ALLOC_W(m->chunk, V * (m->head_g3 || head3_pairs(m, Rh, backward) ? 3 * pw / 2 : pw));
+    if (backward && m->head_g3)
+        ALLOC_W(m->hnB, 3 * pw * d);
+    ALLOC(m->ce_max, (nb + 1) * pw);
+    ALLOC(m->ce_sum, (nb + 1) * pw);
+fail:
+    return rc;
+}
+
 /* hc_head -> norm -> head over the streams X of hp->R rows; returns the summed loss in *sum. */
 static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const trex_mhc_w *hcw,
                           const float *normw, float *logits, float scale, const trex_batch *b,
@@ -1167,7 +1187,10 @@ static bool heads_merged(const trex_model *m, const float *logits, const float *
 
 /* Both heads as one pass (heads_merged): the main head's rows, then the MTP head's, whose hn
  * head_collapse made; the summed losses in *sum_main and *sum_mtp. hp->dhn and hpm->dhn point into one
- * [R + Rm, d] buffer. */
+ * [R + Rm, d] buffer. Every other buffer of the pass (W3, the chunk, hn's split, the partials: 1.6 GB
+ * at dsv4-bench T = 4096) is carved after an arena mark and released when the pass ends: the head's
+ * gradient products have run by then, and the backward's scratch reuses those pages (trex_model_forward
+ * does not allocate them in this case). */
 static trex_code heads_run3(trex_model *m, float scale_main, float scale_mtp, const trex_batch *b,
                             double *sum_main, double *sum_mtp, trex_err *err)
 {
@@ -1176,17 +1199,19 @@ static trex_code heads_run3(trex_model *m, float scale_main, float scale_mtp, co
     head_pass hc = {.R = R};
     double *nll;
     uint16_t *hnF;
-    ALLOC(hc.tgt, R);
-    ALLOC(hc.lse, R);
-    ALLOC(nll, R);
-    ALLOC_W(hnF, R * 3 * d);
-    memcpy(hc.tgt, m->hp.tgt, (size_t)R1 * sizeof *hc.tgt);
-    memcpy(hc.tgt + R1, m->hpm.tgt, (size_t)(R - R1) * sizeof *hc.tgt);
     if (m->grads) {
         ALLOC_W(hc.dhn, R * d);
         m->hp.dhn = hc.dhn;
         m->hpm.dhn = hc.dhn + R1 * d;
     }
+    const trex_arena_mark mark = trex_arena_mark_get(m->arena);
+    ALLOC(hc.tgt, R);
+    ALLOC(hc.lse, R);
+    ALLOC(nll, R);
+    ALLOC_W(hnF, R * 3 * d);
+    TREX_TRY(head3_buffers(m, R, m->grads, b, err));
+    memcpy(hc.tgt, m->hp.tgt, (size_t)R1 * sizeof *hc.tgt);
+    memcpy(hc.tgt + R1, m->hpm.tgt, (size_t)(R - R1) * sizeof *hc.tgt);
     TREX_TRY(head3_split(m, &m->hp, hnF, 0, b, err));
     TREX_TRY(head3_split(m, &m->hpm, hnF, R1, b, err));
     head_forward3(m, &hc, m->w3, hnF, m->hnB, NULL, m->chunk, nll, m->grads ? m->g.head : NULL, scale_main, R1,
@@ -1200,6 +1225,11 @@ static trex_code heads_run3(trex_model *m, float scale_main, float scale_mtp, co
         s2 += nll[r];
     *sum_main = s1;
     *sum_mtp = s2;
+    trex_arena_rewind(m->arena, mark);
+    m->w3 = NULL;
+    m->chunk = NULL;
+    m->ce_max = NULL;
+    m->ce_sum = NULL;
 fail:
     return rc;
 }
@@ -1263,15 +1293,9 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     m->head3 = trex_model_head_bf16x3(&m->opts);
     m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
     const bool merged = heads_merged(m, logits, mtp_logits);
-    if (m->head3) { /* the transposed chunk (or pair), its d logits in place, hn's planes, the CE's partials */
-        const int64_t Rh = merged ? N + m->Nm : N; /* rows of the longest head pass */
-        const int64_t pw = head3_chunk_rows(m, Rh) + (head3_chunk_rows(m, Rh) & 1);
-        const int64_t nb = (cfg->vocab_size + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
-        ALLOC_W(m->chunk, cfg->vocab_size * (m->head_g3 || head3_pairs(m, Rh, backward) ? 3 * pw / 2 : pw));
-        if (backward && m->head_g3)
-            ALLOC_W(m->hnB, 3 * pw * d);
-        ALLOC(m->ce_max, (nb + 1) * pw);
-        ALLOC(m->ce_sum, (nb + 1) * pw);
+    if (m->head3) { /* the head's buffers; merged heads carve theirs in heads_run3 */
+        if (!merged)
+            TREX_TRY(head3_buffers(m, N, backward, b, err));
     } else if (backward || !logits || (m->mtp && !mtp_logits)) { /* (with gradients it holds dlogits) */
         ALLOC_W(m->chunk, head_chunk_rows(m, N) * cfg->vocab_size);
     }
