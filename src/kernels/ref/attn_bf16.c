@@ -207,6 +207,24 @@ void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda
     }
 }
 
+/* The block entries' per-query list: after the per-query entry's scratch in ws, 8-byte aligned. */
+static const uint16_t **block_list_at(float *ws, int64_t n, int64_t H, int64_t c)
+{
+    const uintptr_t at = (uintptr_t)(ws + TREX_FUSED_SATTN_BF16_WS(n, H, c));
+    return (const uint16_t **)(at + 7 - (at + 7) % 8);
+}
+
+/* A query's visible entries, its ranges rg[0] .. rg[1] and rg[2] .. rg[3] of Vb in order, into list;
+ * returns their number. */
+static int64_t block_list(const uint16_t **list, const int64_t *rg, const uint16_t *const *Vb)
+{
+    int64_t k = 0;
+    for (int r = 0; r < 2; r++)
+        for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++)
+            list[k++] = Vb[e];
+    return k;
+}
+
 /* sattn_fwd_block_bf16 (kernels/fused.h): each query by the forward above on its visible entries
  * (their rows listed after the forward's scratch), so the reference gives the per-query bits. */
 void trex_fused_sattn_fwd_block_bf16_ref(float *o, float *lse, float *ws, const uint16_t *qb,
@@ -215,13 +233,9 @@ void trex_fused_sattn_fwd_block_bf16_ref(float *o, float *lse, float *ws, const 
                                          const float *sink, float scale)
 {
     (void)Wp;
-    const uintptr_t at = (uintptr_t)(ws + TREX_FUSED_SATTN_BF16_WS(n, H, c));
-    const uint16_t **list = (const uint16_t **)(at + 7 - (at + 7) % 8); /* 8-byte aligned */
+    const uint16_t **list = block_list_at(ws, n, H, c);
     for (int64_t b = 0; b < nq; b++) {
-        int64_t k = 0;
-        for (int r = 0; r < 2; r++)
-            for (int64_t e = vis[4 * b + 2 * r]; e < vis[4 * b + 2 * r + 1]; e++)
-                list[k++] = Vb[e];
+        const int64_t k = block_list(list, vis + 4 * b, Vb);
         trex_fused_sattn_fwd_bf16_ref(o + b * H * c, lse + b * H, NULL, NULL, ws, NULL,
                                       qb + b * H * c, NULL, list, NULL, k, H, c, sink, scale);
     }
@@ -237,13 +251,9 @@ void trex_fused_sattn_bwd_query_block_bf16_ref(float *dq, float *dsink, float *w
                                                const float *lse, const float *D)
 {
     (void)Wp;
-    const uintptr_t at = (uintptr_t)(ws + TREX_FUSED_SATTN_BF16_WS(n, H, c));
-    const uint16_t **list = (const uint16_t **)(at + 7 - (at + 7) % 8); /* 8-byte aligned */
+    const uint16_t **list = block_list_at(ws, n, H, c);
     for (int64_t b = 0; b < nq; b++) {
-        int64_t k = 0;
-        for (int r = 0; r < 2; r++)
-            for (int64_t e = vis[4 * b + 2 * r]; e < vis[4 * b + 2 * r + 1]; e++)
-                list[k++] = Vb[e];
+        const int64_t k = block_list(list, vis + 4 * b, Vb);
         trex_fused_sattn_bwd_query_bf16_ref(dq + b * H * c, dsink + b * H, NULL, ws, NULL,
                                             gb + b * H * c, NULL, qb + b * H * c, NULL, list, NULL,
                                             k, H, c, sink, scale, lse + b * H, D + b * H);

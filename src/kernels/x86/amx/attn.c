@@ -627,6 +627,31 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, flo
     trex_gemm_end_amx();
 }
 
+/* The block entries' common start, once q (and g) are packed: the entries packed, P cleared (columns
+ * a query does not see stay zero), the tile configuration loaded, the scores of every row. */
+static void block_scores(attn_ws *w, const uint16_t *const *Vb, int64_t n, int64_t c)
+{
+    pack_entries(w, NULL, Vb, n, c);
+    memset(w->pb, 0, (size_t)(w->Hp * w->npb) * 2);
+    BARRIER();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
+    scores_t(w, Vb, n, c);
+}
+
+/* Rows 16 hg .. 16 hg + 15 of a block call (Hq rows per query): their query b, its first head h0 there,
+ * the hn real heads and their mask; false where the group holds padding rows only. */
+static bool block_group(int64_t hg, int64_t Hq, int64_t H, int64_t *b, int64_t *h0, int64_t *hn,
+                        __mmask16 *hm)
+{
+    *b = 16 * hg / Hq;
+    *h0 = 16 * hg - *b * Hq;
+    if (*h0 >= H)
+        return false;
+    *hn = H - *h0 < 16 ? H - *h0 : 16;
+    *hm = (__mmask16)(*hn >= 16 ? 0xffffu : (1u << *hn) - 1u);
+    return true;
+}
+
 /* sattn_fwd_block_bf16: the nq queries side by side as the heads of one call (query b's heads in rows
  * b Hq .. b Hq + H - 1 of Q, Hq = H rounded up to 16, zero rows after them), so every entry's A tiles
  * (scores) and B tiles (output product) are loaded once for all of them; each query's softmax runs
@@ -650,22 +675,17 @@ void trex_fused_sattn_fwd_block_bf16_amx(float *o, float *lse, float *ws, const 
     const int64_t Hq = TREX_FUSED_SATTN_HP(H);
     attn_ws w = ws_layout(ws, n, nq * Hq, c, false, false);
     window_setup(&w, Wp, n, c);
-    const int64_t Hp = w.Hp, npb = w.npb, cp = w.cp;
+    const int64_t Hp = w.Hp, cp = w.cp;
     for (int64_t b = 0; b < nq; b++)
         query_rows(w.qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
     pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
-    pack_entries(&w, NULL, Vb, n, c);
-    memset(w.pb, 0, (size_t)(Hp * npb) * 2);
-    BARRIER();
-    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
-    scores_t(&w, Vb, n, c);
+    block_scores(&w, Vb, n, c);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
-        const int64_t b = 16 * hg / Hq, h0 = 16 * hg - b * Hq; /* query, its first head here */
-        if (h0 >= H)
+        int64_t b, h0, hn;
+        __mmask16 hm;
+        if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
             continue; /* padding rows only: P stays zero */
-        const int64_t hn = H - h0 < 16 ? H - h0 : 16;
-        const __mmask16 hm = (__mmask16)(hn >= 16 ? 0xffffu : (1u << hn) - 1u);
         const int64_t *rg = vis + 4 * b;
         const __m512 sk = _mm512_maskz_loadu_ps(hm, sink + h0);
         __m512 mx = sk;
@@ -789,18 +809,13 @@ void trex_fused_sattn_bwd_query_block_bf16_amx(float *dq, float *dsink, float *w
     w.gr = w.gb;
     pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
     pack_xt_vnni(w.gv, w.gb, cp, Hp, cp);
-    pack_entries(&w, NULL, Vb, n, c);
-    memset(w.pb, 0, (size_t)(Hp * w.npb) * 2);
-    BARRIER();
-    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
-    scores_t(&w, Vb, n, c);
+    block_scores(&w, Vb, n, c);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
-        const int64_t b = 16 * hg / Hq, h0 = 16 * hg - b * Hq; /* query, its first head here */
-        if (h0 >= H)
+        int64_t b, h0, hn;
+        __mmask16 hm;
+        if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
             continue; /* padding rows only: dZ stays zero */
-        const int64_t hn = H - h0 < 16 ? H - h0 : 16;
-        const __mmask16 hm = (__mmask16)(hn >= 16 ? 0xffffu : (1u << hn) - 1u);
         const int64_t *rg = vis + 4 * b;
         const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + b * H + h0);
         const __m512 vd = _mm512_maskz_loadu_ps(hm, D + b * H + h0);
