@@ -885,6 +885,28 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, const 
     return nw + ncs;
 }
 
+/* Query t's output, from the thread's scratch opre where the core wrote it (first-level cache): the
+ * inverse RoPE at its position, then one copy out, around the cache (o is read again only by the
+ * output projection, after the loop). */
+static void qfwd_out(const qtask *a, float *opre, int64_t t)
+{
+    const attn_dims *dm = a->dm;
+    const trex_attn_cache *c = a->c;
+    const int64_t pos = a->docs->tpos[t], hc = dm->H * dm->c;
+    a->fk->rope(opre + dm->nope, dm->H, dm->c, c->rcos + pos * dm->half, c->rsin + pos * dm->half,
+                dm->half, 1);
+    a->fk->copy_nt(a->o + t * hc, opre, hc);
+}
+
+/* Query t's dq (bf16 core), from the thread's scratch: the q path's first pass while the row is in
+ * the cache (per-head RMS backward, inverse RoPE: qnorm_token), rounded to bf16 into dqb. */
+static void qbwd_out(const qtask *a, float *dq, int64_t t)
+{
+    const int64_t hc = a->dm->H * a->dm->c;
+    qnorm_token(a->qn, dq, t);
+    a->fk->cvt_bf16_nt(a->dqb + t * hc, dq, hc);
+}
+
 static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
 {
     (void)tid;
@@ -918,13 +940,7 @@ static void qfwd_one(const qtask *a, int64_t t, char *w, int tid)
         a->sattn_fwd(opre, a->lse + t * H, z, (float *)(w + a->L.ws), c->q + t * hc, V, n, H,
                      dm->c, a->sink, dm->scale);
     AP_T(AP_T_CORE, tid);
-    /* inverse RoPE of the output at the query's position, in the thread's scratch where the core
-     * wrote it (first-level cache), then one copy moves it out, around the cache (o is read again
-     * only by the output projection, after the loop) */
-    const int64_t pos = a->docs->tpos[t];
-    a->fk->rope(opre + dm->nope, H, dm->c, c->rcos + pos * dm->half, c->rsin + pos * dm->half,
-                dm->half, 1);
-    a->fk->copy_nt(a->o + t * hc, opre, hc);
+    qfwd_out(a, opre, t);
     if (!(a->kl && dm->csa))
         return;
     a->ilse[t] = 0.0f;
@@ -999,14 +1015,13 @@ static int64_t block_entries(const qtask *a, int64_t t0, int64_t t1, const uint1
 }
 
 /* The forward of queries t0 .. t1 - 1 (at most QBLOCK, one document; SWA or HCA, bf16 core) in one
- * call of sattn_fwd_block_bf16, then, per query, qfwd_one's inverse RoPE and copy. The same lse and
+ * call of sattn_fwd_block_bf16, then each query's output out (qfwd_out). The same lse and
  * bf16 P bits as query by query; o within fp32 rounding of its sums (kernels/fused.h). */
 static void qfwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
 {
     (void)tid;
     AP_TSTART;
     const attn_dims *dm = a->dm;
-    const attn_docs *docs = a->docs;
     const trex_attn_cache *c = a->c;
     const int64_t H = dm->H, hc = H * dm->c, nq = t1 - t0;
     const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
@@ -1018,17 +1033,13 @@ static void qfwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
     a->sattn_fwd_block_bf16(opre, a->lse + t0 * H, (float *)(w + a->L.ws), a->qb + t0 * hc, nq,
                             vis, Vb, c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale);
     AP_T(AP_T_CORE, tid);
-    for (int64_t b = 0; b < nq; b++) { /* as qfwd_one */
-        const int64_t pos = docs->tpos[t0 + b];
-        a->fk->rope(opre + b * hc + dm->nope, H, dm->c, c->rcos + pos * dm->half,
-                    c->rsin + pos * dm->half, dm->half, 1);
-        a->fk->copy_nt(a->o + (t0 + b) * hc, opre + b * hc, hc);
-    }
+    for (int64_t b = 0; b < nq; b++)
+        qfwd_out(a, opre + b * hc, t0 + b);
     AP_T(AP_T_POST, tid);
 }
 
 /* The query side of queries t0 .. t1 - 1 (as qfwd_block) in one call of sattn_bwd_query_block_bf16,
- * each query's dq then through qnorm_token into dqb as in qbwd_one. */
+ * each query's dq then into dqb (qbwd_out). */
 static void qbwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
 {
     (void)tid;
@@ -1047,10 +1058,8 @@ static void qbwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
                                   c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale,
                                   c->lse + t0 * H, a->D + t0 * H);
     AP_T(AP_T_BQ_CORE, tid);
-    for (int64_t b = 0; b < nq; b++) {
-        qnorm_token(a->qn, dq + b * hc, t0 + b);
-        a->fk->cvt_bf16_nt(a->dqb + (t0 + b) * hc, dq + b * hc, hc);
-    }
+    for (int64_t b = 0; b < nq; b++)
+        qbwd_out(a, dq + b * hc, t0 + b);
     AP_T(AP_T_BQ_QNORM, tid);
 }
 
@@ -1079,9 +1088,8 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
                                 c->kvb ? Vb : NULL, c->kvp ? &win : NULL, n, H, dm->c, a->sink,
                                 dm->scale, c->lse + t * H, a->D + t * H);
         AP_T(AP_T_BQ_CORE, tid);
-        if (a->dqb) { /* the q path's first pass, while the row is in the cache */
-            qnorm_token(a->qn, dq, t);
-            a->fk->cvt_bf16_nt(a->dqb + t * hc, dq, hc);
+        if (a->dqb) {
+            qbwd_out(a, dq, t);
             AP_T(AP_T_BQ_QNORM, tid);
         }
     } else {
