@@ -756,7 +756,7 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse,
                                                : docs->maxnb;
     const int64_t ne = dm->nwin + maxset + 1;
     /* bf16 mode, SWA and HCA: the forward and the query side by blocks of QBLOCK queries
-     * (qfwd_block, qbwd_block): the union of their windows and compressed sets */
+     * (qblock): the union of their windows and compressed sets */
     const bool blk = bf16 && !dm->csa;
     const int64_t neb = ne + QBLOCK - 1;
     size_t t = 0;
@@ -778,7 +778,7 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse,
     L.act = lay(&t, (size_t)(dm->nI + 1) * sizeof(int64_t));
     const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(docs->maxnb, dm->nI, dm->cI) : 1;
     L.dws = lay(&t, (size_t)dws * sizeof(float));
-    /* bf16 core, query side: one query's dq [H*c] (qbwd_one), QBLOCK of them (qbwd_block) */
+    /* bf16 core, query side: one query's dq [H*c] (qbwd_one), QBLOCK of them (qblock) */
     L.dq = lay(&t, (size_t)(bf16 ? (blk ? QBLOCK : 1) * dm->H * dm->c : 1) * sizeof(float));
     L.total = t;
     return L;
@@ -795,7 +795,7 @@ typedef struct qtask {
     trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;             /* bf16 mode: these two instead */
     trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
     /* bf16 mode, SWA and HCA layers: the forward and the query side by blocks of consecutive
-     * queries (qfwd_block, qbwd_block) */
+     * queries (qblock) */
     trex_fused_sattn_fwd_block_bf16_fn sattn_fwd_block_bf16;
     trex_fused_sattn_bwd_query_block_bf16_fn sattn_bwd_query_block_bf16; /* with dqb */
     const uint16_t *qb, *gb;  /* bf16 mode: q and gO rounded once per layer [N, H*c] (gb: backward) */
@@ -1014,10 +1014,11 @@ static int64_t block_entries(const qtask *a, int64_t t0, int64_t t1, const uint1
     return nw + ncs;
 }
 
-/* The forward of queries t0 .. t1 - 1 (at most QBLOCK, one document; SWA or HCA, bf16 core) in one
- * call of sattn_fwd_block_bf16, then each query's output out (qfwd_out). The same lse and
- * bf16 P bits as query by query; o within fp32 rounding of its sums (kernels/fused.h). */
-static void qfwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
+/* Queries t0 .. t1 - 1 (at most QBLOCK, one document; SWA or HCA, bf16 core) in one call of the block
+ * entries: the forward (sattn_fwd_block_bf16, then each query's output out: qfwd_out) or the query
+ * side (sattn_bwd_query_block_bf16, then each query's dq into dqb: qbwd_out). The same lse, bf16 P
+ * and d sink bits as query by query; o and dq within fp32 rounding of their sums (kernels/fused.h). */
+static void qblock(const qtask *a, int64_t t0, int64_t t1, char *w, int tid, bool fwd)
 {
     (void)tid;
     AP_TSTART;
@@ -1025,42 +1026,31 @@ static void qfwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
     const trex_attn_cache *c = a->c;
     const int64_t H = dm->H, hc = H * dm->c, nq = t1 - t0;
     const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
-    float *opre = (float *)(w + a->L.o);
+    float *ws = (float *)(w + a->L.ws);
     int64_t vis[4 * QBLOCK];
     trex_fused_pairs win;
     const int64_t n = block_entries(a, t0, t1, Vb, vis, &win);
-    AP_T(AP_T_GATHER, tid);
-    a->sattn_fwd_block_bf16(opre, a->lse + t0 * H, (float *)(w + a->L.ws), a->qb + t0 * hc, nq,
-                            vis, Vb, c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale);
-    AP_T(AP_T_CORE, tid);
-    for (int64_t b = 0; b < nq; b++)
-        qfwd_out(a, opre + b * hc, t0 + b);
-    AP_T(AP_T_POST, tid);
-}
-
-/* The query side of queries t0 .. t1 - 1 (as qfwd_block) in one call of sattn_bwd_query_block_bf16,
- * each query's dq then into dqb (qbwd_out). */
-static void qbwd_block(const qtask *a, int64_t t0, int64_t t1, char *w, int tid)
-{
-    (void)tid;
-    AP_TSTART;
-    const attn_dims *dm = a->dm;
-    const trex_attn_cache *c = a->c;
-    const int64_t H = dm->H, hc = H * dm->c, nq = t1 - t0;
-    const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
-    float *dq = (float *)(w + a->L.dq);
-    int64_t vis[4 * QBLOCK];
-    trex_fused_pairs win;
-    const int64_t n = block_entries(a, t0, t1, Vb, vis, &win);
-    AP_T(AP_T_BQ_GATHER, tid);
-    a->sattn_bwd_query_block_bf16(dq, a->dsink_t + t0 * H, (float *)(w + a->L.ws),
-                                  a->gb + t0 * hc, a->qb + t0 * hc, nq, vis, Vb,
-                                  c->kvp ? &win : NULL, n, H, dm->c, a->sink, dm->scale,
-                                  c->lse + t0 * H, a->D + t0 * H);
-    AP_T(AP_T_BQ_CORE, tid);
-    for (int64_t b = 0; b < nq; b++)
-        qbwd_out(a, dq + b * hc, t0 + b);
-    AP_T(AP_T_BQ_QNORM, tid);
+    const trex_fused_pairs *wp = c->kvp ? &win : NULL;
+    if (fwd) {
+        float *opre = (float *)(w + a->L.o);
+        AP_T(AP_T_GATHER, tid);
+        a->sattn_fwd_block_bf16(opre, a->lse + t0 * H, ws, a->qb + t0 * hc, nq, vis, Vb, wp, n, H,
+                                dm->c, a->sink, dm->scale);
+        AP_T(AP_T_CORE, tid);
+        for (int64_t b = 0; b < nq; b++)
+            qfwd_out(a, opre + b * hc, t0 + b);
+        AP_T(AP_T_POST, tid);
+    } else {
+        float *dq = (float *)(w + a->L.dq);
+        AP_T(AP_T_BQ_GATHER, tid);
+        a->sattn_bwd_query_block_bf16(dq, a->dsink_t + t0 * H, ws, a->gb + t0 * hc, a->qb + t0 * hc,
+                                      nq, vis, Vb, wp, n, H, dm->c, a->sink, dm->scale,
+                                      c->lse + t0 * H, a->D + t0 * H);
+        AP_T(AP_T_BQ_CORE, tid);
+        for (int64_t b = 0; b < nq; b++)
+            qbwd_out(a, dq + b * hc, t0 + b);
+        AP_T(AP_T_BQ_QNORM, tid);
+    }
 }
 
 static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
@@ -1152,15 +1142,10 @@ static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
     for (int64_t k = k0; k < k1; k++) {
         const int64_t b = zigzag(k, a->nqb);
         const int64_t t1 = (b + 1) * QBLOCK < a->dm->N ? (b + 1) * QBLOCK : a->dm->N;
-        if (a->docs->seg[b * QBLOCK] == a->docs->seg[t1 - 1]) { /* one document */
-            if (fwd && a->sattn_fwd_block_bf16) {
-                qfwd_block(a, b * QBLOCK, t1, w, tid);
-                continue;
-            }
-            if (!fwd && a->sattn_bwd_query_block_bf16) {
-                qbwd_block(a, b * QBLOCK, t1, w, tid);
-                continue;
-            }
+        if (a->docs->seg[b * QBLOCK] == a->docs->seg[t1 - 1] && /* one document */
+            (fwd ? a->sattn_fwd_block_bf16 != NULL : a->sattn_bwd_query_block_bf16 != NULL)) {
+            qblock(a, b * QBLOCK, t1, w, tid, fwd);
+            continue;
         }
         for (int64_t t = b * QBLOCK; t < t1; t++) {
             if (t + 1 < t1) { /* the next query's rounded q and g, while this one computes */
