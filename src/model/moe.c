@@ -271,20 +271,63 @@ typedef struct piece_list {
     int64_t E, p0, p1;
 } piece_list;
 
+/* bf16 mode, the forward products of routed experts with few rows (T = 512: about 128 rows per expert).
+ * With the weight as B (C = X W^T, a row of C per token, as everywhere else) the GEMM packs each weight
+ * into its shared workspace (batches of up to 24 MiB, out of the cores' caches) and reads it back for
+ * blocks of C of at most 256 rows: at 128 rows, packing the weights costs about as much as the product.
+ * With the weight as A (C^T = W X^T: the same call flags, A as stored, B transposed) each thread packs
+ * 256-row blocks of the weight into its own A buffer, in cache while it uses them, and X is packed once.
+ * The price is C^T: a scratch [N, rows] per piece, transposed into place (swap_back) before SwiGLU and
+ * before the combine, about 1 us per row and product at dsv4-bench's shapes. Measured (docs/perf.md
+ * "MoE class, round 8"): the products of 24 experts of R rows, a | u (N = 2I = 1024, K = d = 1024) and
+ * W2's (N = d = 1024, K = I = 512), fall by 41% and 29% at R = 128, 27% and 18% at R = 256, and W2's
+ * rises by 41% at R = 512; the layer's forward at T = 512 fell by 13-21%, and at T = 1024 (256 rows
+ * per expert) a limit of 256 rows cost 5% where 192 broke even. So pieces of at most MOE_SWAP_ROWS rows
+ * run swapped, the others as before, in the same grouped call. Each element of C is the same sum of the
+ * same exact bf16 products in the same k order whichever operand holds the weight (the micro-kernels'
+ * order depends on k only), so C has the same bits (test_moe --bench hashes at every level; part 6 of
+ * tests/test_moe.c). Only with the weights' bf16 copies: then both operands are bf16, as one call needs.
+ * The backward's dh = dy W2 and dx = [da du] [W1; W3] swapped (A = W transposed) measured -6% on the
+ * products but +0.004 CPU-s per call for the transposes at T = 512: not done. */
+typedef struct swap_piece {
+    int64_t r0, rows; /* rows [r0, r0 + rows) of the pass */
+    float *t;         /* [N, rows]: the piece's C^T */
+} swap_piece;
+
+typedef struct swap_set {
+    swap_piece p[MOE_SWAP_MAX];
+    int64_t n, rows;  /* pieces, their rows in all */
+    int64_t N;        /* columns of C */
+    float *c0;        /* C of the pass (row r0 at c0 + r0 ldc) */
+    int64_t ldc;
+} swap_set;
+
 /* A product over each piece's rows: probs[i] = {M = rows, N, K = Kd, A = a0 + (lo - p0) lda (bf16),
- * B = Bs[e] (ldb; fp32 weights or their bf16 copies), C = c0 + (lo - p0) ldc}. Returns the count. */
+ * B = Bs[e] (ldb; fp32 weights or their bf16 copies), C = c0 + (lo - p0) ldc}; but with t0 (bf16
+ * copies only), a piece of at most MOE_SWAP_ROWS rows as C^T = B op(A)^T into t0 (pieces one after
+ * the other, recorded in sw for swap_back). Returns the count. */
 static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, const void *const *Bs,
                           int64_t N, int64_t Kd, const uint16_t *a0, int64_t lda, int64_t ldb,
-                          float *c0, int64_t ldc)
+                          float *c0, int64_t ldc, float *t0, swap_set *sw)
 {
     int64_t n = 0;
+    if (t0)
+        *sw = (swap_set){.N = N, .c0 = c0, .ldc = ldc};
     for (int64_t e = 0; e < pl->E; e++) {
         const int64_t lo = pl->off[e] > pl->p0 ? pl->off[e] : pl->p0;
-        const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1;
-        if (hi <= lo)
+        const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1, rows = hi - lo;
+        if (rows <= 0)
             continue;
-        probs[n++] = (trex_gemm_problem){hi - lo, N, Kd, a0 + (lo - pl->p0) * lda, lda, Bs[e], ldb,
-                                         c0 + (lo - pl->p0) * ldc, ldc};
+        const uint16_t *a = a0 + (lo - pl->p0) * lda;
+        if (t0 && rows <= MOE_SWAP_ROWS && sw->n < MOE_SWAP_MAX) {
+            float *t = t0 + sw->rows * N;
+            sw->p[sw->n++] = (swap_piece){lo - pl->p0, rows, t};
+            sw->rows += rows;
+            probs[n++] = (trex_gemm_problem){N, rows, Kd, Bs[e], ldb, a, lda, t, rows};
+        } else {
+            probs[n++] = (trex_gemm_problem){rows, N, Kd, a, lda, Bs[e], ldb,
+                                             c0 + (lo - pl->p0) * ldc, ldc};
+        }
     }
     return n;
 }
@@ -561,12 +604,13 @@ static bool moe_wb_get(moe_wb *wb, trex_arena *ar, const trex_moe_w *w, int64_t 
  * [0, I), u in [I, 2I)), A = xg (bf16, lda), B = w1, w3 (ldb). Returns the count. */
 static int64_t pieces_w13_fwd(trex_gemm_problem *probs, const piece_list *pl, const void *const *w1,
                               const void *const *w3, bool adj, int64_t I, int64_t d, const uint16_t *xg,
-                              int64_t lda, int64_t ldb, float *au, int64_t lau)
+                              int64_t lda, int64_t ldb, float *au, int64_t lau, float *t0, swap_set *sw)
 {
     if (adj)
-        return pieces_fwd(probs, pl, w1, 2 * I, d, xg, lda, ldb, au, lau);
-    const int64_t np = pieces_fwd(probs, pl, w1, I, d, xg, lda, ldb, au, lau);
-    return np + pieces_fwd(probs + np, pl, w3, I, d, xg, lda, ldb, au + I, lau);
+        return pieces_fwd(probs, pl, w1, 2 * I, d, xg, lda, ldb, au, lau, t0, sw);
+    TREX_ASSERT(!t0); /* the swapped pieces take [W1; W3] as one matrix (the bf16 copies) */
+    const int64_t np = pieces_fwd(probs, pl, w1, I, d, xg, lda, ldb, au, lau, NULL, NULL);
+    return np + pieces_fwd(probs + np, pl, w3, I, d, xg, lda, ldb, au + I, lau, NULL, NULL);
 }
 
 /* The problems of [dW1; dW3] += [da du]^T x over the pieces of pl (dadu rows la apart, xg rows lx
@@ -581,63 +625,6 @@ static int64_t pieces_w13_wgrad(trex_gemm_problem *probs, const piece_list *pl, 
     return np + pieces_wgrad(probs + np, pl, g3, I, d, dadu + I, la, xg, lx);
 }
 
-/* bf16 mode, the forward products of routed experts with few rows (T = 512: about 128 rows per expert).
- * With the weight as B (C = X W^T, a row of C per token, as everywhere else) the GEMM packs each weight
- * into its shared workspace (batches of up to 24 MiB, out of the cores' caches) and reads it back for
- * blocks of C of at most 256 rows: at 128 rows, packing the weights costs about as much as the product.
- * With the weight as A (C^T = W X^T: the same call flags, A as stored, B transposed) each thread packs
- * 256-row blocks of the weight into its own A buffer, in cache while it uses them, and X is packed once.
- * The price is C^T: a scratch [N, rows] per piece, transposed into place (swap_back) before SwiGLU and
- * before the combine, about 1 us per row and product at dsv4-bench's shapes. Measured (docs/perf.md
- * "MoE class, round 8"): the products of 24 experts of R rows, a | u (N = 2I = 1024, K = d = 1024) and
- * W2's (N = d = 1024, K = I = 512), fall by 41% and 29% at R = 128, 27% and 18% at R = 256, and W2's
- * rises by 41% at R = 512; the layer's forward at T = 512 fell by 13-21%, and at T = 1024 (256 rows
- * per expert) a limit of 256 rows cost 5% where 192 broke even. So pieces of at most MOE_SWAP_ROWS rows
- * run swapped, the others as before, in the same grouped call. Each element of C is the same sum of the
- * same exact bf16 products in the same k order whichever operand holds the weight (the micro-kernels'
- * order depends on k only), so C has the same bits (test_moe --bench hashes at every level; part 6 of
- * tests/test_moe.c). Only with the weights' bf16 copies: then both operands are bf16, as one call needs.
- * The backward's dh = dy W2 and dx = [da du] [W1; W3] swapped (A = W transposed) measured -6% on the
- * products but +0.004 CPU-s per call for the transposes at T = 512: not done. */
-typedef struct swap_piece {
-    int64_t r0, rows; /* rows [r0, r0 + rows) of the pass */
-    float *t;         /* [N, rows]: the piece's C^T */
-} swap_piece;
-
-typedef struct swap_set {
-    swap_piece p[MOE_SWAP_MAX];
-    int64_t n, rows;  /* pieces, their rows in all */
-    int64_t N;        /* columns of C */
-    float *c0;        /* C of the pass (row r0 at c0 + r0 ldc) */
-    int64_t ldc;
-} swap_set;
-
-/* Products of the pieces of pl as pieces_fwd, but a piece of at most MOE_SWAP_ROWS rows (when t0 is
- * not NULL) as C^T = B op(A)^T into t0 (pieces one after the other; recorded in sw). */
-static int64_t pieces_fwd_swap(trex_gemm_problem *probs, const piece_list *pl, const void *const *Bs,
-                               int64_t N, int64_t Kd, const uint16_t *a0, int64_t lda, int64_t ldb,
-                               float *c0, int64_t ldc, float *t0, swap_set *sw)
-{
-    int64_t n = 0;
-    *sw = (swap_set){.N = N, .c0 = c0, .ldc = ldc};
-    for (int64_t e = 0; e < pl->E; e++) {
-        const int64_t lo = pl->off[e] > pl->p0 ? pl->off[e] : pl->p0;
-        const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1, rows = hi - lo;
-        if (rows <= 0)
-            continue;
-        const uint16_t *a = a0 + (lo - pl->p0) * lda;
-        if (t0 && rows <= MOE_SWAP_ROWS && sw->n < MOE_SWAP_MAX) {
-            float *t = t0 + sw->rows * N;
-            sw->p[sw->n++] = (swap_piece){lo - pl->p0, rows, t};
-            sw->rows += rows;
-            probs[n++] = (trex_gemm_problem){N, rows, Kd, Bs[e], ldb, a, lda, t, rows};
-        } else {
-            probs[n++] = (trex_gemm_problem){rows, N, Kd, a, lda, Bs[e], ldb,
-                                             c0 + (lo - pl->p0) * ldc, ldc};
-        }
-    }
-    return n;
-}
 
 /* 4 floats as one value and its lane indices (GCC vector extensions: SSE2 in the default build). */
 typedef float moe_v4 __attribute__((vector_size(16)));
@@ -793,7 +780,7 @@ static void w13_backward_dx(trex_pool *pool, trex_gemm_ws *gws, const moe_wb *wb
                             const uint16_t *dadu, int64_t la, float *dxg, int64_t I, int64_t d)
 {
     if (wb->dt == TREX_BF16) {
-        const int64_t np = pieces_fwd(probs, pl, wb->w1, d, 2 * I, dadu, la, wb->ld13, dxg, d);
+        const int64_t np = pieces_fwd(probs, pl, wb->w1, d, 2 * I, dadu, la, wb->ld13, dxg, d, NULL, NULL);
         trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, np);
         return;
     }
@@ -853,7 +840,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
         const piece_list sp = {soff, 1, 0, n};
         float *a = keep ? c->sa + r0 * lau : sa;
         int64_t np = pieces_w13_fwd(probs, &sp, &wb->sw1, &wb->sw3, wb->adj, I, d, xb + r0 * d, d,
-                                    wb->ld13, a, lau);
+                                    wb->ld13, a, lau, NULL, NULL);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
         swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .I = I, .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
@@ -867,9 +854,8 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
         float *a = keep ? c->a + p0 * lau : c->a;
         gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t), d};
         trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
-        int64_t np = st ? pieces_fwd_swap(probs, &pl, wb->w1, 2 * I, d, xg, d, wb->ld13, a, lau, st, &sw)
-                        : pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a,
-                                         lau);
+        int64_t np = pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a, lau,
+                                    st, &sw);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
         if (st)
             swap_back(pool, &sw);
@@ -877,7 +863,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
                             .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
         /* outputs over the inputs */
-        np = pieces_fwd_swap(probs, &pl, wb->w2, d, I, hg, I, wb->ld2, og, d, st, &sw);
+        np = pieces_fwd(probs, &pl, wb->w2, d, I, hg, I, wb->ld2, og, d, st, &sw);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
         if (st)
             swap_back(pool, &sw);
@@ -1303,7 +1289,7 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
                             .da = dadu, .du = dadu + I, .perm = perm, .gw = c->gw, .dg = dg,
                             .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I] is op(B) as stored); SwiGLU backward and h; dW2 += dy^T h. */
-        int64_t np = pieces_fwd(probs, &pl, wb.w2, I, d, dyg, lx, wb.ld2, dhg, I);
+        int64_t np = pieces_fwd(probs, &pl, wb.w2, I, d, dyg, lx, wb.ld2, dhg, I, NULL, NULL);
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, wb.dt, false, false, 1.0f, 0.0f, probs, np);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, lx, hg, I);
