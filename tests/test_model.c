@@ -326,9 +326,9 @@ static void test_bits(fixture *f)
     free(g2);
 }
 
-/* The bf16x3g1 head (bf16 compute) with gradients runs both heads' rows as one pass (model.c
- * heads_run3: main rows 0-31, MTP rows 32-61) and pairs its row chunks (head_forward3): the losses are
- * the same bits for any chunking (every logit is one sum over K = 3d), the gradients differ only by the
+/* The bf16x3g1 and bf16x2g1 heads (bf16 compute) with gradients run both heads' rows as one pass (model.c
+ * heads_run3: main rows 0-31, MTP rows 32-61) and pair their row chunks (head_forward3): the losses are
+ * the same bits for any chunking (every logit is one sum over K = 3d or 2d), the gradients differ only by the
  * order of the head gradient's sums, and the thread count changes no bit. Chunks of 6 rows pair up (ten
  * make five pairs, the last chunk of 2 rows is alone; rows 30-35 are of both heads), 7-row chunks never
  * pair (odd), with 2-row chunks over a masked stretch a chunk without targets ends the pair before it,
@@ -351,10 +351,13 @@ static void test_head_pairs(fixture *f)
     const trex_param *hw = trex_layout_find(&f->w.layout, "head.weight");
     TREX_ASSERT(hw);
     trex_err err;
-    for (int b = 0; b < 2; b++) {
+    for (int bh = 0; bh < 4; bh++) {
+        const int b = bh & 1;
         const trex_batch *batch = b ? &masked : &f->batch;
         trex_model_opts o = f->opts;
         o.compute = TREX_BF16;
+        o.head_precision = bh < 2 ? TREX_HEAD_BF16X3_G1 : TREX_HEAD_BF16X2_G1;
+        const char *hn = trex_model_head_name(&o);
         trex_losses l1, l2;
         memset(g1, 0, sizeof(float) * (size_t)n);
         CHECK(trex_model_forward(f->m1, batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "head pairs: %s", err.msg);
@@ -374,12 +377,12 @@ static void test_head_pairs(fixture *f)
                           TREX_OK,
                       "head pairs: %s", err.msg);
                 trex_model_backward(m);
-                CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "bf16 head, %lld-row chunks%s, %d threads: same losses",
+                CHECK(memcmp(&l1, &l2, sizeof l1) == 0, "%s head, %lld-row chunks%s, %d threads: same losses", hn,
                       (long long)rows[k], b ? ", masked" : "", p + 1);
                 if (p == 1) {
                     CHECK(memcmp(g, g2, sizeof(float) * (size_t)n) == 0,
-                          "bf16 head, %lld-row chunks%s: same gradient bits with 1 and 2 threads", (long long)rows[k],
-                          b ? ", masked" : "");
+                          "%s head, %lld-row chunks%s: same gradient bits with 1 and 2 threads", hn,
+                          (long long)rows[k], b ? ", masked" : "");
                     free(g);
                     continue;
                 }
@@ -391,10 +394,10 @@ static void test_head_pairs(fixture *f)
                     nother += (i < hw->offset || i >= hw->offset + hw->numel) && memcmp(&g1[i], &g2[i], 4) != 0;
                 }
                 CHECK(gmax > 0.0 && mx <= 1e-6 * gmax,
-                      "bf16 head, %lld-row chunks%s: gradients as with one chunk, max diff %.3g (max |g| %.3g)",
+                      "%s head, %lld-row chunks%s: gradients as with one chunk, max diff %.3g (max |g| %.3g)", hn,
                       (long long)rows[k], b ? ", masked" : "", mx, gmax);
                 CHECK(nother == 0,
-                      "bf16 head, %lld-row chunks%s: gradients but head.weight's the same bits (%lld differ)",
+                      "%s head, %lld-row chunks%s: gradients but head.weight's the same bits (%lld differ)", hn,
                       (long long)rows[k], b ? ", masked" : "", (long long)nother);
             }
         }
@@ -473,8 +476,9 @@ static void test_recompute(fixture *f)
 /* The model takes most activation blocks from its arena without zeroing them (model.c ALLOC_W,
  * scratch_floats: every element written before it is read). A model whose arena holds the activations
  * of another batch (other tokens, other chunking, one more document) gives the same bits as a fresh
- * model: losses and every gradient, fp32 and bf16 compute (bf16x3g1 head, both heads as one pass),
- * with and without recompute, the 3-term head, and a forward without gradients. */
+ * model: losses and every gradient, fp32 and bf16 compute (the default head, both heads as one pass),
+ * with and without recompute, each split head (bf16x3, bf16x3g1, bf16x2g1), and a forward without
+ * gradients. */
 static void test_stale_arena(fixture *f, trex_mem *mem)
 {
     const int64_t n = f->w.layout.n_float;
@@ -497,6 +501,8 @@ static void test_stale_arena(fixture *f, trex_mem *mem)
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_FULL, true},
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_ATTENTION, true},
                 {TREX_BF16, TREX_HEAD_BF16X3, TREX_MODEL_RECOMPUTE_NONE, true},
+                {TREX_BF16, TREX_HEAD_BF16X3_G1, TREX_MODEL_RECOMPUTE_NONE, true},
+                {TREX_BF16, TREX_HEAD_BF16X2_G1, TREX_MODEL_RECOMPUTE_NONE, true},
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE, false}};
     trex_err err;
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {

@@ -36,12 +36,15 @@ typedef struct trex_batch {
 
 /* Precision of the two LM heads (main and MTP; docs/precision.md "The LM head"). */
 typedef enum trex_head_precision {
-    TREX_HEAD_AUTO = 0,  /* fp32 under fp32 compute, bf16x3g1 under bf16 compute */
+    TREX_HEAD_AUTO = 0,  /* fp32 under fp32 compute, bf16x2g1 under bf16 compute */
     TREX_HEAD_FP32,      /* the fp32 GEMM (the reference) */
     TREX_HEAD_BF16X3,    /* 3-term bf16 split on the bf16 GEMM: hi*hi + hi*lo + lo*hi, fp32 sums; the
                             logits and both gradient products (d head.weight, d hn) */
     TREX_HEAD_BF16X3_G1, /* the logits as BF16X3; the two gradient products 1-term (hi*hi, fp32 sums),
                             as every other gradient product of bf16 compute */
+    TREX_HEAD_BF16X2_G1, /* the logits of the bf16 weight (W_hi, as every other weight of bf16 compute)
+                            and the fp32 activation: W_hi*hn_hi + W_hi*hn_lo, fp32 sums (MODEL_SPEC §6);
+                            the gradient products as BF16X3_G1 */
 } trex_head_precision;
 
 /* What the forward keeps for the backward (docs/perf.md "Recompute policies"). Every policy gives the
@@ -69,15 +72,18 @@ typedef struct trex_model_opts {
      * inputs, fp32 accumulation; router, compressor and mHC stay fp32, the LM head follows
      * head_precision). docs/precision.md */
     trex_dtype compute;
-    /* The LM heads' products: fp32, bf16x3 (fp32-level accuracy on the bf16 GEMM) or bf16x3g1 (bf16x3
-     * logits, bf16 gradient products); AUTO follows compute. With bf16x3 / bf16x3g1, head_chunk_rows
-     * counts rows of logits (0: 1 024 for bf16x3g1, 512 for bf16x3; docs/precision.md "The LM head"). */
+    /* The LM heads' products: fp32, bf16x3 (fp32-level accuracy on the bf16 GEMM), bf16x3g1 (bf16x3
+     * logits, bf16 gradient products) or bf16x2g1 (logits of the bf16 weight and the fp32 activation,
+     * bf16 gradient products); AUTO follows compute. With the split heads head_chunk_rows counts rows
+     * of logits (0: 512 for bf16x3, 1 024 for the others; docs/precision.md "The LM head"). */
     trex_head_precision head_precision;
     trex_model_recompute recompute;
 } trex_model_opts;
 
-/* The head that options o run: its logits in bf16x3 (BF16X3, BF16X3_G1, or AUTO under bf16 compute);
- * its gradient products in three terms too (BF16X3 only); its name ("fp32", "bf16x3", "bf16x3g1"). */
+/* The head that options o run: the bf16 terms of its logits' split product (0: the fp32 head; 3:
+ * BF16X3, BF16X3_G1; 2: BF16X2_G1, and AUTO under bf16 compute); its logits in bf16x3 (terms 3); its gradient
+ * products in three terms too (BF16X3 only); its name ("fp32", "bf16x3", "bf16x3g1", "bf16x2g1"). */
+int trex_model_head_terms(const trex_model_opts *o);
 bool trex_model_head_bf16x3(const trex_model_opts *o);
 bool trex_model_head_grad3(const trex_model_opts *o);
 const char *trex_model_head_name(const trex_model_opts *o);

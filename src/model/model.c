@@ -250,8 +250,9 @@ struct trex_model {
     float *X0, *XL;
     head_pass hp, hpm;
     float *chunk; /* [head chunk rows, V] logits of one chunk, shared by both heads and the backward */
-    bool head3;   /* the heads run in bf16x3 */
-    uint16_t *w3; /* bf16x3: [V, 3d] split head weight of this forward (NULL until the first head) */
+    bool head3;   /* the heads run split on the bf16 GEMM (bf16x3, bf16x3g1, bf16x2g1) */
+    int head_kt;  /* split heads: the terms of the logits' product, 3 or 2 (bf16x2g1) */
+    uint16_t *w3; /* split heads: [V, kt d] split head weight of this forward (NULL until the first head) */
     uint16_t *hnB; /* bf16x3: [3 pw, d] planes of one chunk's hn */
     bool head_g3;  /* bf16x3: the gradient products in three terms too (else hi x hi) */
     float *ce_max; /* bf16x3: [vocabulary blocks + 1, pw] partial and final column maxima */
@@ -442,10 +443,24 @@ static void seq_build(seq_buf *s, int64_t B, int64_t Tr, int64_t T, const int32_
 
 /* ---- head and cross-entropy in row chunks ------------------------------------------------------ */
 
+int trex_model_head_terms(const trex_model_opts *o)
+{
+    switch (o->head_precision) {
+    case TREX_HEAD_BF16X3:
+    case TREX_HEAD_BF16X3_G1:
+        return 3;
+    case TREX_HEAD_BF16X2_G1:
+        return 2;
+    case TREX_HEAD_AUTO:
+        return o->compute == TREX_BF16 ? 2 : 0; /* bf16x2g1: docs/precision.md "bf16x2g1" */
+    default:
+        return 0;
+    }
+}
+
 bool trex_model_head_bf16x3(const trex_model_opts *o)
 {
-    return o->head_precision == TREX_HEAD_BF16X3 || o->head_precision == TREX_HEAD_BF16X3_G1 ||
-           (o->head_precision == TREX_HEAD_AUTO && o->compute == TREX_BF16);
+    return trex_model_head_terms(o) == 3;
 }
 
 bool trex_model_head_grad3(const trex_model_opts *o)
@@ -455,7 +470,8 @@ bool trex_model_head_grad3(const trex_model_opts *o)
 
 const char *trex_model_head_name(const trex_model_opts *o)
 {
-    return !trex_model_head_bf16x3(o) ? "fp32" : trex_model_head_grad3(o) ? "bf16x3" : "bf16x3g1";
+    const int kt = trex_model_head_terms(o);
+    return kt == 0 ? "fp32" : kt == 2 ? "bf16x2g1" : trex_model_head_grad3(o) ? "bf16x3" : "bf16x3g1";
 }
 
 static int64_t head_chunk_rows(const trex_model *m, int64_t R)
@@ -571,13 +587,19 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  * to the first's. Both gradient products then run once over the pair (dW with K = 2 pw, dhn with 2 pw
  * rows): dW [V, d] fp32, read and written per product, is streamed half as often (docs/perf.md "LM head
  * in bf16 mode", round 5). Chunks of an odd row count (a padding column) do not pair; a chunk without
- * targets ends the pair before it (whose first chunk then runs its products alone). */
+ * targets ends the pair before it (whose first chunk then runs its products alone).
+ * bf16x2g1 (TREX_HEAD_BF16X2_G1) is bf16x3g1 with two terms in the logits' product: the weight is
+ * taken as its bf16 rounding W_hi, as every other weight of bf16 mode (MODEL_SPEC §6: the logits are
+ * the fp32 product of a bf16 weight and the fp32 activation), and hn keeps its fp32 level as
+ * hn_hi + hn_lo: W3 is then [V, 2d] rows [W_hi | W_hi], hnF [R, 2d] rows [hn_hi | hn_lo], the logits'
+ * GEMM has K = 2d, and the gradient products read W_hi and hn_hi at offset 0 of those rows (ldb 2d).
+ * kt (m->head_kt, 3 or 2) is the number of terms, the rows' width in units of d. */
 
-/* Rows of logits per chunk by default, bf16x3 and bf16x3g1: large enough that the weight streamed per
- * chunk is paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). The logits GEMM of 1 024
- * rows measured 11-34% less CPU time per row than of 512 (round 6): each block of W3 rows it packs
- * meets twice the columns; bf16x3 keeps 512 (its 3-term chunk is 1.5x as large, and the chunking sets
- * the order of its d head.weight sums, whose bits it keeps). */
+/* Rows of logits per chunk by default, bf16x3 and bf16x3g1 / bf16x2g1: large enough that the weight
+ * streamed per chunk is paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). The logits
+ * GEMM of 1 024 rows measured 11-34% less CPU time per row than of 512 (round 6): each block of W3 rows
+ * it packs meets twice the columns; bf16x3 keeps 512 (its 3-term chunk is 1.5x as large, and the
+ * chunking sets the order of its d head.weight sums, whose bits it keeps). */
 #define HEAD3_CHUNK_ROWS 512
 #define HEAD3G1_CHUNK_ROWS 1024
 /* At most this many rows per chunk (one row of the chunk's d logits sits on the stack). */
@@ -732,17 +754,17 @@ static void transpose_rows(void *arg, int64_t i0, int64_t i1, int tid)
 
 /* The 1-term gradient products of rows [r0, r0 + rows) of the head pass, whose d logits^T are the bf16
  * columns [0, rows) of dl (row stride ldl bf16): dW += dl hn_hi (K = rows) and dhn = dl^T W_hi (K = V in
- * vocabulary blocks of HEAD3_DHN_VOCAB1, each a sum over the whole block per element). */
+ * vocabulary blocks of HEAD3_DHN_VOCAB1, each a sum over the whole block per element); hn_hi and W_hi
+ * at offset 0 of the kt d-wide rows of hnF and W3. */
 static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
                         const uint16_t *dl, int64_t ldl, int64_t r0, int64_t rows, float *dW)
 {
-    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, kd = m->head_kt * d;
     trex_pool *pool = m->ctx.pool;
-    trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * 3 * d, 3 * d, 1.0f, dW,
-                   d);
+    trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * kd, kd, 1.0f, dW, d);
     for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1) {
         const int64_t vn = V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1;
-        trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * ldl, ldl, W3 + v0 * 3 * d, 3 * d,
+        trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * ldl, ldl, W3 + v0 * kd, kd,
                        v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
     }
 }
@@ -758,7 +780,7 @@ static bool head3_pairs(const trex_model *m, int64_t R, bool grads)
     return grads && !m->head_g3 && rc < R && rc % 2 == 0 && rc <= HEAD3G1_CHUNK_ROWS;
 }
 
-/* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, 3d] made by head_run,
+/* head_forward in bf16x3: the same contract, with W3 (see above) and hnF [R, kt d] made by head_run,
  * except that the loss of rows from rs on is scaled by scale2 (rs = R: one head; both heads as one
  * pass: heads_run3). chunk holds V * ldc floats for pw = head3_chunk_rows rounded up to even,
  * ldc = 3 pw / 2 (3-term gradients, or pairs of 1-term chunks: head3_pairs) or pw; hnB 3 * pw * d
@@ -767,7 +789,7 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
                             uint16_t *hnB, float *out, float *chunk, double *nll, float *dW, float scale,
                             int64_t rs, float scale2)
 {
-    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, R = hp->R;
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, R = hp->R, kd = m->head_kt * d;
     const int64_t rc = head3_chunk_rows(m, R), nb = (V + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB;
     const bool g3 = m->head_g3, pairs = head3_pairs(m, R, dW != NULL);
     trex_pool *pool = m->ctx.pool;
@@ -778,8 +800,8 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
         const int64_t rows = R - r0 < rc ? R - r0 : rc, pw = rows + (rows & 1);
         const int64_t ldc = g3 ? 3 * pw / 2 : pairs ? 3 * rc / 2 : pw;
         float *L = chunk + held / 2; /* this chunk's logits^T [V, rows] (ldc) */
-        trex_gemm_bf16(pool, m->ctx.ws, false, true, V, rows, 3 * d, 1.0f, W3, 3 * d, hnF + r0 * 3 * d,
-                       3 * d, 0.0f, L, ldc);
+        trex_gemm_bf16(pool, m->ctx.ws, false, true, V, rows, kd, 1.0f, W3, kd, hnF + r0 * kd, kd, 0.0f, L,
+                       ldc);
         if (out) {
             tr_job t = {L, out + r0 * V, V, ldc, rows};
             trex_pool_for(pool, rows, 1, transpose_rows, &t);
@@ -1116,18 +1138,68 @@ static void head_collapse(trex_model *m, head_pass *hp, const float *X, const tr
     trex_rmsnorm_forward(m->ctx.pool, hp->hn, hp->rstd, hp->h, normw, R, d, (float)m->cfg->rms_norm_eps);
 }
 
-/* bf16x3: W3, the split head weight, made once per forward by the first head (the MTP head shares the
- * weight), and hnF [R, 3d] = [hn_hi | hn_lo | hn_hi] of hp->hn into rows [r0, r0 + R) of hnF. */
+/* bf16x2g1's operands: rows of n floats of src to rows of 2n bf16 of dst, [hi | hi] (weight: the
+ * bf16 rounding twice, written around the cache when nt) or [hi | lo] (hn: trex_split_bf16). */
+typedef struct split2_job {
+    uint16_t *dst;
+    const float *src;
+    int64_t n;
+    bool weight;
+    trex_fused_cvt_bf16_nt_fn cvt_nt; /* weight: NULL, or the streaming conversion */
+} split2_job;
+
+static void split2_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const split2_job *j = arg;
+    const int64_t n = j->n;
+    for (int64_t i = i0; i < i1; i++) {
+        uint16_t *row = j->dst + i * 2 * n;
+        const float *x = j->src + i * n;
+        if (!j->weight) {
+            trex_split_bf16(row, row + n, x, n);
+        } else if (j->cvt_nt) {
+            j->cvt_nt(row, x, n);
+            j->cvt_nt(row + n, x, n);
+        } else {
+            trex_cvt_f32_bf16(row, x, n);
+            memcpy(row + n, row, (size_t)n * sizeof *row);
+        }
+    }
+}
+
+/* Outputs of at least this many bytes are written around the cache (as trex_split_bf16x3_rows does):
+ * the weight's [V, 2d] copy (505 MiB at dsv4-bench) is read back only by the logits GEMM's packing. */
+#define HEAD2_STREAM_BYTES ((int64_t)64 << 20)
+
+static void split2(trex_model *m, uint16_t *dst, const float *src, int64_t rows, bool weight)
+{
+    const int64_t n = m->cfg->hidden_size;
+    split2_job j = {dst, src, n, weight,
+                    weight && rows * 2 * n * 2 >= HEAD2_STREAM_BYTES ? trex_fused()->cvt_bf16_nt : NULL};
+    trex_pool_for(m->ctx.pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split2_rows, &j);
+}
+
+/* The split heads: W3, the split head weight, made once per forward by the first head (the MTP head
+ * shares the weight), and hp->hn's split into rows [r0, r0 + R) of hnF: with 3 terms W3 [V, 3d] =
+ * [W_hi | W_hi | W_lo], hnF [R, 3d] = [hn_hi | hn_lo | hn_hi]; with 2 (bf16x2g1) W3 [V, 2d] =
+ * [W_hi | W_hi], hnF [R, 2d] = [hn_hi | hn_lo]. */
 static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, int64_t r0, const trex_batch *b,
                              trex_err *err)
 {
     trex_code rc = TREX_OK;
-    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, kt = m->head_kt;
     if (!m->w3) {
-        ALLOC_W(m->w3, V * 3 * d);
-        trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
+        ALLOC_W(m->w3, V * kt * d);
+        if (kt == 3)
+            trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
+        else
+            split2(m, m->w3, m->w.head, V, true); /* [hi | hi] */
     }
-    trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
+    if (kt == 3)
+        trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
+    else
+        split2(m, hnF + r0 * 2 * d, hp->hn, hp->R, false); /* [hi | lo] */
 fail:
     return rc;
 }
@@ -1163,7 +1235,7 @@ static trex_code head_run(trex_model *m, head_pass *hp, const float *X, const tr
         ALLOC_W(hp->dhn, R * d);
     if (m->head3) {
         uint16_t *hnF;
-        ALLOC_W(hnF, R * 3 * d);
+        ALLOC_W(hnF, R * m->head_kt * d);
         TREX_TRY(head3_split(m, hp, hnF, 0, b, err));
         *sum = head_forward3(m, hp, m->w3, hnF, m->hnB, logits, m->chunk, nll, m->grads ? m->g.head : NULL,
                              scale, R, 0.0f);
@@ -1174,12 +1246,12 @@ fail:
     return rc;
 }
 
-/* Whether the two heads run as one pass (heads_run3): bf16x3g1 with the MTP head and no logits asked
- * for. Their rows are independent but for the sums of d head.weight, so the losses, the logits' log-sum-
- * exp and d hn are the same bits as with a pass per head; d head.weight changes in the order of its
- * sums only. At T = 512 the two heads of 512 and 511 rows then make one chunk of 1 023 rows (the logits
- * GEMM streams W3 once instead of twice, d head.weight runs once with K = 1 023; docs/perf.md "LM head in
- * bf16 mode", round 6). */
+/* Whether the two heads run as one pass (heads_run3): bf16x3g1 or bf16x2g1 with the MTP head and no
+ * logits asked for. Their rows are independent but for the sums of d head.weight, so the losses, the
+ * logits' log-sum-exp and d hn are the same bits as with a pass per head; d head.weight changes in the
+ * order of its sums only. At T = 512 the two heads of 512 and 511 rows then make one chunk of 1 023
+ * rows (the logits GEMM streams W3 once instead of twice, d head.weight runs once with K = 1 023;
+ * docs/perf.md "LM head in bf16 mode", round 6). */
 static bool heads_merged(const trex_model *m, const float *logits, const float *mtp_logits)
 {
     return m->head3 && !m->head_g3 && m->mtp && !logits && !mtp_logits;
@@ -1208,7 +1280,7 @@ static trex_code heads_run3(trex_model *m, float scale_main, float scale_mtp, co
     ALLOC(hc.tgt, R);
     ALLOC(hc.lse, R);
     ALLOC(nll, R);
-    ALLOC_W(hnF, R * 3 * d);
+    ALLOC_W(hnF, R * m->head_kt * d);
     TREX_TRY(head3_buffers(m, R, m->grads, b, err));
     memcpy(hc.tgt, m->hp.tgt, (size_t)R1 * sizeof *hc.tgt);
     memcpy(hc.tgt + R1, m->hpm.tgt, (size_t)(R - R1) * sizeof *hc.tgt);
@@ -1251,9 +1323,11 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         return trex_err_set(err, TREX_EINVAL, "model options: recompute: %d — use NONE, ATTENTION, MOE or FULL",
                             (int)opts->recompute);
     if (opts && opts->head_precision != TREX_HEAD_AUTO && opts->head_precision != TREX_HEAD_FP32 &&
-        opts->head_precision != TREX_HEAD_BF16X3 && opts->head_precision != TREX_HEAD_BF16X3_G1)
+        opts->head_precision != TREX_HEAD_BF16X3 && opts->head_precision != TREX_HEAD_BF16X3_G1 &&
+        opts->head_precision != TREX_HEAD_BF16X2_G1)
         return trex_err_set(err, TREX_EINVAL,
-                            "model options: head_precision: %d — use AUTO, FP32, BF16X3 or BF16X3_G1",
+                            "model options: head_precision: %d — use AUTO, FP32, BF16X3, BF16X3_G1 or "
+                            "BF16X2_G1",
                             (int)opts->head_precision);
     m->have_pass = false;
     m->grads = grads;
@@ -1290,7 +1364,8 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     build_targets(m, b);
     m->chunk = NULL;
     m->w3 = m->hnB = NULL;
-    m->head3 = trex_model_head_bf16x3(&m->opts);
+    m->head_kt = trex_model_head_terms(&m->opts);
+    m->head3 = m->head_kt > 0;
     m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
     const bool merged = heads_merged(m, logits, mtp_logits);
     if (m->head3) { /* the head's buffers; merged heads carve theirs in heads_run3 */

@@ -701,7 +701,7 @@ static int bench_kernels(int argc, char **argv)
         {"head.fwd", "h W^T, d -> vocab 129280 (<= 1024 tokens)", false, true, false, head_rows,
          129280, d, 0, false, false, false},
         /* The bf16x3 head of the bf16 step (model.c head_forward3), per chunk of 512 rows (bf16x3's
-         * chunk; bf16x3g1, the bf16 default, runs 1 024-row chunks since round 6): logits^T =
+         * chunk; bf16x3g1 runs 1 024-row chunks since round 6): logits^T =
          * W3 hnF^T (K = 3d), dW += dl hnB (K = 3 rows), and one vocabulary block of d hn = dl^T W3
          * (K = 3 x 256; the model runs V / 256 of them per chunk, beta 1). */
         {"head3.fwd", "logits^T = W3 hn^T, K = 3d, 512 rows", false, true, false, 129280, 512, 3 * d,
@@ -712,6 +712,11 @@ static int bench_kernels(int argc, char **argv)
          false, false, true},
         {"head3.bwd_dhn", "dhn += dl^T W3, one block of 256 vocab", true, false, false, 512, d, 3 * 256,
          0, false, false, true},
+        /* bf16x2g1, the bf16 default since the ninth sitting: logits^T = W2 hnF^T with W2 = [W_hi |
+         * W_hi], hnF = [hn_hi | hn_lo] (K = 2d), per chunk of 1 024 rows; its gradient products are
+         * bf16x3g1's (docs/precision.md "bf16x2g1"). */
+        {"head2.fwd", "logits^T = W2 hn^T, K = 2d, 1024 rows", false, true, false, 129280, 1024, 2 * d,
+         0, false, false, false},
         {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E,
          false, false, false},
         {"experts.w1.fwd.prepacked", "grouped, W1_e packed once", false, true, false, 0, I, d, E,
