@@ -13,7 +13,8 @@
  *     bf16 attention core and indexer scores of the kernel level, AMX where the machine has it);
  *  8. the fused axpy entry (kernels/fused.h) gives y + a x, element by element, at every level, and
  *     axpy_rows the bits of one axpy per active term; the fused rope entry gives trex_rope_rotate's
- *     bits and rms_head_bwd those of the per-head RMS backward written out in scalar code.
+ *     bits and rms_head_bwd those of the per-head RMS backward written out in scalar code; kl_qgrad
+ *     and kl_kgrad (the indexer KL's gradient loops) the bits of those loops written out.
  *
  * `test_attention --bench N [reps] [fp32|bf16] [threads]` instead times trex_attn_forward and
  * trex_attn_backward of one layer of each kind (SWA, CSA with the sparse indexer and its KL, HCA) at
@@ -1331,6 +1332,80 @@ static void test_axpy_rows_levels(void)
     CHECK(bad == 0, "fused axpy_rows: %d cases differ", bad);
 }
 
+/* The fused KL gradient entries kl_qgrad and kl_kgrad give, at every level, the bits of the loops
+ * they replaced (kernels/fused.h: one axpy per active head and entry, a head active iff its score
+ * a > 0, so not for 0, -0 or NaN; dhw += (a > 0 ? dI a : +0)), on awkward shapes (n 0 .. 40, nI 1 ..
+ * 33 across the 16-head groups, cI 1 .. 256 across the 128-float chunks and 16-float tails), the
+ * key rows and the dK rows scattered, and leave the other floats alone. */
+static void test_kl_grad_levels(void)
+{
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const int64_t ns[] = {0, 1, 2, 5, 17, 40}, nIs[] = {1, 3, 16, 17, 33}, cs[] = {1, 15, 16, 100,
+                                                                                   128, 133, 256};
+    enum { NM = 40, IM = 33, CM = 256 };
+    static float K[NM][CM], X[IM * CM], ia[IM * NM], dI[NM], hw[IM];
+    static float Q0[IM * CM + 7], Q[IM * CM + 7], Qe[IM * CM + 7], W0[IM + 3], Wd[IM + 3], We[IM + 3];
+    static float G0[NM][CM + 5], G[NM][CM + 5], Ge[NM][CM + 5];
+    const float *kp[NM];
+    float *gp[NM];
+    rng r = {911};
+    for (int i = 0; i < NM; i++) {
+        fill_f(K[i], CM, 1.0, &r);
+        kp[i] = K[(i * 7) % NM]; /* scattered */
+    }
+    fill_f(X, IM * CM, 1.0, &r);
+    fill_f(dI, NM, 1.0, &r);
+    fill_f(hw, IM, 1.0, &r);
+    fill_f(Q0, IM * CM + 7, 1.0, &r);
+    fill_f(W0, IM + 3, 1.0, &r);
+    fill_f(G0[0], NM * (CM + 5), 1.0, &r);
+    int bad = 0, cases = 0;
+    for (size_t l = 0; l < sizeof caps / sizeof caps[0]; l++) {
+        const trex_fused_table *t = trex_fused_for(caps[l]);
+        for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
+            for (size_t ih = 0; ih < sizeof nIs / sizeof nIs[0]; ih++)
+                for (size_t ic = 0; ic < sizeof cs / sizeof cs[0]; ic++) {
+                    const int64_t n = ns[in], nI = nIs[ih], cI = cs[ic];
+                    fill_f(ia, nI * n, 1.0, &r);
+                    for (int64_t k = 0; k < nI * n; k++) /* zeros, -0 and NaN are not active */
+                        ia[k] = k % 7 == 3 ? 0.0f : k % 11 == 5 ? -0.0f : k % 13 == 8 ? NAN : ia[k];
+                    for (int64_t i = 0; i < n; i++)
+                        gp[i] = G[(i * 3 + 1) % NM];
+                    memcpy(Q, Q0, sizeof Q);
+                    memcpy(Qe, Q0, sizeof Qe);
+                    memcpy(Wd, W0, sizeof Wd);
+                    memcpy(We, W0, sizeof We);
+                    memcpy(G, G0, sizeof G);
+                    memcpy(Ge, G0, sizeof Ge);
+                    t->kl_qgrad(Q, Wd, ia, dI, hw, kp, n, nI, cI);
+                    t->kl_kgrad(gp, ia, dI, hw, X, n, nI, cI);
+                    for (int64_t i = 0; i < n; i++)
+                        for (int64_t h = 0; h < nI; h++) {
+                            const float a = ia[h * n + i];
+                            const float dw = a > 0.0f ? dI[i] * a : 0.0f;
+                            We[h] = We[h] + dw;
+                            if (!(a > 0.0f))
+                                continue;
+                            const float cq = dI[i] * hw[h];
+                            float *ge = Ge[(i * 3 + 1) % NM];
+                            for (int64_t f = 0; f < cI; f++) {
+                                const float tq = cq * kp[i][f], tk = cq * X[h * cI + f];
+                                Qe[h * cI + f] = Qe[h * cI + f] + tq;
+                                ge[f] = ge[f] + tk;
+                            }
+                        }
+                    cases++;
+                    if ((memcmp(Q, Qe, sizeof Q) || memcmp(Wd, We, sizeof Wd) ||
+                         memcmp(G, Ge, sizeof G)) &&
+                        bad++ < 5)
+                        CHECK(0, "fused kl_qgrad / kl_kgrad at level %s, n %lld nI %lld cI %lld: "
+                              "not the reference loops' bits", t->name, (long long)n,
+                              (long long)nI, (long long)cI);
+                }
+    }
+    CHECK(bad == 0, "fused kl_qgrad / kl_kgrad: %d of %d cases differ", bad, cases);
+}
+
 /* The fused rope entry gives trex_rope_rotate's bits (both directions) at every level, on nv vectors
  * at a stride ld, for every half 1 .. 37 (the masked tails), with signed zeros among the values, and
  * leaves the floats around the rotated ones alone. */
@@ -1599,6 +1674,7 @@ int main(int argc, char **argv)
         run_dtype = TREX_F32;
         test_axpy_levels();
         test_axpy_rows_levels();
+        test_kl_grad_levels();
         test_rope_levels();
         test_rms_head_bwd_levels();
         test_bad_config(ar);

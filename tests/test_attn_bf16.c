@@ -41,6 +41,13 @@
  *    query's visible entries: lse and dsink the same bits, o and dq within the fp32 rounding of a
  *    regrouped sum over the entries, the reference level the per-query bits exactly; with and
  *    without the window in the pair layout, a query that sees nothing, scratch guard (block_case).
+ * 8. The query side and the key side in one call: per query (sattn_bwd_query_keys_bf16) at every
+ *    level against the same level's two calls (sattn_bwd_query_bf16 over all entries, then
+ *    sattn_bwd_entries_bf16 over the entries from n0 on): dq, dsink, P, the dV rows and psum the same
+ *    bits; with and without the window in the pair layout, n0 = 0 and n0 = n, scratch guard
+ *    (qkeys_case); per block (sattn_bwd_query_block_keys_bf16) against the block query side and two
+ *    sattn_bwd_window_bf16 calls (the window ranges, the compressed ranges): the same bits (in
+ *    block_case).
  *
  * `test_attn_bf16 --bench [reps]` instead times the fp32 entries of the best level and the bf16 entries
  * of every level on dsv4-bench's shapes (16 heads of 512, 256 entries per query in the forward and the
@@ -848,7 +855,9 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
         vis[4 * b + 3] = none ? nw : nw + cv;
     }
     const int64_t wsn = TREX_FUSED_SATTN_BLOCK_BF16_WS(n, H, c, nq);
-    const int64_t wsq = TREX_FUSED_SATTN_BF16_WS(n, H, c);
+    int64_t wsq = TREX_FUSED_SATTN_BF16_WS(n, H, c);
+    if (TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq) > wsq) /* section 8's window calls */
+        wsq = TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq);
     float *wbuf = xmalloc_f(wsn + 1 + 64), *ws = wbuf + 1, *wq = xmalloc_f(wsq + 1);
     float *o = xmalloc_f(nq * hc), *lse = xmalloc_f(nq * H), *dq = xmalloc_f(nq * hc);
     float *ds = xmalloc_f(nq * H), *o1 = xmalloc_f(nq * hc), *lse1 = xmalloc_f(nq * H);
@@ -911,6 +920,41 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
         for (int64_t i = 0; i < 64; i++)
             guard_ok &= ws[wsn + i] == GUARD;
         CHECK(guard_ok, "%s blocks: scratch overrun, %s", t->sattn_bf16_name, what);
+        if (t->sattn_bwd_query_block_keys_bf16 && t->sattn_bwd_window_bf16) {
+            /* section 8: the block query side and the key side of all its entries in one call
+             * against the block query side and two window key-side calls: the same bits */
+            const int64_t wsk = TREX_FUSED_SATTN_BLOCK_KEYS_BF16_WS(n, H, c, nq);
+            float *wk = xmalloc_f(wsk + 64), *dVm = xmalloc_f(n * c), *dVs = xmalloc_f(n * c);
+            float **pm = malloc((size_t)(n + 1) * sizeof *pm), **pv = malloc((size_t)(n + 1) * sizeof *pv);
+            int64_t v2[2 * 16];
+            if (!pm || !pv)
+                exit(2);
+            fill(dVm, n * c, 0.25f);
+            memcpy(dVs, dVm, (size_t)(n * c) * sizeof *dVs);
+            for (int64_t e = 0; e < n; e++) /* the rows in reverse order */
+                pm[e] = dVm + (n - 1 - e) * c, pv[e] = dVs + (n - 1 - e) * c;
+            for (int64_t i = 0; i < 64; i++)
+                wk[wsk + i] = GUARD;
+            t->sattn_bwd_query_block_keys_bf16(dq1, ds1, pm, wk, gb, qb, nq, vis, Vb, wp, n, H, c,
+                                               sink, scale, lse, D);
+            for (int64_t b = 0; b < nq; b++)
+                v2[2 * b] = vis[4 * b], v2[2 * b + 1] = vis[4 * b + 1];
+            t->sattn_bwd_window_bf16(pv, wq, Vb, nw, nq, v2, qb, gb, H, c, scale, lse, D);
+            for (int64_t b = 0; b < nq; b++)
+                v2[2 * b] = vis[4 * b + 2] - nw, v2[2 * b + 1] = vis[4 * b + 3] - nw;
+            t->sattn_bwd_window_bf16(pv + nw, wq, Vb + nw, ncs, nq, v2, qb, gb, H, c, scale, lse, D);
+            CHECK(same_bits(dq, dq1, nq * hc) && same_bits(ds, ds1, nq * H), "%s block query side "
+                  "with keys: dq or dsink differ from the block query side, %s", t->sattn_bf16_name,
+                  what);
+            CHECK(same_bits(dVm, dVs, n * c), "%s block query side with keys: dV differs from the "
+                  "window key side, %s", t->sattn_bf16_name, what);
+            guard_ok = 1;
+            for (int64_t i = 0; i < 64; i++)
+                guard_ok &= wk[wsk + i] == GUARD;
+            CHECK(guard_ok, "%s block query side with keys: scratch overrun, %s", t->sattn_bf16_name,
+                  what);
+            free(wk), free(dVm), free(dVs), free(pm), free(pv);
+        }
         memset(bo, 0, (size_t)(nq * hc) * sizeof *bo);
         memset(bq, 0, (size_t)(nq * hc) * sizeof *bq);
     }
@@ -933,6 +977,135 @@ static void test_block_bf16(const trex_fused_table *const *lv, int nl)
                        cases[i][5], pw == 1);
     printf("forward and query side by query blocks: %zu shapes x 2 at %d level(s); largest o / dq "
            "error of the regrouping bound %.3f\n", sizeof cases / sizeof cases[0], nl, blk_worst);
+}
+
+/* ---- 8. the query side and the compressed key side in one call --------------------------------- */
+
+static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int64_t n0, int64_t H,
+                       int64_t c, bool pairs)
+{
+    const int64_t nk = n - n0, hc = H * c;
+    const float scale = 1.0f / sqrtf((float)c);
+    float *V = xmalloc_f(n * c + 1), *sink = xmalloc_f(H), *D = xmalloc_f(H), *lse = xmalloc_f(H);
+    float *o = xmalloc_f(hc), *q = xmalloc_f(hc), *g = xmalloc_f(hc);
+    uint16_t *rows = malloc((size_t)(n * c + 1) * 2), *qb = malloc((size_t)hc * 2);
+    uint16_t *gb = malloc((size_t)hc * 2);
+    const uint16_t **Vb = malloc((size_t)(n + 1) * sizeof *Vb);
+    const int64_t first = 3, prow = first + n0 + 33; /* the tiles read up to 32 rows past */
+    uint16_t *pbuf = malloc((size_t)((prow + 1) / 2 * 2 * c + 1) * 2);
+    if (!rows || !qb || !gb || !Vb || !pbuf)
+        exit(2);
+    fill(V, n * c, 2.0f);
+    fill(q, hc, 1.5f);
+    fill(g, hc, 1.0f);
+    fill(sink, H, 1.0f);
+    fill(D, H, 0.5f);
+    for (int64_t e = 0; e < n; e++) { /* window rows consecutive, the others in reverse order */
+        uint16_t *row = rows + (e < n0 ? e : n0 + (nk - 1 - (e - n0))) * c;
+        for (int64_t i = 0; i < c; i++)
+            row[i] = to_bf16(V[e * c + i]);
+        Vb[e] = row;
+    }
+    for (int64_t i = 0; i < hc; i++)
+        qb[i] = to_bf16(q[i]), gb[i] = to_bf16(g[i]);
+    for (int64_t r = 0; r < (prow + 1) / 2 * 2; r++) { /* the window's pair rows, garbage around */
+        const int64_t e = r - first;
+        for (int64_t i = 0; i < c; i++)
+            pbuf[(r / 2) * 2 * c + (i / 16) * 32 + 2 * (i % 16) + r % 2] =
+                e >= 0 && e < n0 ? rows[e * c + i] : to_bf16(-7.0f);
+    }
+    const trex_fused_pairs win = {pbuf, first, n0};
+    const int64_t wsn = TREX_FUSED_SATTN_QK_BF16_WS(n, H, c);
+    float *wbuf = xmalloc_f(wsn + 1 + 64), *ws = wbuf + 1, *wq = xmalloc_f(wsn + 1);
+    float *dq = xmalloc_f(hc), *ds = xmalloc_f(H), *P = xmalloc_f(H * n + 1);
+    float *dq1 = xmalloc_f(hc), *ds1 = xmalloc_f(H), *P1 = xmalloc_f(H * n + 1);
+    float *dVm = xmalloc_f(nk * c + 1), *dVs = xmalloc_f(nk * c + 1), *dV0 = xmalloc_f(nk * c + 1);
+    float *ps = xmalloc_f(nk + 1), *ps1 = xmalloc_f(nk + 1);
+    float **pm = malloc((size_t)(nk + 1) * sizeof *pm), **pv = malloc((size_t)(nk + 1) * sizeof *pv);
+    if (!pm || !pv)
+        exit(2);
+    fill(dV0, nk * c, 0.25f);
+    for (int64_t e = 0; e < nk; e++) /* the rows in reverse order */
+        pm[e] = dVm + (nk - 1 - e) * c, pv[e] = dVs + (nk - 1 - e) * c;
+    for (int l = 0; l < nl; l++) {
+        const trex_fused_table *t = lv[l];
+        if (!t->sattn_bwd_query_keys_bf16)
+            continue;
+        const trex_fused_pairs *wp = pairs && n0 > 0 ? &win : NULL;
+        t->sattn_fwd_bf16(o, lse, NULL, NULL, wq, NULL, qb, NULL, Vb, NULL, n, H, c, sink, scale);
+        for (int64_t i = 0; i < 64; i++)
+            ws[wsn + i] = GUARD;
+        memcpy(dVm, dV0, (size_t)(nk * c) * sizeof *dVm);
+        memcpy(dVs, dV0, (size_t)(nk * c) * sizeof *dVs);
+        /* with the window entries' key-side operands written too (trex_fused_keys_out), as one
+         * query of a block of 2 in the columns of query 1, rows from 3 */
+        const int64_t Hp = TREX_FUSED_SATTN_HP(H), cp = TREX_FUSED_SATTN_CP(c), K = 4 * Hp;
+        const int64_t rows16 = (n0 + 3 + 15) / 16 * 16;
+        uint16_t *a2 = calloc((size_t)(rows16 * K), 2), *b2 = calloc((size_t)(K * cp), 2);
+        float *dW = xmalloc_f(n0 * c + 1), *dW1 = xmalloc_f(n0 * c + 1);
+        float **pw = malloc((size_t)(n0 + 3) * sizeof *pw), **pw1 = malloc((size_t)(n0 + 1) * sizeof *pw1);
+        float *wsk = xmalloc_f(16 * cp + 16), *wwin = xmalloc_f(TREX_FUSED_SATTN_WIN_BF16_WS(n0, H, c, 1));
+        if (!a2 || !b2 || !pw || !pw1)
+            exit(2);
+        fill(dW, n0 * c, 0.125f);
+        memcpy(dW1, dW, (size_t)(n0 * c) * sizeof *dW);
+        for (int64_t e = 0; e < n0 + 3; e++) /* rows 0 .. 2: zero coefficients, + 0 into row 0 */
+            pw[e] = e < 3 ? dW : dW + (e - 3) * c;
+        for (int64_t e = 0; e < n0; e++)
+            pw1[e] = dW1 + e * c;
+        const trex_fused_keys_out wk = {a2, b2, K, 2 * Hp, 3};
+        t->sattn_bwd_query_keys_bf16(dq, ds, P, pm, ps, ws, gb, qb, Vb, wp, n, n0, H, c, sink, scale,
+                                     lse, D, &wk);
+        if (n0 > 0) {
+            t->sattn_key_product_bf16(pw, wsk, a2, b2, K, n0 + 3, c);
+            const int64_t v1[2] = {0, n0};
+            t->sattn_bwd_window_bf16(pw1, wwin, Vb, n0, 1, v1, qb, gb, H, c, scale, lse, D);
+        }
+        int wsame = 1;
+        for (int64_t i = 0; i < n0 * c; i++)
+            wsame &= dW[i] == dW1[i];
+        CHECK(wsame, "%s query and keys in one call: the window's key-side operands do not give "
+              "the window key side (by value), n=%lld n0=%lld H=%lld c=%lld", t->sattn_bf16_name,
+              (long long)n, (long long)n0, (long long)H, (long long)c);
+        free(a2), free(b2), free(dW), free(dW1), free(pw), free(pw1), free(wsk), free(wwin);
+        t->sattn_bwd_query_bf16(dq1, ds1, P1, wq, NULL, gb, NULL, qb, NULL, Vb, wp, n, H, c, sink,
+                                scale, lse, D);
+        if (nk > 0)
+            t->sattn_bwd_entries_bf16(pv, ps1, wq, NULL, Vb + n0, nk, NULL, qb, NULL, gb, H, c,
+                                      scale, lse, D);
+        char what[96];
+        snprintf(what, sizeof what, "n=%lld n0=%lld H=%lld c=%lld%s", (long long)n, (long long)n0,
+                 (long long)H, (long long)c, wp ? " pairs" : "");
+        CHECK(same_bits(dq, dq1, hc) && same_bits(ds, ds1, H) && same_bits(P, P1, H * n),
+              "%s query and keys in one call: dq, dsink or P differ from the query side, %s",
+              t->sattn_bf16_name, what);
+        CHECK(same_bits(dVm, dVs, nk * c) && same_bits(ps, ps1, nk),
+              "%s query and keys in one call: dV or psum differ from the key side, %s",
+              t->sattn_bf16_name, what);
+        CHECK(nk == 0 || !same_bits(dVm, dV0, nk * c), "%s query and keys: dV unchanged, %s",
+              t->sattn_bf16_name, what);
+        int guard_ok = 1;
+        for (int64_t i = 0; i < 64; i++)
+            guard_ok &= ws[wsn + i] == GUARD;
+        CHECK(guard_ok, "%s query and keys: scratch overrun, %s", t->sattn_bf16_name, what);
+    }
+    free(V), free(sink), free(D), free(lse), free(o), free(q), free(g), free(rows), free(qb);
+    free(gb), free(Vb), free(pbuf), free(wbuf), free(wq), free(dq), free(ds), free(P), free(dq1);
+    free(ds1), free(P1), free(dVm), free(dVs), free(dV0), free(ps), free(ps1), free(pm), free(pv);
+}
+
+static void test_qkeys_bf16(const trex_fused_table *const *lv, int nl)
+{
+    static const int64_t cases[][4] = {
+        /* n, n0, H, c */
+        {1, 0, 1, 32},    {1, 1, 3, 48},     {17, 5, 16, 32},  {40, 40, 20, 48},
+        {259, 131, 16, 512}, {200, 70, 3, 64}, {33, 0, 16, 512}, {7, 3, 20, 48},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int pw = 0; pw < 2; pw++)
+            qkeys_case(lv, nl, cases[i][0], cases[i][1], cases[i][2], cases[i][3], pw == 1);
+    printf("query side and compressed key side in one call: %zu shapes x 2 at %d level(s)\n",
+           sizeof cases / sizeof cases[0], nl);
 }
 
 int main(int argc, char **argv)
@@ -1007,6 +1180,7 @@ int main(int argc, char **argv)
     test_dots_bf16(lv, nl);
     test_window_bf16(lv, nl);
     test_block_bf16(lv, nl);
+    test_qkeys_bf16(lv, nl);
     test_nt_entries(all, na);
     return check_summary();
 }

@@ -56,6 +56,19 @@ typedef void (*trex_fused_axpy_fn)(float *y, float a, const float *x, int64_t n)
 typedef void (*trex_fused_axpy_rows_fn)(float *Y, int64_t ldy, int64_t R, const float *A,
                                         const unsigned char *on, int64_t sr, int64_t sj,
                                         const float *const *X, int64_t J, int64_t c);
+/* The indexer KL's gradients of one query through its n entries (model/attention.c, docs/attention.md
+ * §3), with a = ia[h*n + i] (head h's score of entry i) and "active" meaning a > 0 (a NaN is not):
+ *   kl_qgrad  for i < n ascending, h < nI ascending: dhw[h] += active ? dI[i] * a : +0, and when
+ *             active diq[h*cI + f] += (dI[i] * hw[h]) * K[i][f] for f < cI;
+ *   kl_kgrad  for i < n, h < nI ascending, when active: dK[i][f] += (dI[i] * hw[h]) * X[h*cI + f];
+ * each product rounded, then the add (am_axpy_f's bits; the rows of dK are distinct). Every level
+ * gives the bits of those loops (one call per query instead of one axpy per active head and entry). */
+typedef void (*trex_fused_kl_qgrad_fn)(float *diq, float *dhw, const float *ia, const float *dI,
+                                       const float *hw, const float *const *K, int64_t n, int64_t nI,
+                                       int64_t cI);
+typedef void (*trex_fused_kl_kgrad_fn)(float *const *dK, const float *ia, const float *dI,
+                                       const float *hw, const float *X, int64_t n, int64_t nI,
+                                       int64_t cI);
 /* dst[0..n) = src[0..n) (floats, not overlapping); the stores may bypass the cache (a destination
  * that is read back only much later: the attention output rows, model/attention.c), and are complete
  * (fenced) when the call returns. */
@@ -157,6 +170,43 @@ typedef void (*trex_fused_sattn_bwd_entries_bf16_fn)(float *const *dV, float *ps
                                                      const float *g, const uint16_t *gb, int64_t H,
                                                      int64_t c, float scale, const float *lse,
                                                      const float *D);
+/* A key side's operands written for a later product (sattn_key_product_bf16): the coefficient rows
+ * a2 [rows][K] bf16 and the B operand b2, K rows of cp = TREX_FUSED_SATTN_CP(c) bf16 in the VNNI tile
+ * layout (row k, column i at b2[((k / 32) (cp / 16) + i / 16) 512 + ((k % 32) / 2) 32 + 2 (i % 16) +
+ * k % 2]). A query writes its part: Hp = TREX_FUSED_SATTN_HP(H) columns from col (bf(p_he), zero
+ * for padded heads), Hp more (bf(scale dz_he)), in the rows row + e of its entries e; and rows col ..
+ * col + 2 Hp of b2: its bf(g) then bf(q) rows (zero rows for padded heads, zero columns past c). */
+typedef struct trex_fused_keys_out {
+    uint16_t *a2, *b2;
+    int64_t K, col, row;
+} trex_fused_keys_out;
+/* The query side and the key side of one query in one call (bf16 mode, CSA layers of
+ * model/attention.c): exactly sattn_bwd_query_bf16(dq, dsink, P, ws, NULL, gb, NULL, qb, NULL, Vb, Wp,
+ * n, ...) and then sattn_bwd_entries_bf16(dV, psum, ws, NULL, Vb + n0, n - n0, NULL, qb, NULL, gb, ...)
+ * for the entries n0 .. n - 1 (0 <= n0 <= n): the same bits as those two calls, while the scores, the
+ * packed q and g and the packed entries serve both (dV, psum: n - n0 rows, ascending). wk (NULL:
+ * none): the key side of the entries e < n0 written for a later product (trex_fused_keys_out; the
+ * coefficients as sattn_bwd_entries_bf16 and sattn_bwd_window_bf16 compute them). ws:
+ * TREX_FUSED_SATTN_QK_BF16_WS(n, H, c) floats. */
+typedef void (*trex_fused_sattn_bwd_query_keys_bf16_fn)(float *dq, float *dsink, float *P,
+                                                        float *const *dV, float *psum, float *ws,
+                                                        const uint16_t *gb, const uint16_t *qb,
+                                                        const uint16_t *const *Vb,
+                                                        const trex_fused_pairs *Wp, int64_t n,
+                                                        int64_t n0, int64_t H, int64_t c,
+                                                        const float *sink, float scale,
+                                                        const float *lse, const float *D,
+                                                        const trex_fused_keys_out *wk);
+/* The key side's product of operands written by queries (trex_fused_keys_out): for e < n, dV[e][i] +=
+ * the fp32 sum over k < K of a2[e K + k] B(k, i) (exact products; K ascending from the first term at
+ * the reference, the tile unit's order at AMX: the bits sattn_bwd_window_bf16 gives the same
+ * operands), then one add; a2's rows n .. n rounded up to 16 must be zero. ws: 16 cp + 16 floats. */
+typedef void (*trex_fused_sattn_key_product_bf16_fn)(float *const *dV, float *ws,
+                                                     const uint16_t *a2, const uint16_t *b2,
+                                                     int64_t K, int64_t n, int64_t c);
+#define TREX_FUSED_SATTN_QK_BF16_WS(n, H, c)                                                    \
+    (TREX_FUSED_SATTN_BF16_WS(n, H, c) + 2 * TREX_FUSED_SATTN_NP(n) * TREX_FUSED_SATTN_HP(H) +  \
+     TREX_FUSED_SATTN_HP(H) * TREX_FUSED_SATTN_CP(c) + 16 * TREX_FUSED_SATTN_NP(n) + 64)
 /* The key side of a block of nq consecutive queries over n consecutive entries (bf16 mode, the window
  * of model/attention.c): query b (its rounded qb + b H c, gb + b H c, lse + b H, D + b H) sees the
  * entries vis[2b] <= e < vis[2b+1] (an empty range: none); for every entry,
@@ -200,6 +250,23 @@ typedef void (*trex_fused_sattn_bwd_query_block_bf16_fn)(
 #define TREX_FUSED_SATTN_BLOCK_BF16_WS(n, H, c, nq)                                                \
     (TREX_FUSED_SATTN_BF16_WS(n, (int64_t)(nq) * TREX_FUSED_SATTN_HP(H), c) +                    \
      2 * (int64_t)(n) + 16)
+/* The query side of a block (as sattn_bwd_query_block_bf16, the same bits) and the key side of all
+ * its n entries in one call (bf16 mode, SWA and HCA layers of model/attention.c): every query's
+ * window range lies before vis[2] and its compressed range from vis[2] on, and the key side is
+ * sattn_bwd_window_bf16(dV, .., Vb, vis[2], nq, (each query's window range), ..) over the entries
+ * e < vis[2], then sattn_bwd_window_bf16(dV + vis[2], .., Vb + vis[2], n - vis[2], nq, (each
+ * query's compressed range, from vis[2]), ..) over the others: the same bits as those three calls,
+ * with one packing of q, g and the entries and one score product (nq <= 16). ws:
+ * TREX_FUSED_SATTN_BLOCK_KEYS_BF16_WS(n, H, c, nq) floats. */
+typedef void (*trex_fused_sattn_bwd_query_block_keys_bf16_fn)(
+    float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
+    int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+    int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
+    const float *D);
+#define TREX_FUSED_SATTN_BLOCK_KEYS_BF16_WS(n, H, c, nq)                                           \
+    (TREX_FUSED_SATTN_BLOCK_BF16_WS(n, H, c, nq) +                                                \
+     TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq) +                                                  \
+     (int64_t)(nq) * TREX_FUSED_SATTN_HP(H) * (TREX_FUSED_SATTN_NP(n) + TREX_FUSED_SATTN_CP(c)) + 64)
 #define TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq)                                                  \
     (TREX_FUSED_SATTN_BF16_WS(n, H, c) +                                                          \
      (int64_t)(nq) * (2 * TREX_FUSED_SATTN_HP(H) * TREX_FUSED_SATTN_CP(c) +                       \
@@ -363,6 +430,8 @@ typedef struct trex_fused_table {
     trex_fused_dots_fn dots;
     trex_fused_axpy_fn axpy;
     trex_fused_axpy_rows_fn axpy_rows;
+    trex_fused_kl_qgrad_fn kl_qgrad;
+    trex_fused_kl_kgrad_fn kl_kgrad;
     trex_fused_copy_nt_fn copy_nt;
     trex_fused_cvt_bf16_nt_fn cvt_bf16_nt;
     trex_fused_rope_fn rope;
@@ -379,6 +448,9 @@ typedef struct trex_fused_table {
     trex_fused_sattn_bwd_window_bf16_fn sattn_bwd_window_bf16; /* NULL where the others are */
     trex_fused_sattn_fwd_block_bf16_fn sattn_fwd_block_bf16;   /* likewise */
     trex_fused_sattn_bwd_query_block_bf16_fn sattn_bwd_query_block_bf16; /* likewise */
+    trex_fused_sattn_bwd_query_keys_bf16_fn sattn_bwd_query_keys_bf16;   /* likewise */
+    trex_fused_sattn_bwd_query_block_keys_bf16_fn sattn_bwd_query_block_keys_bf16; /* likewise */
+    trex_fused_sattn_key_product_bf16_fn sattn_key_product_bf16;                   /* likewise */
     const char *sattn_bf16_name;
     /* bf16 indexer scores: the reference in the ref table (the ref and avx2 levels), AMX at amx,
      * NULL at avx512 (bf16 mode keeps the fp32 dots there, as it keeps the fp32 attention core) */
@@ -419,6 +491,16 @@ void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n);
 void trex_fused_rope_avx512(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,
                             int64_t half, int inverse);
 void trex_fused_rms_head_bwd_avx512(float *g, const float *q, const float *rs, int64_t H, int64_t c);
+void trex_fused_kl_qgrad_ref(float *diq, float *dhw, const float *ia, const float *dI,
+                             const float *hw, const float *const *K, int64_t n, int64_t nI,
+                             int64_t cI);
+void trex_fused_kl_kgrad_ref(float *const *dK, const float *ia, const float *dI, const float *hw,
+                             const float *X, int64_t n, int64_t nI, int64_t cI);
+void trex_fused_kl_qgrad_avx512(float *diq, float *dhw, const float *ia, const float *dI,
+                                const float *hw, const float *const *K, int64_t n, int64_t nI,
+                                int64_t cI);
+void trex_fused_kl_kgrad_avx512(float *const *dK, const float *ia, const float *dI,
+                                const float *hw, const float *X, int64_t n, int64_t nI, int64_t cI);
 void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
                                  const unsigned char *on, int64_t sr, int64_t sj,
                                  const float *const *X, int64_t J, int64_t c);
@@ -556,6 +638,34 @@ void trex_fused_sattn_bwd_query_block_bf16_amx(float *dq, float *dsink, float *w
                                                const trex_fused_pairs *Wp, int64_t n, int64_t H,
                                                int64_t c, const float *sink, float scale,
                                                const float *lse, const float *D);
+void trex_fused_sattn_bwd_query_keys_bf16_ref(float *dq, float *dsink, float *P, float *const *dV,
+                                              float *psum, float *ws, const uint16_t *gb,
+                                              const uint16_t *qb, const uint16_t *const *Vb,
+                                              const trex_fused_pairs *Wp, int64_t n, int64_t n0,
+                                              int64_t H, int64_t c, const float *sink, float scale,
+                                              const float *lse, const float *D,
+                                              const trex_fused_keys_out *wk);
+void trex_fused_sattn_key_product_bf16_ref(float *const *dV, float *ws, const uint16_t *a2,
+                                          const uint16_t *b2, int64_t K, int64_t n, int64_t c);
+void trex_fused_sattn_bwd_query_keys_bf16_amx(float *dq, float *dsink, float *P, float *const *dV,
+                                              float *psum, float *ws, const uint16_t *gb,
+                                              const uint16_t *qb, const uint16_t *const *Vb,
+                                              const trex_fused_pairs *Wp, int64_t n, int64_t n0,
+                                              int64_t H, int64_t c, const float *sink, float scale,
+                                              const float *lse, const float *D,
+                                              const trex_fused_keys_out *wk);
+void trex_fused_sattn_key_product_bf16_amx(float *const *dV, float *ws, const uint16_t *a2,
+                                          const uint16_t *b2, int64_t K, int64_t n, int64_t c);
+void trex_fused_sattn_bwd_query_block_keys_bf16_ref(
+    float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
+    int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+    int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
+    const float *D);
+void trex_fused_sattn_bwd_query_block_keys_bf16_amx(
+    float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
+    int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+    int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
+    const float *D);
 void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uint16_t *const *Vb,
                                           int64_t n, int64_t nq, const int64_t *vis,
                                           const uint16_t *qb, const uint16_t *gb, int64_t H,

@@ -17,7 +17,9 @@
  * the query side (dq, d sink, indexer query gradients) and once on the key side (gradients of the
  * shared kv / compressed / indexer-key vectors), so that every shared gradient row is summed by one
  * thread in a fixed order (queries ascending, heads ascending): results are bitwise identical for any
- * thread count. */
+ * thread count. In bf16 mode the key side runs inside the query side instead (one pass over the
+ * scores), its rows summed by fixed chunks of queries and the chunks' sums added in chunk order
+ * (QKCH below; docs/attention.md §4): also independent of the thread count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,12 @@
 #define KCTILE 4
 /* queries per call of bf16 mode's window key side (kwin_blocks): fixed, independent of threads */
 #define KQB 4
+/* bf16 mode: the backward's query side also does the key side (qbwd_chunks for CSA, qbwd_kchunks for
+ * SWA and HCA), its query blocks split into QKCH fixed chunks of consecutive blocks (chunk_bounds),
+ * each summed by one thread: the window rows from the chunk's first query on straight into dkv, the
+ * rows before into the chunk's spill rows, the compressed rows into the chunk's copy of dC (and of
+ * dK^I), spills and copies then added in chunk order: independent of the thread count */
+#define QKCH 8
 
 /* Sizes of one layer. */
 typedef struct attn_dims {
@@ -746,7 +754,8 @@ static void qnorm_rows(void *arg, int64_t t0, int64_t t1, int tid)
 
 /* Per-thread scratch of the query loops. */
 typedef struct qscr {
-    size_t V, Vb, cidx, heap, z, o, scores, ps, mark, ws, kp, ia, act, dws, dq, total;
+    size_t V, Vb, cidx, heap, z, o, scores, ps, mark, ws, kp, ia, dws, dq, dV, psum, dIk, wa2, wb2,
+        total;
 } qscr;
 
 static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse, bool bf16)
@@ -772,14 +781,28 @@ static qscr qscr_layout(const attn_dims *dm, const attn_docs *docs, bool sparse,
     int64_t wsf = bf16 ? TREX_FUSED_SATTN_BF16_WS(ne, dm->H, dm->c) : TREX_FUSED_SATTN_WS(ne, dm->H);
     if (blk && TREX_FUSED_SATTN_BLOCK_BF16_WS(neb, dm->H, dm->c, QBLOCK) > wsf)
         wsf = TREX_FUSED_SATTN_BLOCK_BF16_WS(neb, dm->H, dm->c, QBLOCK);
+    if (bf16 && dm->csa && TREX_FUSED_SATTN_QK_BF16_WS(ne, dm->H, dm->c) > wsf)
+        wsf = TREX_FUSED_SATTN_QK_BF16_WS(ne, dm->H, dm->c);
+    if (blk && TREX_FUSED_SATTN_BLOCK_KEYS_BF16_WS(neb, dm->H, dm->c, QBLOCK) > wsf)
+        wsf = TREX_FUSED_SATTN_BLOCK_KEYS_BF16_WS(neb, dm->H, dm->c, QBLOCK);
     L.ws = lay(&t, (size_t)wsf * sizeof(float));
     L.kp = lay(&t, (size_t)(docs->maxnb + 1) * sizeof(float *));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * (docs->maxnb + 1)) * sizeof(float));
-    L.act = lay(&t, (size_t)(dm->nI + 1) * sizeof(int64_t));
     const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(docs->maxnb, dm->nI, dm->cI) : 1;
     L.dws = lay(&t, (size_t)dws * sizeof(float));
     /* bf16 core, query side: one query's dq [H*c] (qbwd_one), QBLOCK of them (qblock) */
     L.dq = lay(&t, (size_t)(bf16 ? (blk ? QBLOCK : 1) * dm->H * dm->c : 1) * sizeof(float));
+    /* bf16 CSA, the compressed key side in the query side: the rows of dC (then dK^I) of a query's
+     * compressed entries, their head-summed probabilities, the KL key-side dI */
+    const int64_t nk = bf16 ? neb + 1 : 1;
+    L.dV = lay(&t, (size_t)nk * sizeof(float *));
+    L.psum = lay(&t, (size_t)nk * sizeof(float));
+    L.dIk = lay(&t, (size_t)nk * sizeof(float));
+    /* bf16 CSA: a block's window key-side operands (qbwd_chunks) */
+    const int64_t kq = 2 * TREX_FUSED_SATTN_HP(dm->H) * QBLOCK;
+    const int64_t nu16 = (dm->nwin + QBLOCK + 15) / 16 * 16;
+    L.wa2 = lay(&t, (size_t)(bf16 && dm->csa ? nu16 * kq : 1) * 2);
+    L.wb2 = lay(&t, (size_t)(bf16 && dm->csa ? kq * TREX_FUSED_SATTN_CP(dm->c) : 1) * 2);
     L.total = t;
     return L;
 }
@@ -814,6 +837,19 @@ typedef struct qtask {
      * form the q path's products read */
     const qnorm_task *qn;
     uint16_t *dqb;
+    /* bf16 CSA: the query side and the compressed key side in one call per query; chunk j (QKCH)
+     * sums into dC, dik (j = 0) or row block j - 1 of dCp, dikp ([QKCH - 1][nc, c], [.., cI]) */
+    trex_fused_sattn_bwd_query_keys_bf16_fn sattn_bwd_query_keys_bf16;
+    float *dC, *dik, *dCp, *dikp;
+    /* bf16 SWA and HCA: the query side and the key side of the window and compressed entries in one
+     * call per query block (qbwd_kchunks); chunk j = the query blocks bstart[j] .. bstart[j+1] - 1,
+     * its window terms into dkv for the entries from its first query on and into its spill rows
+     * (spill + j (nwin - 1) c, the nwin - 1 entries before) for the others, its compressed terms as
+     * the CSA chunks' (dC, dCp) */
+    trex_fused_sattn_bwd_query_block_keys_bf16_fn sattn_bwd_query_block_keys_bf16;
+    trex_fused_sattn_bwd_window_bf16_fn sattn_bwd_window_bf16;
+    float *dkv, *spill;
+    int64_t bstart[QKCH + 1];
     float il_scale;
     int64_t nqb;
     char *scr;
@@ -1053,7 +1089,11 @@ static void qblock(const qtask *a, int64_t t0, int64_t t1, char *w, int tid, boo
     }
 }
 
-static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
+/* Query t's side of the backward: dq (bf16 core: dqb), d sink, and with KL terms the indexer's
+ * query-side gradients. With sattn_bwd_query_keys_bf16 (bf16 CSA) also the key side of its compressed
+ * entries and their KL key-side terms, into chunk's copies of dC and dK^I (qtask). */
+static void qbwd_one(const qtask *a, int64_t t, char *w, int tid, int64_t chunk,
+                     const trex_fused_keys_out *wk)
 {
     (void)tid;
     AP_TSTART;
@@ -1069,7 +1109,26 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
     AP_T(AP_T_BQ_GATHER, tid);
     const bool kl = a->kl && dm->csa && ncs > 0 && c->mass[t] > 0.0f;
     const trex_fused_pairs win = {c->kvp, t - nw + 1, nw}; /* the window: rows t - nw + 1 .. t */
-    if (a->sattn_bwd_query_bf16) {
+    const int64_t cb = a->docs->cstart[a->docs->seg[t]];
+    float *dCb = NULL, *dikb = NULL; /* this chunk's copies of dC and dK^I */
+    float **dV = (float **)(w + a->L.dV), *psum = (float *)(w + a->L.psum);
+    if (a->sattn_bwd_query_keys_bf16) {
+        TREX_ASSERT(chunk >= 0 && chunk < QKCH && a->dqb);
+        const int64_t nc = a->docs->nc;
+        dCb = chunk ? a->dCp + (chunk - 1) * nc * dm->c : a->dC;
+        if (a->dik)
+            dikb = chunk ? a->dikp + (chunk - 1) * nc * dm->cI : a->dik;
+        for (int64_t i = 0; i < ncs; i++)
+            dV[i] = dCb + (cb + cidx[i]) * dm->c;
+        float *dq = (float *)(w + a->L.dq);
+        a->sattn_bwd_query_keys_bf16(dq, a->dsink_t + t * H, kl ? P : NULL, dV, psum,
+                                     (float *)(w + a->L.ws), a->gb + t * hc, a->qb + t * hc, Vb,
+                                     c->kvp ? &win : NULL, n, nw, H, dm->c, a->sink, dm->scale,
+                                     c->lse + t * H, a->D + t * H, wk);
+        AP_T(AP_T_BQ_CORE, tid);
+        qbwd_out(a, dq, t);
+        AP_T(AP_T_BQ_QNORM, tid);
+    } else if (a->sattn_bwd_query_bf16) {
         float *dq = a->dqb ? (float *)(w + a->L.dq) : a->dq + t * hc;
         a->sattn_bwd_query_bf16(dq, a->dsink_t + t * H, kl ? P : NULL,
                                 (float *)(w + a->L.ws), a->gb ? NULL : a->gO + t * hc,
@@ -1091,7 +1150,7 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
     if (!kl)
         return;
     /* dKL/dI_s = il_scale (q_s - p_s); through the head weights and the ReLU into iq and hw */
-    const int64_t nI = dm->nI, cI = dm->cI, cb = a->docs->cstart[a->docs->seg[t]];
+    const int64_t nI = dm->nI, cI = dm->cI;
     const float *iq = c->iq + t * nI * cI, *hw = c->hw + t * nI;
     float *diq = a->diq + t * nI * cI, *dhw = a->dhw + t * nI;
     const float **kp = (const float **)(w + a->L.kp);
@@ -1112,24 +1171,17 @@ static void qbwd_one(const qtask *a, int64_t t, char *w, int tid)
     const float mass = c->mass[t], ilse = c->ilse[t];
     for (int64_t i = 0; i < ncs; i++)
         dI[i] = a->il_scale * (expf(sc[i] - ilse) - dI[i] / mass);
-    /* entry by entry (the entry's key row stays in the first-level cache for its heads, and so do
-     * the nI rows of diq; axpy_rows, head rows in registers over all entries, measured slower here,
-     * also with 4 rows at a time: 10 us against 7 per query at dsv4-bench's shapes): dhw_h +=
-     * dI a_h over the ReLU-active heads without a branch per head (an inactive head adds +0, which
-     * leaves dhw_h as it is: dhw_h starts at +0 and is never -0), then one axpy per active head,
-     * listed first */
-    int64_t *act = (int64_t *)(w + a->L.act);
-    for (int64_t i = 0; i < ncs; i++) {
-        const float d = dI[i];
-        int64_t na = 0;
-        for (int64_t h = 0; h < nI; h++) {
-            const float v = ia[h * ncs + i];
-            act[na] = h;
-            na += v > 0.0f;
-            dhw[h] += v > 0.0f ? d * v : 0.0f;
+    /* dhw_h += dI a_h over the ReLU-active heads and diq_h += (dI hw_h) K^I_s, entry by entry (one
+     * call: kernels/fused.h kl_qgrad, the bits of one axpy per active head and entry) */
+    a->fk->kl_qgrad(diq, dhw, ia, dI, hw, kp, ncs, nI, cI);
+    if (dikb) { /* the key side's KL terms (as kcmp_query: p from the key side's psum) */
+        float *dIk = (float *)(w + a->L.dIk);
+        for (int64_t i = 0; i < ncs; i++) {
+            const float pp = psum[i] / mass;
+            dIk[i] = a->il_scale * (expf(sc[i] - ilse) - pp);
+            dV[i] = dikb + (cb + cidx[i]) * cI;
         }
-        for (int64_t j = 0; j < na; j++)
-            a->fk->axpy(diq + act[j] * cI, d * hw[act[j]], kp[i], cI);
+        a->fk->kl_kgrad(dV, ia, dIk, hw, iq, ncs, nI, cI);
     }
     AP_T(AP_T_BQ_KL, tid);
 }
@@ -1155,7 +1207,7 @@ static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
             if (fwd)
                 qfwd_one(a, t, w, tid);
             else
-                qbwd_one(a, t, w, tid);
+                qbwd_one(a, t, w, tid, -1, NULL);
         }
     }
 }
@@ -1168,6 +1220,216 @@ static void qfwd_items(void *arg, int64_t k0, int64_t k1, int tid)
 static void qbwd_items(void *arg, int64_t k0, int64_t k1, int tid)
 {
     qloop(arg, k0, k1, tid, false);
+}
+
+static float *kwin_row(const qtask *a, int64_t j, int64_t r);
+
+/* bf16 CSA's backward by chunks of consecutive query blocks (qtask bstart), blocks ascending: each
+ * query's query side and the key side of its compressed entries in one call (qbwd_one), which also
+ * writes its window entries' key-side operands into the block's (trex_fused_keys_out: the layout of
+ * sattn_bwd_window_bf16, query b of the block in the columns 2 Hp b ..); then one product per block
+ * into the window rows (kwin_row): each window entry gets, per block, the bits kwin_blocks gives it. */
+static void qbwd_chunks(void *arg, int64_t j0, int64_t j1, int tid)
+{
+    const qtask *a = arg;
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    char *w = a->scr + (size_t)tid * a->stride;
+    const int64_t N = dm->N, hc = dm->H * dm->c, Hp = TREX_FUSED_SATTN_HP(dm->H);
+    uint16_t *a2 = (uint16_t *)(w + a->L.wa2), *b2 = (uint16_t *)(w + a->L.wb2);
+    float **dV = (float **)(w + a->L.dV), *ws = (float *)(w + a->L.ws);
+    for (int64_t it = j0; it < j1; it++) {
+        const int64_t j = zigzag(it, QKCH); /* a thread's run of items: early and late chunks */
+        for (int64_t b = a->bstart[j]; b < a->bstart[j + 1]; b++) {
+            const int64_t t0 = b * QBLOCK, t1 = t0 + QBLOCK < N ? t0 + QBLOCK : N;
+            const int64_t K = 2 * Hp * (t1 - t0);
+            int64_t ulo = t1;
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t s0 = docs->start[docs->seg[t]];
+                const int64_t lo = t - dm->nwin + 1 > s0 ? t - dm->nwin + 1 : s0;
+                ulo = lo < ulo ? lo : ulo;
+            }
+            const int64_t nu = t1 - ulo;
+            memset(a2, 0, (size_t)((nu + 15) / 16 * 16 * K) * 2);
+            for (int64_t t = t0; t < t1; t++) {
+                if (t + 1 < t1) {
+                    prefetch_bytes(a->qb + (t + 1) * hc, (size_t)hc * 2);
+                    prefetch_bytes(a->gb + (t + 1) * hc, (size_t)hc * 2);
+                }
+                const int64_t s0 = docs->start[docs->seg[t]];
+                const int64_t lo = t - dm->nwin + 1 > s0 ? t - dm->nwin + 1 : s0;
+                const trex_fused_keys_out wk = {a2, b2, K, 2 * Hp * (t - t0), lo - ulo};
+                qbwd_one(a, t, w, tid, j, &wk);
+            }
+            AP_TSTART;
+            for (int64_t r = ulo; r < t1; r++)
+                dV[r - ulo] = kwin_row(a, j, r);
+            a->fk->sattn_key_product_bf16(dV, ws, a2, b2, K, nu, dm->c);
+            AP_T(AP_T_KC_CORE, tid);
+        }
+    }
+}
+
+/* Chunk bounds bstart[0 .. QKCH] (qtask) of the nqb query blocks: consecutive blocks of about equal
+ * work (each query's window and compressed entries, its selection in sparse mode), fixed by the
+ * batch and the selections alone, never by the thread count. */
+static void chunk_bounds(qtask *a)
+{
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    double total = 0.0;
+    for (int pass = 0; pass < 2; pass++) {
+        double cum = 0.0;
+        int64_t j = 1;
+        a->bstart[0] = 0;
+        for (int64_t b = 0; b < a->nqb; b++) {
+            if (pass == 1)
+                while (j < QKCH && cum >= total * (double)j / QKCH)
+                    a->bstart[j++] = b;
+            for (int64_t t = b * QBLOCK; t < (b + 1) * QBLOCK && t < dm->N; t++) {
+                const int64_t p = docs->tpos[t], nw = p + 1 < dm->nwin ? p + 1 : dm->nwin;
+                int64_t ncs = dm->m > 0 ? (p + 1) / dm->m : 0;
+                if (dm->csa && a->c->sparse)
+                    ncs = a->c->nsel[t];
+                /* a compressed entry costs about twice a window entry (its key side and KL terms
+                 * run per query, the window's per block) */
+                cum += (double)(nw + 2 * ncs);
+            }
+        }
+        if (pass == 0)
+            total = cum;
+        else
+            for (; j <= QKCH; j++)
+                a->bstart[j] = a->nqb;
+    }
+}
+
+/* The dkv row of window entry r for chunk j's terms (qtask: its own entries, or its spill rows). */
+static float *kwin_row(const qtask *a, int64_t j, int64_t r)
+{
+    const int64_t own = a->bstart[j] * QBLOCK, c = a->dm->c;
+    if (r >= own)
+        return a->dkv + r * c;
+    const int64_t lo = own - (a->dm->nwin - 1);
+    TREX_ASSERT(r >= lo && r >= 0);
+    return a->spill + (j * (a->dm->nwin - 1) + (r - lo)) * c;
+}
+
+/* The key side of queries t0 .. t1 - 1 (a block of chunk j that spans documents, whose query side
+ * ran query by query): as kwin_blocks and kcmp_blocks give it for this block (the window union in
+ * one sattn_bwd_window_bf16 call, each query's window in its own document; then, document by
+ * document, the compressed entries the block's queries of that document see). */
+static void kblock_split(const qtask *a, int64_t j, int64_t t0, int64_t t1, char *w)
+{
+    const attn_dims *dm = a->dm;
+    const attn_docs *docs = a->docs;
+    const trex_attn_cache *c = a->c;
+    const int64_t nq = t1 - t0, H = dm->H, hc = H * dm->c;
+    const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
+    float **dV = (float **)(w + a->L.dV), *ws = (float *)(w + a->L.ws);
+    int64_t vis[2 * QBLOCK], ulo = t1, uhi = 0;
+    for (int64_t b = 0; b < nq; b++) {
+        const int64_t t = t0 + b, s0 = docs->start[docs->seg[t]];
+        const int64_t lo = t - dm->nwin + 1 > s0 ? t - dm->nwin + 1 : s0;
+        vis[2 * b] = lo, vis[2 * b + 1] = t + 1;
+        ulo = lo < ulo ? lo : ulo;
+        uhi = t + 1 > uhi ? t + 1 : uhi;
+    }
+    for (int64_t r = ulo; r < uhi; r++) {
+        Vb[r - ulo] = c->kvb + r * dm->c;
+        dV[r - ulo] = kwin_row(a, j, r);
+    }
+    for (int64_t b = 0; b < nq; b++)
+        vis[2 * b] -= ulo, vis[2 * b + 1] -= ulo;
+    a->sattn_bwd_window_bf16(dV, ws, Vb, uhi - ulo, nq, vis, a->qb + t0 * hc, a->gb + t0 * hc, H,
+                             dm->c, dm->scale, c->lse + t0 * H, a->D + t0 * H);
+    if (dm->m <= 0)
+        return;
+    float *dCb = j ? a->dCp + (j - 1) * docs->nc * dm->c : a->dC;
+    for (int64_t s = docs->seg[t0]; s <= docs->seg[t1 - 1]; s++) {
+        const int64_t s0 = docs->start[s], cb = docs->cstart[s];
+        int64_t hmax = 0;
+        for (int64_t b = 0; b < nq; b++) {
+            const int64_t t = t0 + b, hi = docs->seg[t] == s ? (t - s0 + 1) / dm->m : 0;
+            vis[2 * b] = 0, vis[2 * b + 1] = hi;
+            hmax = hi > hmax ? hi : hmax;
+        }
+        if (hmax == 0)
+            continue;
+        for (int64_t i = 0; i < hmax; i++) {
+            Vb[i] = c->cmpb + (cb + i) * dm->c;
+            dV[i] = dCb + (cb + i) * dm->c;
+        }
+        a->sattn_bwd_window_bf16(dV, ws, Vb, hmax, nq, vis, a->qb + t0 * hc, a->gb + t0 * hc, H,
+                                 dm->c, dm->scale, c->lse + t0 * H, a->D + t0 * H);
+    }
+}
+
+/* bf16 SWA and HCA: the backward's query side and its whole key side by fixed chunks of consecutive
+ * query blocks (qtask bstart), blocks ascending inside a chunk: a block in one document in one call of
+ * sattn_bwd_query_block_keys_bf16, else query by query (qbwd_one) and its key side by kblock_split. */
+static void qbwd_kchunks(void *arg, int64_t j0, int64_t j1, int tid)
+{
+    const qtask *a = arg;
+    const attn_dims *dm = a->dm;
+    const trex_attn_cache *c = a->c;
+    char *w = a->scr + (size_t)tid * a->stride;
+    const int64_t N = dm->N, H = dm->H, hc = H * dm->c;
+    const uint16_t **Vb = (const uint16_t **)(w + a->L.Vb);
+    float **dV = (float **)(w + a->L.dV), *ws = (float *)(w + a->L.ws);
+    for (int64_t it = j0; it < j1; it++) {
+        const int64_t j = zigzag(it, QKCH); /* a thread's run of items: early and late chunks */
+        float *dCb = dm->m > 0 ? (j ? a->dCp + (j - 1) * a->docs->nc * dm->c : a->dC) : NULL;
+        for (int64_t b = a->bstart[j]; b < a->bstart[j + 1]; b++) {
+            const int64_t t0 = b * QBLOCK, t1 = t0 + QBLOCK < N ? t0 + QBLOCK : N;
+            if (t1 < N)
+                prefetch_bytes(a->gb + t1 * hc, (size_t)(QBLOCK * hc) * 2);
+            if (a->docs->seg[t0] != a->docs->seg[t1 - 1]) {
+                for (int64_t t = t0; t < t1; t++)
+                    qbwd_one(a, t, w, tid, -1, NULL);
+                kblock_split(a, j, t0, t1, w);
+                continue;
+            }
+            AP_TSTART;
+            int64_t vis[4 * QBLOCK];
+            trex_fused_pairs win;
+            const int64_t n = block_entries(a, t0, t1, Vb, vis, &win);
+            const int64_t nw = vis[2], jlo = win.first, cb = a->docs->cstart[a->docs->seg[t0]];
+            for (int64_t k = 0; k < nw; k++)
+                dV[k] = kwin_row(a, j, jlo + k);
+            for (int64_t i = 0; i < n - nw; i++)
+                dV[nw + i] = dCb + (cb + i) * dm->c;
+            float *dq = (float *)(w + a->L.dq);
+            AP_T(AP_T_BQ_GATHER, tid);
+            a->sattn_bwd_query_block_keys_bf16(dq, a->dsink_t + t0 * H, dV, ws, a->gb + t0 * hc,
+                                               a->qb + t0 * hc, t1 - t0, vis, Vb,
+                                               c->kvp ? &win : NULL, n, H, dm->c, a->sink,
+                                               dm->scale, c->lse + t0 * H, a->D + t0 * H);
+            AP_T(AP_T_BQ_CORE, tid);
+            for (int64_t q = t0; q < t1; q++)
+                qbwd_out(a, dq + (q - t0) * hc, q);
+            AP_T(AP_T_BQ_QNORM, tid);
+        }
+    }
+}
+
+/* dst[e] += the QKCH - 1 copies src[j][e] (j ascending) for the rows e of [r0, r1) of width w: the
+ * chunks' sums of bf16 CSA's compressed key side (qbwd_chunks) added in chunk order. */
+typedef struct qk_reduce_task {
+    float *dst;
+    const float *src;
+    int64_t rows, w;
+} qk_reduce_task;
+
+static void qk_reduce_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const qk_reduce_task *a = arg;
+    for (int64_t j = 0; j < QKCH - 1; j++) {
+        const float *s = a->src + j * a->rows * a->w;
+        for (int64_t i = r0 * a->w; i < r1 * a->w; i++)
+            a->dst[i] += s[i];
+    }
 }
 
 /* ---- key-side backward ------------------------------------------------------------------------ */
@@ -1201,8 +1463,7 @@ typedef struct kscr {
     const uint16_t **Vb;
     float **dV;
     float *psum, *sc, *ws, *ia, *dws;
-    const float **kp, **xp; /* xp: the query's indexer head rows [nI] */
-    unsigned char *on;      /* [nI * kmax] ReLU-active flags of the KL terms */
+    const float **kp;
     int64_t *ent;
     unsigned char *mine;    /* [nc] compressed entries of the thread's run (zero between runs) */
 } kscr;
@@ -1222,7 +1483,7 @@ static int64_t kscr_max(const attn_dims *dm, const attn_docs *docs, bool sparse)
 
 /* Byte offsets of the per-thread key-side scratch. */
 typedef struct kscr_lay {
-    size_t V, Vb, dV, psum, sc, ent, ws, ia, kp, xp, on, mine, dws, total;
+    size_t V, Vb, dV, psum, sc, ent, ws, ia, kp, mine, dws, total;
 } kscr_lay;
 
 static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf16)
@@ -1241,8 +1502,6 @@ static kscr_lay kscr_layout(const attn_dims *dm, int64_t km, int64_t nc, bool bf
     L.ws = lay(&t, (size_t)wsf * sizeof(float));
     L.ia = lay(&t, (size_t)((dm->nI + 1) * km) * sizeof(float));
     L.kp = lay(&t, (size_t)km * sizeof(float *));
-    L.xp = lay(&t, (size_t)(dm->nI + 1) * sizeof(float *));
-    L.on = lay(&t, (size_t)((dm->nI + 1) * km));
     L.mine = lay(&t, (size_t)nc + 1);
     const int64_t dws = dm->csa && bf16 ? TREX_FUSED_DOTS_BF16_WS(km, dm->nI, dm->cI) : 1;
     L.dws = lay(&t, (size_t)dws * sizeof(float));
@@ -1264,8 +1523,6 @@ static kscr kscr_get(const ktask *a, int tid)
     k.ws = (float *)(w + L.ws);
     k.ia = (float *)(w + L.ia);
     k.kp = (const float **)(w + L.kp);
-    k.xp = (const float **)(w + L.xp);
-    k.on = (unsigned char *)(w + L.on);
     k.mine = (unsigned char *)(w + L.mine);
     k.dws = (float *)(w + L.dws);
     return k;
@@ -1397,27 +1654,23 @@ static void kcmp_query(const ktask *a, int64_t t, const kscr *ks, int64_t n, int
         return;
     const int64_t nI = dm->nI, cI = dm->cI;
     const float *iq = c->iq + t * nI * cI, *hw = c->hw + t * nI;
-    for (int64_t i = 0; i < n; i++)
-        ks->kp[i] = c->icmp.out + ks->ent[i] * cI;
-    if (c->dots_bf16)
+    if (c->dots_bf16) {
         c->dots_bf16(ks->ia, ks->dws, iq, cI, nI, c->ikb, ks->ent, n, cI);
-    else
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            ks->kp[i] = c->icmp.out + ks->ent[i] * cI;
         a->fk->dots(ks->ia, iq, cI, nI, ks->kp, n, cI);
-    AP_T(AP_T_KC_KLD, tid);
-    for (int64_t h = 0; h < nI; h++)
-        ks->xp[h] = iq + h * cI;
-    idx_scores(ks->sc, ks->ia, n, hw, nI); /* the scores of all entries at once */
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t e = ks->ent[i];
-        const float pp = ks->psum[i] / c->mass[t];
-        const float dI = a->il_scale * (expf(ks->sc[i] - c->ilse[t]) - pp);
-        /* column i of ia becomes the coefficients dI hw_h (heads ascending, ReLU-active ones) */
-        for (int64_t h = 0; h < nI; h++) {
-            ks->on[h * n + i] = ks->ia[h * n + i] > 0.0f;
-            ks->ia[h * n + i] = dI * hw[h];
-        }
-        a->fk->axpy_rows(a->dik + e * cI, 0, 1, ks->ia + i, ks->on + i, 0, n, ks->xp, nI, cI);
     }
+    AP_T(AP_T_KC_KLD, tid);
+    idx_scores(ks->sc, ks->ia, n, hw, nI); /* the scores of all entries at once */
+    for (int64_t i = 0; i < n; i++) { /* sc[i] becomes dI of entry i */
+        const float pp = ks->psum[i] / c->mass[t];
+        ks->sc[i] = a->il_scale * (expf(ks->sc[i] - c->ilse[t]) - pp);
+        ks->dV[i] = a->dik + ks->ent[i] * cI;
+    }
+    /* dK^I_s += sum over the ReLU-active heads (ascending) of (dI hw_h) iq_h (kernels/fused.h
+     * kl_kgrad) */
+    a->fk->kl_kgrad(ks->dV, ks->ia, ks->sc, hw, iq, n, nI, cI);
     AP_T(AP_T_KC_KL, tid);
 }
 
@@ -2057,7 +2310,64 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     qa.L = qscr_layout(dm, docs, C->sparse, core_bf16);
     qa.stride = qa.L.total;
     qa.scr = trex_arena_xalloc(ctx->arena, qa.stride * (size_t)nthreads(ctx));
-    trex_pool_for(pool, qa.nqb, 1, qbwd_items, &qa);
+    /* bf16 mode: the key side inside the query side, by QKCH chunks of consecutive query blocks
+     * (chunk_bounds; results independent of the thread count). The window rows go straight into
+     * dkv from a chunk's first query on and into its spill rows before (QKCH (nwin - 1) c floats,
+     * 2 MiB at dsv4-bench's shapes), added in chunk order after the loop; the compressed rows into
+     * dC (chunk 0) or the chunk's own copy (QKCH - 1 copies, added in chunk order: CSA at N = 4096
+     * 7 x 2 MiB, and 7 x 0.5 MiB for dK^I; HCA 7 x 64 KiB). All scratch until the end of this call.
+     *   CSA (qkeys): per query the query side and the compressed key side (qbwd_chunks), the
+     *   window's key side per block of queries from the operands they wrote;
+     *   SWA and HCA (kblocks): per block the query side and the whole key side (qbwd_kchunks). */
+    float *dC = NULL, *dik = NULL, *dkv = NULL;
+    const bool qkeys = core_bf16 && dm->csa && docs->nc > 0 && qb && gb && C->kvb && C->cmpb &&
+                       qa.fk->sattn_bwd_query_keys_bf16 && qa.fk->sattn_key_product_bf16;
+    const bool kblocks = !qkeys && core_bf16 && !dm->csa && qb && gb && C->kvb &&
+                         (dm->m == 0 || C->cmpb) && qa.fk->sattn_bwd_query_block_keys_bf16 &&
+                         qa.fk->sattn_bwd_window_bf16 && qa.sattn_bwd_query_block_bf16;
+    if (qkeys || kblocks) {
+        const int64_t nc = docs->nc;
+        dkv = XALLOC(N * c);
+        qa.dkv = dkv;
+        qa.spill = XALLOC(QKCH * (dm->nwin - 1) * c);
+        if (dm->m > 0 && nc > 0) {
+            dC = XALLOC(nc * c);
+            qa.dC = dC;
+            qa.dCp = XALLOC((QKCH - 1) * nc * c);
+        }
+        if (qkeys && kl) {
+            dik = XALLOC(nc * dm->cI);
+            qa.dik = dik;
+            qa.dikp = XALLOC((QKCH - 1) * nc * dm->cI);
+        }
+        chunk_bounds(&qa);
+        if (qkeys) {
+            qa.sattn_bwd_query_keys_bf16 = qa.fk->sattn_bwd_query_keys_bf16;
+            trex_pool_for(pool, QKCH, 1, qbwd_chunks, &qa);
+        } else {
+            qa.sattn_bwd_query_block_keys_bf16 = qa.fk->sattn_bwd_query_block_keys_bf16;
+            qa.sattn_bwd_window_bf16 = qa.fk->sattn_bwd_window_bf16;
+            trex_pool_for(pool, QKCH, 1, qbwd_kchunks, &qa);
+        }
+        for (int64_t j = 1; j < QKCH; j++) { /* each chunk's spill rows, chunks in order */
+            const int64_t own = qa.bstart[j] * QBLOCK, lo = own - (dm->nwin - 1);
+            for (int64_t r = lo > 0 ? lo : 0; r < own && r < N; r++) {
+                const float *sp = qa.spill + (j * (dm->nwin - 1) + (r - lo)) * c;
+                for (int64_t i = 0; i < c; i++)
+                    dkv[r * c + i] += sp[i];
+            }
+        }
+        if (dC) {
+            qk_reduce_task rt = {dC, qa.dCp, nc, c};
+            trex_pool_for(pool, nc, 1, qk_reduce_rows, &rt);
+        }
+        if (dik) {
+            qk_reduce_task ri = {dik, qa.dikp, nc, dm->cI};
+            trex_pool_for(pool, nc, 1, qk_reduce_rows, &ri);
+        }
+    } else {
+        trex_pool_for(pool, qa.nqb, 1, qbwd_items, &qa);
+    }
     for (int64_t h = 0; h < H; h++) {
         double s = 0.0;
         for (int64_t t = 0; t < N; t++)
@@ -2067,7 +2377,8 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     AP(AP_B_QSIDE);
 
     /* key side: window kv, compressed entries, indexer keys */
-    float *dkv = XALLOC(N * c);
+    if (!dkv)
+        dkv = XALLOC(N * c);
     ktask ka = {0};
     ka.dm = dm;
     ka.docs = docs;
@@ -2090,10 +2401,10 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     for (int64_t i = 0; i < nthreads(ctx); i++) /* the run marks start clear */
         memset(ka.scr + (size_t)i * ka.stride + kscr_layout(dm, ka.kmax, docs->nc, core_bf16).mine,
                0, (size_t)docs->nc + 1);
-    trex_pool_for(pool, (N + KTILE - 1) / KTILE, 1, kwin_items, &ka);
+    if (!kblocks && !qkeys)
+        trex_pool_for(pool, (N + KTILE - 1) / KTILE, 1, kwin_items, &ka);
     AP(AP_B_KWIN);
-    float *dC = NULL, *dik = NULL;
-    if (dm->m > 0 && docs->nc > 0) {
+    if (dm->m > 0 && docs->nc > 0 && !qkeys && !kblocks) {
         dC = XALLOC(docs->nc * c);
         if (kl)
             dik = XALLOC(docs->nc * dm->cI);

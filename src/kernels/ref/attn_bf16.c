@@ -26,6 +26,8 @@
 #define AM_REAL float
 #define AM_SFX f
 #include "model/attention_math.h"
+#include "trex/status.h"
+#include "trex/tensor.h"
 
 /* x rounded to bf16 and back: trex_f32_to_bf16 (nearest even; NaN kept, quieted) inlined */
 static inline float bf(float x)
@@ -37,6 +39,15 @@ static inline float bf(float x)
     else
         u += 0x7fffu + ((u >> 16) & 1u);
     u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* a bf16 value widened to fp32 (exact) */
+static inline float bf16_value(uint16_t b)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
@@ -308,4 +319,106 @@ void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uin
             dv[i] += acc;
         }
     }
+}
+
+/* Element (k, i) of a VNNI B operand of cp columns (kernels/fused.h trex_fused_keys_out) */
+static inline int64_t vnni_at(int64_t k, int64_t i, int64_t cp)
+{
+    return ((k / 32) * (cp / 16) + i / 16) * 512 + ((k % 32) / 2) * 32 + 2 * (i % 16) + k % 2;
+}
+
+/* The key side's operands of the entries e < n0 written for a later product (trex_fused_keys_out):
+ * the coefficients as trex_fused_sattn_bwd_entries_bf16_ref computes them, the rows bf(g), bf(q).
+ * ws: the rounded q, g [H*c each] and one entry [c]. */
+static void keys_out(const trex_fused_keys_out *wk, float *ws, const uint16_t *gb, const uint16_t *qb,
+                     const uint16_t *const *Vb, int64_t n0, int64_t H, int64_t c, float scale,
+                     const float *lse, const float *D)
+{
+    const int64_t Hp = TREX_FUSED_SATTN_HP(H), cp = TREX_FUSED_SATTN_CP(c);
+    float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c;
+    query_into(rq, NULL, qb, H * c);
+    query_into(rg, NULL, gb, H * c);
+    for (int64_t e = 0; e < n0; e++) {
+        entry_into(rv, NULL, Vb, e, c);
+        uint16_t *row = wk->a2 + (wk->row + e) * wk->K + wk->col;
+        for (int64_t h = 0; h < Hp; h++) {
+            float p = 0.0f, sdz = 0.0f;
+            if (h < H) {
+                const float sc = scale * am_dot_f(rq + h * c, rv, c);
+                const float dp = am_dot_f(rg + h * c, rv, c);
+                p = expf(sc - lse[h]);
+                sdz = scale * (p * (dp - D[h]));
+            }
+            row[h] = trex_f32_to_bf16(p);
+            row[Hp + h] = trex_f32_to_bf16(sdz);
+        }
+    }
+    for (int64_t r = 0; r < 2 * Hp; r++) {
+        const int64_t h = r < Hp ? r : r - Hp, k = wk->col + r;
+        const uint16_t *x = h < H ? (r < Hp ? gb : qb) + h * c : NULL;
+        for (int64_t i = 0; i < cp; i++)
+            wk->b2[vnni_at(k, i, cp)] = x && i < c ? x[i] : 0;
+    }
+}
+
+/* sattn_bwd_query_keys_bf16 (kernels/fused.h): its definition, the two calls (and keys_out). The key
+ * side's scratch (2 H c + c + 2 H floats: the rounded q and g, one entry, its coefficients) fits in
+ * the query side's, which is free once that call has returned. */
+void trex_fused_sattn_bwd_query_keys_bf16_ref(float *dq, float *dsink, float *P, float *const *dV,
+                                              float *psum, float *ws, const uint16_t *gb,
+                                              const uint16_t *qb, const uint16_t *const *Vb,
+                                              const trex_fused_pairs *Wp, int64_t n, int64_t n0,
+                                              int64_t H, int64_t c, const float *sink, float scale,
+                                              const float *lse, const float *D,
+                                              const trex_fused_keys_out *wk)
+{
+    trex_fused_sattn_bwd_query_bf16_ref(dq, dsink, P, ws, NULL, gb, NULL, qb, NULL, Vb, Wp, n, H, c,
+                                        sink, scale, lse, D);
+    if (n > n0)
+        trex_fused_sattn_bwd_entries_bf16_ref(dV, psum, ws, NULL, Vb + n0, n - n0, NULL, qb, NULL,
+                                              gb, H, c, scale, lse, D);
+    if (wk)
+        keys_out(wk, ws, gb, qb, Vb, n0, H, c, scale, lse, D);
+}
+
+/* sattn_key_product_bf16 (kernels/fused.h): per entry and column one fp32 sum over k ascending from
+ * the first term, then one add. */
+void trex_fused_sattn_key_product_bf16_ref(float *const *dV, float *ws, const uint16_t *a2,
+                                           const uint16_t *b2, int64_t K, int64_t n, int64_t c)
+{
+    (void)ws;
+    const int64_t cp = TREX_FUSED_SATTN_CP(c);
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t i = 0; i < c; i++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                const float t = bf16_value(a2[e * K + k]) * bf16_value(b2[vnni_at(k, i, cp)]);
+                acc = k ? acc + t : t;
+            }
+            dV[e][i] += acc;
+        }
+}
+
+/* sattn_bwd_query_block_keys_bf16 (kernels/fused.h): its definition, the three calls (nq <= 16). The
+ * key side's scratch fits in the query side's, free once that call has returned. */
+void trex_fused_sattn_bwd_query_block_keys_bf16_ref(
+    float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
+    int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+    int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
+    const float *D)
+{
+    if (nq <= 0)
+        return;
+    TREX_ASSERT(nq <= 16);
+    trex_fused_sattn_bwd_query_block_bf16_ref(dq, dsink, ws, gb, qb, nq, vis, Vb, Wp, n, H, c, sink,
+                                              scale, lse, D);
+    int64_t v2[32];
+    const int64_t m = vis[2];
+    for (int64_t b = 0; b < nq; b++)
+        v2[2 * b] = vis[4 * b], v2[2 * b + 1] = vis[4 * b + 1];
+    trex_fused_sattn_bwd_window_bf16_ref(dV, ws, Vb, m, nq, v2, qb, gb, H, c, scale, lse, D);
+    for (int64_t b = 0; b < nq; b++)
+        v2[2 * b] = vis[4 * b + 2] - m, v2[2 * b + 1] = vis[4 * b + 3] - m;
+    trex_fused_sattn_bwd_window_bf16_ref(dV + m, ws, Vb + m, n - m, nq, v2, qb, gb, H, c, scale, lse,
+                                         D);
 }

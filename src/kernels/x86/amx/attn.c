@@ -990,6 +990,207 @@ void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float 
     trex_gemm_end_amx();
 }
 
+/* sattn_bwd_query_keys_bf16: the query side as trex_fused_sattn_bwd_query_bf16_amx, and, for the
+ * entries n0 .. n - 1, the key side's coefficients written from the same scores in the same pass (as
+ * key_coefs computes them: the same bits), then [G ; Q] and the key side's product as
+ * trex_fused_sattn_bwd_entries_bf16_amx. One packing of q, g and the entries, one score product. */
+void trex_fused_sattn_bwd_query_keys_bf16_amx(float *dq, float *dsink, float *P, float *const *dV,
+                                              float *psum, float *ws, const uint16_t *gb,
+                                              const uint16_t *qb, const uint16_t *const *Vb,
+                                              const trex_fused_pairs *Wp, int64_t n, int64_t n0,
+                                              int64_t H, int64_t c, const float *sink, float scale,
+                                              const float *lse, const float *D,
+                                              const trex_fused_keys_out *wk)
+{
+    for (int64_t h = 0; h < H; h++)
+        dsink[h] = -expf(sink[h] - lse[h]) * D[h];
+    if (n == 0) {
+        for (int64_t i = 0; i < H * c; i++)
+            dq[i] = 0.0f;
+        return;
+    }
+    attn_ws w = ws_layout(ws, n, H, c, true, false);
+    window_setup(&w, Wp, n, c);
+    const int64_t Hp = w.Hp, cp = w.cp, nk = n - n0, K = 2 * Hp, nk16 = (nk + 15) / 16 * 16;
+    char *p = w.end;
+    uint16_t *a2 = (uint16_t *)carve(&p, (size_t)(nk16 * K) * 2);
+    uint16_t *b2 = (uint16_t *)carve(&p, (size_t)(K * cp) * 2);
+    float *psv = (float *)carve(&p, (size_t)(16 * nk) * 4); /* psum's 16 lanes per entry */
+    pack_query(&w, NULL, qb, NULL, gb, H, c);
+    if (nk > 0 || wk) {
+        key_stack(&w, b2, 0); /* [G ; Q] as VNNI B */
+        if (wk) /* rows col .. col + 2 Hp of wk->b2: the same tiles (col a multiple of 32) */
+            memcpy(wk->b2 + (wk->col / 32) * (cp / 16) * 512, b2, (size_t)(K * cp) * 2);
+    }
+    pack_entries(&w, NULL, Vb, n, c);
+    BARRIER();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
+    scores_t(&w, Vb, n, c);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const __mmask16 hm = head_mask(H, hg);
+        const int64_t hn = H - 16 * hg < 16 ? H - 16 * hg : 16;
+        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
+        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
+        float pt[16] __attribute__((aligned(64)));
+        pb_run run;
+        run.m = 0;
+        for (int64_t e = 0; e < n; e++) {
+            const int64_t i = e * Hp + 16 * hg;
+            const __m512 pe = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
+            const __m512 dz = _mm512_mul_ps(pe, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
+            pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
+            if (P) {
+                _mm512_store_ps(pt, pe);
+                for (int64_t h = 0; h < hn; h++)
+                    P[(16 * hg + h) * n + e] = pt[h];
+            }
+            if (e >= n0 || wk) { /* key_coefs: padded heads p = 0, then scale (p (dp - D)) */
+                const __m512 pk = _mm512_maskz_mov_ps(hm, pe);
+                const __m512 sdz =
+                    _mm512_mul_ps(vs, _mm512_mul_ps(pk, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd)));
+                uint16_t *row = e >= n0 ? a2 + (e - n0) * K : wk->a2 + (wk->row + e) * wk->K + wk->col;
+                _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(pk));
+                _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
+                if (e >= n0) {
+                    float *ps = psv + 16 * (e - n0);
+                    _mm512_storeu_ps(ps, _mm512_add_ps(hg ? _mm512_loadu_ps(ps) : _mm512_setzero_ps(),
+                                                       pk));
+                }
+            }
+        }
+        pb_flush(&w, &run, 16 * hg, hn);
+    }
+    pb_pads(&w, H, n);
+    pv_out(&w, dq, H, c, scale);
+    if (nk > 0) {
+        for (int64_t e = 0; e < nk; e++)
+            psum[e] = _mm512_reduce_add_ps(_mm512_loadu_ps(psv + 16 * e));
+        for (int64_t e = nk; e < nk16; e++)
+            memset(a2 + e * K, 0, (size_t)K * 2);
+        BARRIER();
+        key_product(&w, dV, a2, b2, K, nk, c);
+    }
+    trex_gemm_end_amx();
+}
+
+/* sattn_key_product_bf16: key_product on operands written by queries (trex_fused_keys_out) */
+void trex_fused_sattn_key_product_bf16_amx(float *const *dV, float *ws, const uint16_t *a2,
+                                           const uint16_t *b2, int64_t K, int64_t n, int64_t c)
+{
+    if (n == 0 || K == 0)
+        return;
+    attn_ws w;
+    memset(&w, 0, sizeof w);
+    w.cp = TREX_FUSED_SATTN_CP(c);
+    w.ot = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    BARRIER();
+    trex_gemm_begin_amx();
+    key_product(&w, dV, a2, b2, K, n, c);
+    trex_gemm_end_amx();
+}
+
+/* [G ; Q] of query b of a block call (its Hq rows of w->gr, w->qr from row b Hq) as rows r0 ..
+ * r0 + 2 Hq of b2 (VNNI B tiles as key_stack; r0 a multiple of 32) */
+static void key_stack_block(const attn_ws *w, uint16_t *b2, int64_t r0, int64_t b, int64_t Hq)
+{
+    const int64_t cp = w->cp, nj = cp / 16;
+    const uint16_t *gr = w->gr + b * Hq * cp, *qr = w->qr + b * Hq * cp;
+    for (int64_t r = 0; r < 2 * Hq; r += 2) {
+        const uint16_t *x0 = r < Hq ? gr + r * cp : qr + (r - Hq) * cp;
+        const int64_t s = (r0 + r) / 32, kp = ((r0 + r) % 32) / 2;
+        interleave_pair(b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
+    }
+}
+
+/* sattn_bwd_query_block_keys_bf16: the block query side as trex_fused_sattn_bwd_query_block_bf16_amx,
+ * and from the same scores, in the same pass, the key side's coefficients of every query on its two
+ * ranges (as key_coefs, in the columns 2 Hq b .. of sattn_bwd_window_bf16's layout, zero elsewhere),
+ * so that each entry's row of the key product is the row the window entry gives it: the same bits. */
+void trex_fused_sattn_bwd_query_block_keys_bf16_amx(
+    float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
+    int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+    int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
+    const float *D)
+{
+    if (nq <= 0)
+        return;
+    for (int64_t b = 0; b < nq; b++)
+        for (int64_t h = 0; h < H; h++)
+            dsink[b * H + h] = -expf(sink[h] - lse[b * H + h]) * D[b * H + h];
+    if (n == 0) {
+        for (int64_t i = 0; i < nq * H * c; i++)
+            dq[i] = 0.0f;
+        return;
+    }
+    const int64_t Hq = TREX_FUSED_SATTN_HP(H);
+    attn_ws w = ws_layout(ws, n, nq * Hq, c, true, false);
+    window_setup(&w, Wp, n, c);
+    const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hq * nq, n16 = (n + 15) / 16 * 16;
+    char *p = w.end;
+    uint16_t *a2 = (uint16_t *)carve(&p, (size_t)(n16 * K) * 2);
+    uint16_t *b2 = (uint16_t *)carve(&p, (size_t)(K * cp) * 2);
+    for (int64_t b = 0; b < nq; b++) {
+        query_rows(w.qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
+        query_rows(w.gb + b * Hq * cp, NULL, gb + b * H * c, H, Hq, c, cp);
+    }
+    w.qr = w.qb;
+    w.gr = w.gb;
+    pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
+    pack_xt_vnni(w.gv, w.gb, cp, Hp, cp);
+    for (int64_t b = 0; b < nq; b++)
+        key_stack_block(&w, b2, 2 * Hq * b, b, Hq);
+    memset(a2, 0, (size_t)(n16 * K) * 2);
+    block_scores(&w, Vb, n, c);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        int64_t b, h0, hn;
+        __mmask16 hm;
+        if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
+            continue; /* padding rows only: dZ and the coefficients stay zero */
+        const int64_t *rg = vis + 4 * b;
+        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + b * H + h0);
+        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + b * H + h0);
+        uint16_t *ap = a2 + 2 * Hq * b + h0, *az = ap + Hq;
+        pb_run run;
+        run.m = 0;
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
+                const int64_t i = e * Hp + 16 * hg;
+                const __m512 pe =
+                    exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
+                const __m512 dt = _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd);
+                const __m512 dz = _mm512_mul_ps(pe, dt);
+                pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
+                /* key_coefs: padded heads p = 0, then scale (p (dp - D)) */
+                const __m512 pk = _mm512_maskz_mov_ps(hm, pe);
+                _mm256_storeu_si256((__m256i *)(ap + e * K), bf16x16(pk));
+                _mm256_storeu_si256((__m256i *)(az + e * K),
+                                    bf16x16(_mm512_mul_ps(vs, _mm512_mul_ps(pk, dt))));
+            }
+        pb_flush(&w, &run, 16 * hg, hn);
+    }
+    if (H == Hq && c == cp) { /* the rows of dq are the rows of the product */
+        pv_out(&w, dq, Hp, c, scale);
+    } else {
+        pv_product(&w, w.ot, cp);
+        const __m512 sc = _mm512_set1_ps(scale);
+        for (int64_t b = 0; b < nq; b++)
+            for (int64_t h = 0; h < H; h++) { /* as pv_out: a multiply per element */
+                const float *src = w.ot + (b * Hq + h) * cp;
+                float *d = dq + (b * H + h) * c;
+                int64_t k = 0;
+                for (; k + 16 <= c; k += 16)
+                    _mm512_storeu_ps(d + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), sc));
+                for (; k < c; k++)
+                    d[k] = src[k] * scale;
+            }
+    }
+    BARRIER();
+    key_product(&w, dV, a2, b2, K, n, c);
+    trex_gemm_end_amx();
+}
+
 /* The key side of a block of nq queries (kernels/fused.h sattn_bwd_window_bf16): per query, its scores
  * and coefficients as in the entry above (zero columns for the entries it does not see), into one A
  * row per entry of K = 2 Hp nq columns, and its [G ; Q] into rows 2 Hp b .. of one B operand; then one
@@ -1109,10 +1310,18 @@ void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda
     }
     trex_gemm_end_amx();
     BARRIER();
-    for (int64_t r = 0; r < R; r++) {
-        float *o = out + r * n;
-        const float *sr = st + r;
-        for (int64_t e = 0; e < n; e++)
-            o[e] = sr[e * Hp];
+    /* out [R][n] = S^T transposed, 16 entries x 16 rows at a time through the registers */
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        const int64_t rn = R - 16 * hg < 16 ? R - 16 * hg : 16;
+        for (int64_t e0 = 0; e0 < n; e0 += 16) {
+            __m512i x[16];
+            for (int64_t k = 0; k < 16; k++) /* st has n16 rows */
+                x[k] = _mm512_loadu_si512((const void *)(st + (e0 + k) * Hp + 16 * hg));
+            transpose16(x); /* x[r], word k: row 16 hg + r of entry e0 + k */
+            const int64_t m = n - e0 < 16 ? n - e0 : 16;
+            const __mmask16 mk = m == 16 ? (__mmask16)0xffffu : (__mmask16)((1u << m) - 1u);
+            for (int64_t r = 0; r < rn; r++)
+                _mm512_mask_storeu_epi32((void *)(out + (16 * hg + r) * n + e0), mk, x[r]);
+        }
     }
 }
