@@ -730,6 +730,225 @@ static void test_prepacked(const trex_kernel_table *t, const trex_kernel_table *
            t->gemm_name, (long long)runs, worst);
 }
 
+/* ---- 6b'. packed B over the caller's memory ------------------------------------------------------------- */
+
+/* trex_gemm_pack_b_range over a grid of parts (cut at random points, in both orders, over a buffer
+ * of garbage) leaves exactly trex_gemm_pack_b's bytes, from fp32 and bf16, either layout; a part writes
+ * nothing outside its elements but its edges' padding; a trex_gemm_packed_view_b over those panels gives
+ * the bits of the unpacked call. */
+static void test_pack_range(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t shapes[][3] = {{1, 1, 1},    {3, 1, 70},   {5, 33, 1},  {9, 64, 64},
+                                 {17, 45, 100}, {40, 130, 37}, {2, 7, 513}};
+    uint64_t st = 6100;
+    int64_t diff = 0, leak = 0, pdiff = 0, runs = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tr = 0; tr < 4; tr++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            const bool tb = tr & 1, f32 = tr & 2;
+            mats m = mats_make(M, N, K, false, tb, st++);
+            const void *B = f32 ? (const void *)m.Bf : (const void *)m.Bb;
+            const size_t es = f32 ? 4 : 2, bytes = trex_gemm_pack_b_bytes(N, K);
+            trex_gemm_packed *pk = trex_gemm_pack_b_with(t, NULL, f32 ? TREX_F32 : TREX_BF16, tb, N, K, B, m.ldb);
+            uint16_t *pan = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            CHECK(pk && pan, "pack_range %lldx%lld: allocations", (long long)N, (long long)K);
+            if (!pk || !pan) {
+                free(pan);
+                trex_gemm_packed_free(pk);
+                mats_free(&m);
+                continue;
+            }
+            /* cut points: 0, up to three random ones, the end */
+            int64_t nc[5] = {0}, kc[5] = {0}, nn = 1, nk = 1;
+            for (int i = 0; i < 3; i++) {
+                const int64_t a = (int64_t)(rng_next(&st) % (uint64_t)(N + 1));
+                const int64_t b = (int64_t)(rng_next(&st) % (uint64_t)(K + 1));
+                if (a > nc[nn - 1])
+                    nc[nn++] = a;
+                if (b > kc[nk - 1])
+                    kc[nk++] = b;
+            }
+            if (nc[nn - 1] < N)
+                nc[nn++] = N;
+            if (kc[nk - 1] < K)
+                kc[nk++] = K;
+            for (int order = 0; order < 2; order++) {
+                memset(pan, 0xA5, bytes);
+                const int64_t cells = (nn - 1) * (nk - 1);
+                for (int64_t c = 0; c < cells; c++) {
+                    const int64_t q = order ? cells - 1 - c : c, i = q / (nk - 1), j = q % (nk - 1);
+                    const int64_t n0 = nc[i], n1 = nc[i + 1], k0 = kc[j], k1 = kc[j + 1];
+                    const char *src = (const char *)B + (size_t)(tb ? n0 * m.ldb + k0 : k0 * m.ldb + n0) * es;
+                    trex_gemm_pack_b_range_with(t, pan, N, K, f32 ? TREX_F32 : TREX_BF16, tb, src, m.ldb, n0, n1,
+                                                k0, k1);
+                }
+                diff += memcmp(pan, trex_gemm_packed_panels(pk), bytes) != 0;
+                runs++;
+            }
+            /* one inner part alone: nothing written outside its elements */
+            if (N > 2 && K > 2) {
+                const int64_t n0 = 1, n1 = N - 1, k0 = 1, k1 = K - 1, kp = (K + 31) / 32 * 32;
+                memset(pan, 0xA5, bytes);
+                const char *src = (const char *)B + (size_t)(tb ? n0 * m.ldb + k0 : k0 * m.ldb + n0) * es;
+                trex_gemm_pack_b_range_with(t, pan, N, K, f32 ? TREX_F32 : TREX_BF16, tb, src, m.ldb, n0, n1, k0, k1);
+                for (int64_t n = 0; n < (N + 31) / 32 * 32; n++)
+                    for (int64_t k = 0; k < kp; k++) {
+                        const size_t at = (size_t)((n / 32) * 32 * kp + (k / 2) * 64 + (n % 32) * 2 + k % 2);
+                        const bool in = n >= n0 && n < n1 && k >= k0 && k < k1;
+                        leak += in ? pan[at] != trex_gemm_packed_panels(pk)[at] : pan[at] != 0xA5A5;
+                    }
+            }
+            /* a product from a view over the panels */
+            if (M > 0) {
+                trex_gemm_pack_b_range_with(t, pan, N, K, f32 ? TREX_F32 : TREX_BF16, tb, B, m.ldb, 0, N, 0, K);
+                trex_gemm_packed *v = trex_gemm_packed_view_b(N, K, pan);
+                const size_t ncm = (size_t)(M * m.ldc);
+                float *C1 = xmalloc((ncm + 1) * sizeof *C1), *C2 = xmalloc((ncm + 1) * sizeof *C2);
+                run_one(t, pool, &m, false, 1.0f, 1.0f, false, C1);
+                memcpy(C2, m.C0, ncm * sizeof *C2);
+                const trex_gemm_problem p = {M, N, K, m.Ab, m.lda, v, 0, C2, m.ldc};
+                CHECK(v && trex_gemm_packed_n(v) == N && trex_gemm_packed_k(v) == K &&
+                          trex_gemm_packed_panels(v) == pan && trex_gemm_packed_bytes(v) < bytes + 1024,
+                      "view %lldx%lld", (long long)N, (long long)K);
+                if (v)
+                    trex_gemm_grouped_prepacked_with(t, pool, shared_ws, TREX_BF16, false, 1.0f, 1.0f, &p, 1);
+                pdiff += !v || memcmp(C1, C2, ncm * sizeof *C1) != 0;
+                trex_gemm_packed_free(v); /* the header only: pan is still ours */
+                free(C1);
+                free(C2);
+            }
+            free(pan);
+            trex_gemm_packed_free(pk);
+            mats_free(&m);
+        }
+    CHECK(diff == 0, "%s pack_b_range: %lld of %lld tilings differ from pack_b", t->pack_name, (long long)diff,
+          (long long)runs);
+    CHECK(leak == 0, "%s pack_b_range: %lld bytes wrong around one part", t->pack_name, (long long)leak);
+    CHECK(pdiff == 0, "%s packed view: %lld products differ from the unpacked call", t->gemm_name,
+          (long long)pdiff);
+}
+
+/* trex_gemm_grouped_prepacked_rows: the bits of gathering the rows first, fp32 and bf16 A, K within one
+ * slab and over several (not a multiple of 32), rows repeated, an empty problem, alpha/beta pairs. */
+static void test_gathered(const trex_kernel_table *t, trex_pool *pool)
+{
+    enum { G = 4, R = 97 };
+    const int64_t Ms[G] = {45, 0, 300, 33}, Ks[2] = {130, 601}, N = 70;
+    uint64_t st = 6900;
+    int64_t diff = 0, runs = 0;
+    for (int ki = 0; ki < 2; ki++)
+        for (int f32 = 0; f32 < 2; f32++)
+            for (int ab = 0; ab < 2; ab++) {
+                const int64_t K = Ks[ki], lda = K + 5;
+                const size_t es = f32 ? 4 : 2;
+                char *X = xmalloc((size_t)(R * lda) * es);
+                for (int64_t q = 0; q < R * lda; q++) {
+                    const float v = (float)((double)(rng_next(&st) >> 11) / 9007199254740992.0 - 0.5);
+                    if (f32)
+                        ((float *)X)[q] = v;
+                    else
+                        ((uint16_t *)X)[q] = trex_f32_to_bf16(v);
+                }
+                float *Bf = xmalloc((size_t)(N * K) * sizeof *Bf);
+                for (int64_t q = 0; q < N * K; q++)
+                    Bf[q] = (float)((double)(rng_next(&st) >> 11) / 9007199254740992.0 - 0.5);
+                trex_gemm_packed *pk = trex_gemm_pack_b_with(t, pool, TREX_F32, true, N, K, Bf, K);
+                trex_gemm_problem pg[G], pr[G];
+                int32_t *idx[G];
+                char *Ag[G];
+                float *C1[G], *C2[G];
+                for (int e = 0; e < G; e++) {
+                    idx[e] = xmalloc((size_t)(Ms[e] + 1) * sizeof *idx[e]);
+                    Ag[e] = xmalloc((size_t)(Ms[e] * K + 1) * es);
+                    C1[e] = xmalloc((size_t)(Ms[e] * N + 1) * sizeof *C1[e]);
+                    C2[e] = xmalloc((size_t)(Ms[e] * N + 1) * sizeof *C2[e]);
+                    for (int64_t m = 0; m < Ms[e]; m++) {
+                        idx[e][m] = (int32_t)(rng_next(&st) % R);
+                        memcpy(Ag[e] + (size_t)(m * K) * es, X + (size_t)(idx[e][m] * lda) * es, (size_t)K * es);
+                    }
+                    for (int64_t q = 0; q < Ms[e] * N; q++)
+                        C1[e][q] = C2[e][q] = (float)q * 0.25f;
+                    pg[e] = (trex_gemm_problem){Ms[e], N, K, Ag[e], K, pk, 0, C1[e], N};
+                    pr[e] = (trex_gemm_problem){Ms[e], N, K, X, lda, pk, 0, C2[e], N};
+                }
+                const float alpha = ab ? 0.5f : 1.0f, beta = ab ? 1.0f : 0.0f;
+                const trex_dtype in = f32 ? TREX_F32 : TREX_BF16;
+                trex_gemm_grouped_prepacked_with(t, pool, shared_ws, in, false, alpha, beta, pg, G);
+                trex_gemm_grouped_prepacked_rows_with(t, pool, (ws_toggle++ & 1) ? shared_ws : NULL, in, alpha,
+                                                      beta, pr, (const int32_t *const *)idx, G);
+                for (int e = 0; e < G; e++) {
+                    diff += memcmp(C1[e], C2[e], (size_t)(Ms[e] * N) * sizeof(float)) != 0;
+                    runs++;
+                    free(idx[e]), free(Ag[e]), free(C1[e]), free(C2[e]);
+                }
+                trex_gemm_packed_free(pk);
+                free(Bf);
+                free(X);
+            }
+    CHECK(diff == 0, "%s gathered A: %lld of %lld problems differ from gathering first", t->gemm_name,
+          (long long)diff, (long long)runs);
+
+    /* trex_gemm_grouped_rows: A or B (or both) read through rows, every layout, against gathering the
+     * stored rows first (problem 1 reads both as stored: a NULL list) */
+    diff = runs = 0;
+    for (int lay = 0; lay < 4; lay++)
+        for (int which = 1; which < 4; which++) { /* 1: A listed, 2: B listed, 3: both */
+            const bool ta = lay & 1, tb = lay & 2, f32 = which == 2;
+            const int64_t Kx = lay == 3 ? 601 : 130, Mx[3] = {37, 20, 65}, Nx = 45;
+            const size_t es = f32 ? 4 : 2;
+            int64_t dff = 0;
+            char *As[3], *Bs[3], *Ag[3], *Bg[3];
+            int32_t *ai[3], *bi[3];
+            float *C1[3], *C2[3];
+            trex_gemm_problem pg[3], pr[3];
+            for (int e = 0; e < 3; e++) {
+                const int64_t M = Mx[e], ar = ta ? Kx : M, ac = ta ? M : Kx, br = tb ? Nx : Kx, bc = tb ? Kx : Nx;
+                const int64_t RA = ar + 7, RB = br + 7; /* buffer rows: every stored row fits unlisted too */
+                As[e] = xmalloc((size_t)(RA * (ac + 3)) * es), Bs[e] = xmalloc((size_t)(RB * (bc + 2)) * es);
+                Ag[e] = xmalloc((size_t)(ar * ac) * es), Bg[e] = xmalloc((size_t)(br * bc) * es);
+                ai[e] = xmalloc((size_t)ar * sizeof *ai[e]), bi[e] = xmalloc((size_t)br * sizeof *bi[e]);
+                C1[e] = xmalloc((size_t)(M * Nx) * sizeof *C1[e]), C2[e] = xmalloc((size_t)(M * Nx) * sizeof *C2[e]);
+                for (int64_t q = 0; q < RA * (ac + 3); q++) {
+                    const float v = (float)((double)(rng_next(&st) >> 11) / 9007199254740992.0 - 0.5);
+                    f32 ? (void)(((float *)As[e])[q] = v) : (void)(((uint16_t *)As[e])[q] = trex_f32_to_bf16(v));
+                }
+                for (int64_t q = 0; q < RB * (bc + 2); q++) {
+                    const float v = (float)((double)(rng_next(&st) >> 11) / 9007199254740992.0 - 0.5);
+                    f32 ? (void)(((float *)Bs[e])[q] = v) : (void)(((uint16_t *)Bs[e])[q] = trex_f32_to_bf16(v));
+                }
+                const bool la = (which & 1) && e != 1, lb = (which & 2) && e != 1;
+                for (int64_t j = 0; j < ar; j++) {
+                    ai[e][j] = la ? (int32_t)(rng_next(&st) % (uint64_t)RA) : (int32_t)j;
+                    memcpy(Ag[e] + (size_t)(j * ac) * es, As[e] + (size_t)(ai[e][j] * (ac + 3)) * es, (size_t)ac * es);
+                }
+                for (int64_t j = 0; j < br; j++) {
+                    bi[e][j] = lb ? (int32_t)(rng_next(&st) % (uint64_t)RB) : (int32_t)j;
+                    memcpy(Bg[e] + (size_t)(j * bc) * es, Bs[e] + (size_t)(bi[e][j] * (bc + 2)) * es, (size_t)bc * es);
+                }
+                for (int64_t q = 0; q < M * Nx; q++)
+                    C1[e][q] = C2[e][q] = (float)q;
+                pg[e] = (trex_gemm_problem){M, Nx, Kx, Ag[e], ac, Bg[e], bc, C1[e], Nx};
+                pr[e] = (trex_gemm_problem){M, Nx, Kx, As[e], ac + 3, Bs[e], bc + 2, C2[e], Nx};
+            }
+            /* problem 1 as stored: its lists NULL (its buffers' first rows are what Ag / Bg hold) */
+            const int32_t *al[3] = {ai[0], NULL, ai[2]}, *bl[3] = {bi[0], NULL, bi[2]};
+            const trex_dtype in = f32 ? TREX_F32 : TREX_BF16;
+            trex_gemm_grouped_with(t, pool, shared_ws, in, ta, tb, 1.0f, 1.0f, pg, 3);
+            trex_gemm_grouped_rows_with(t, pool, (ws_toggle++ & 1) ? shared_ws : NULL, in, ta, tb, 1.0f, 1.0f, pr,
+                                        (which & 1) ? al : NULL, (which & 2) ? bl : NULL, 3);
+            for (int e = 0; e < 3; e++) {
+                dff += memcmp(C1[e], C2[e], (size_t)(Mx[e] * Nx) * sizeof(float)) != 0;
+                free(As[e]), free(Bs[e]), free(Ag[e]), free(Bg[e]), free(ai[e]), free(bi[e]), free(C1[e]), free(C2[e]);
+            }
+            if (dff && diff == 0)
+                fprintf(stderr, "%s rows: ta %d tb %d which %d differs\n", t->gemm_name, ta, tb, which);
+            diff += dff;
+            runs += 3;
+        }
+    CHECK(diff == 0, "%s operands through row lists: %lld of %lld problems differ from gathering first",
+          t->gemm_name, (long long)diff, (long long)runs);
+}
+
 /* ---- 6c. pre-packed A ------------------------------------------------------------------------------ */
 
 /* Pre-packed A gives the bits of the unpacked call (same level) on awkward shapes, every layout, A
@@ -1175,6 +1394,8 @@ int main(int argc, char **argv)
         test_grouped(lv[i], pool);
         test_prepacked(lv[i], lv[0], pool);
         test_prepacked_a(lv[i], lv[0], pool);
+        test_pack_range(lv[i], pool);
+        test_gathered(lv[i], pool);
         test_determinism(lv[i]);
     }
     test_chunked(lv[n - 1], pool);

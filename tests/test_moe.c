@@ -16,12 +16,13 @@
  *    bf16 bounds of the fp32 path; the same routing and balance loss; dx written, weight gradients
  *    accumulated; a hash layer and an empty batch.
  *
- * 6. bf16 mode from bf16 copies of the weights (trex_wcopy, as the trainer runs it): the same bits as
- *    from the fp32 weights (also where experts with few rows take the copies as the A operand of the
- *    forward's products and others do not, in one call); after a change of the weights the copies are
- *    stale until rewritten, and the rewritten copies give the new weights' bits.
+ * 6. bf16 mode from bf16 copies of the weights (trex_wcopy, as the trainer runs it), as rows and as
+ *    packed panels: the same bits as from the fp32 weights (also where experts with few rows take the
+ *    row copies as the A operand of the forward's products and others do not, in one call); after a
+ *    change of the weights the copies are stale until rewritten, and the rewritten copies give the new
+ *    weights' bits.
  *
- * `test_moe --bench T [REPS [THREADS [copies|fp32]]]` instead times one bf16 layer at dsv4-bench's
+ * `test_moe --bench T [REPS [THREADS [copies|panels|fp32]]]` instead times one bf16 layer at dsv4-bench's
  * shapes (forward with a cache, then backward) and prints wall and CPU seconds and a hash of the
  * outputs (docs/perf.md, "MoE class, round 4" and "round 7"). */
 #include <math.h>
@@ -306,20 +307,22 @@ static void model_init(model *m, int64_t B, int64_t T, int64_t d, int64_t E, int
 
 /* bf16 copies of every expert's w1, w3, w2 and the shared expert's (in that order: each [W1; W3] copy is
  * one matrix, whatever the fp32 layout), written from thf; views() hands them to the layer. */
-static void model_copies(model *m)
+static void model_copies(model *m, trex_wcopy_layout layout)
 {
     const int64_t E = m->E, I = m->I, d = m->d, n = 3 * E + 3;
     trex_wcopy_tensor *list = xcalloc((size_t)n, sizeof *list);
-    for (int64_t e = 0; e < E; e++) {
-        list[3 * e] = (trex_wcopy_tensor){m->thf + m->o_w1 + e * m->ew, I, d, NULL};
-        list[3 * e + 1] = (trex_wcopy_tensor){m->thf + m->o_w3 + e * m->ew, I, d, NULL};
-        list[3 * e + 2] = (trex_wcopy_tensor){m->thf + m->o_w2 + e * d * I, d, I, NULL};
+    for (int64_t e = 0; e <= E; e++) { /* e == E: the shared expert */
+        const bool sh = e == E;
+        list[3 * e] = (trex_wcopy_tensor){.src = m->thf + (sh ? m->o_sw1 : m->o_w1 + e * m->ew), .rows = I, .cols = d};
+        list[3 * e + 1] = (trex_wcopy_tensor){.src = m->thf + (sh ? m->o_sw3 : m->o_w3 + e * m->ew), .rows = I,
+                                              .cols = d, .join = true};
+        list[3 * e + 2] = (trex_wcopy_tensor){.src = m->thf + (sh ? m->o_sw2 : m->o_w2 + e * d * I), .rows = d,
+                                              .cols = I};
     }
-    list[3 * E] = (trex_wcopy_tensor){m->thf + m->o_sw1, I, d, NULL};
-    list[3 * E + 1] = (trex_wcopy_tensor){m->thf + m->o_sw3, I, d, NULL};
-    list[3 * E + 2] = (trex_wcopy_tensor){m->thf + m->o_sw2, d, I, NULL};
     trex_err err = {0};
-    CHECK(trex_wcopy_create(&m->wc, list, n, &m->ver, NULL, &err) == TREX_OK, "weight copies: %s",
+    trex_wcopy_destroy(m->wc);
+    m->wc = NULL;
+    CHECK(trex_wcopy_create(&m->wc, list, n, layout, &m->ver, NULL, &err) == TREX_OK, "weight copies: %s",
           err.msg);
     free(list);
     if (m->wc) {
@@ -1056,21 +1059,22 @@ static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *
     /* The products from bf16 copies of the weights (as in the trainer's bf16 runs): the same bits as
      * rounding the fp32 weights while packing. Then new expert weights (the routing does not move):
      * the copies, rewritten, follow them; copies that were not rewritten would give other bits. */
-    {
+    for (int lo = 0; lo < 2; lo++) { /* the copies as rows, then as packed panels */
+        const char *ln = lo ? "panels" : "rows";
         float *g3 = xcalloc((size_t)P, sizeof(float)), *y3 = xcalloc((size_t)n, sizeof(float));
         double b3 = 0;
-        model_copies(m);
+        model_copies(m, lo ? TREX_WCOPY_PANELS : TREX_WCOPY_ROWS);
         for (int64_t p = 0; p < m->o_gate; p++)
             g3[p] = NAN;
         layer_grad(m, &c2, y3, g3, &b3, NULL);
-        CHECK(memcmp(y1, y3, (size_t)n * sizeof(float)) == 0, "%s: y from the weight copies bitwise equal",
-              label);
+        CHECK(memcmp(y1, y3, (size_t)n * sizeof(float)) == 0, "%s: y from the weight copies (%s) bitwise equal",
+              label, ln);
         CHECK(memcmp(g1, g3, (size_t)P * sizeof(float)) == 0,
-              "%s: gradients from the weight copies bitwise equal", label);
+              "%s: gradients from the weight copies (%s) bitwise equal", label, ln);
         for (int64_t p = m->o_w1; p < m->P; p++)
             m->thf[p] = -0.75f * m->thf[p] + 1e-3f;
         m->ver++;
-        CHECK(!trex_wcopy_fresh(m->wc), "%s: copies stale after a change of the weights", label);
+        CHECK(!trex_wcopy_fresh(m->wc), "%s: copies (%s) stale after a change of the weights", label, ln);
         trex_wcopy_refresh(pool, m->wc);
         memset(g3, 0, (size_t)P * sizeof(float));
         layer_grad(m, &c2, y3, g3, &b3, NULL);
@@ -1081,7 +1085,7 @@ static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *
         m->wc = wc;
         CHECK(memcmp(y1, y3, (size_t)n * sizeof(float)) == 0 &&
                   memcmp(g1, g3, (size_t)P * sizeof(float)) == 0,
-              "%s: new weights: results from the rewritten copies bitwise equal", label);
+              "%s: new weights: results from the rewritten copies (%s) bitwise equal", label, ln);
         free(g3), free(y3);
     }
     free(g32), free(g1), free(g2), free(y32), free(y1), free(y2);
@@ -1215,10 +1219,11 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* `test_moe --bench T [REPS [THREADS [copies|fp32]]]`: one non-hash layer at dsv4-bench's shapes (d 1024,
- * 24 experts, 6 per token, inter 512, swiglu_limit 10, random weights, bias 0) in bf16 mode, forward with
- * a cache then backward, REPS times (default 5) on a pool of THREADS (default 2), the products reading
- * bf16 copies of the weights (copies, the default: as the trainer runs) or the fp32 weights. Prints each
+/* `test_moe --bench T [REPS [THREADS [copies|panels|fp32]]]`: one non-hash layer at dsv4-bench's shapes
+ * (d 1024, 24 experts, 6 per token, inter 512, swiglu_limit 10, random weights, bias 0) in bf16 mode,
+ * forward with a cache then backward, REPS times (default 5) on a pool of THREADS (default 2), the
+ * products reading bf16 copies of the weights as rows (copies, the default; as the trainer runs under
+ * --recompute attention), as packed panels (panels: as it runs otherwise) or the fp32 weights. Prints each
  * repetition and the medians over all but the first: wall seconds and process CPU seconds (all
  * threads); with copies also the time to write them (once per optimizer step in training). */
 static int bench(int argc, char **argv)
@@ -1228,8 +1233,8 @@ static int bench(int argc, char **argv)
     const int threads = argc > 4 ? (int)strtol(argv[4], NULL, 10) : 2;
     const char *mode = argc > 5 ? argv[5] : "copies";
     if (T < 1 || reps < 2 || reps > 100 || threads < 1 || threads > 64 ||
-        (strcmp(mode, "copies") && strcmp(mode, "fp32"))) {
-        fprintf(stderr, "usage: test_moe --bench T [REPS (2-100) [THREADS (1-64) [copies|fp32]]]\n");
+        (strcmp(mode, "copies") && strcmp(mode, "panels") && strcmp(mode, "fp32"))) {
+        fprintf(stderr, "usage: test_moe --bench T [REPS (2-100) [THREADS (1-64) [copies|panels|fp32]]]\n");
         return 2;
     }
     model m;
@@ -1246,8 +1251,8 @@ static int bench(int argc, char **argv)
     for (int64_t q = 0; q < m.N * m.d; q++)
         dy[q] = (float)m.R[q];
     trex_ctx ctx = {.pool = pool, .arena = arena, .compute = TREX_BF16, .ws = ws};
-    if (!strcmp(mode, "copies")) {
-        model_copies(&m);
+    if (strcmp(mode, "fp32")) {
+        model_copies(&m, strcmp(mode, "panels") ? TREX_WCOPY_ROWS : TREX_WCOPY_PANELS);
         if (!m.wc)
             return 1;
         double cw[5], cc[5];

@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "kernels/kernels.h"
 #include "trex/config.h"
 #include "trex/io.h"
 #include "trex/optim.h"
@@ -642,6 +643,47 @@ static bool copies_match(const trex_weights *w, int64_t *n)
     return ok;
 }
 
+/* Whether the panels at got equal trex_gemm_pack_b of B (fp32, tb, N, K, ldb), byte for byte. */
+static bool panels_equal(const uint16_t *got, bool tb, int64_t N, int64_t K, const float *B, int64_t ldb)
+{
+    trex_gemm_packed *p = trex_gemm_pack_b(NULL, TREX_F32, tb, N, K, B, ldb);
+    const bool ok = p && memcmp(trex_gemm_packed_panels(p), got, trex_gemm_pack_b_bytes(N, K)) == 0;
+    trex_gemm_packed_free(p);
+    return ok;
+}
+
+/* PANELS: whether every expert's matrices ([W1; W3] and W2) hold the packed panels of their fp32 values
+ * in both orientations; counts the matrices in *n. */
+static bool panels_match(const trex_weights *w, int64_t *n)
+{
+    bool ok = true;
+    *n = 0;
+    for (int64_t k = 0; k < w->layout.count; k++) {
+        const trex_param *p = &w->layout.params[k];
+        const bool expert = p->kind == TREX_P_EXPERT || p->kind == TREX_P_SHARED_EXPERT;
+        const float *src = w->f + p->offset;
+        const int64_t i = p->is_int ? -1 : trex_wcopy_index(w->bf16, src);
+        if (!expert || i < 0) {
+            ok = ok && !expert && i < 0;
+            continue;
+        }
+        const trex_wcopy_tensor *t = &w->bf16->t[i];
+        const size_t len = strlen(p->name);
+        const bool w3 = len > 9 && !strcmp(p->name + len - 9, "w3.weight");
+        if (w3) {
+            ok = ok && t->row0 == t->mrows - p->shape[0] && !t->pf && !t->pb; /* under its w1 */
+            continue;
+        }
+        (*n)++;
+        const int64_t rows = t->mrows, cols = p->shape[1]; /* the matrix: w1 and w3 adjacent in f */
+        ok = ok && t->row0 == 0 && t->pf && t->pb && trex_wcopy_find_packed(w->bf16, src, false) == t->pf &&
+             trex_wcopy_find_packed(w->bf16, src, true) == t->pb;
+        ok = ok && panels_equal(t->fwd, true, rows, cols, src, cols) &&
+             panels_equal(t->bwd, false, cols, rows, src, cols);
+    }
+    return ok;
+}
+
 /* A child process that reads a stale copy must abort. */
 static bool stale_read_aborts(const trex_weights *w, const float *src)
 {
@@ -651,14 +693,27 @@ static bool stale_read_aborts(const trex_weights *w, const float *src)
         if (!freopen("/dev/null", "w", stderr))
             _exit(3);
         int64_t ld;
-        (void)trex_wcopy_find(w->bf16, src, &ld);
+        if (w->bf16->layout == TREX_WCOPY_PANELS)
+            (void)trex_wcopy_find_packed(w->bf16, src, false);
+        else
+            (void)trex_wcopy_find(w->bf16, src, &ld);
         _exit(0);
     }
     int st = 0;
     return pid > 0 && waitpid(pid, &st, 0) == pid && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
 }
 
-static void test_bf16_copies(void)
+static bool layout_match(const trex_weights *w, int64_t *n)
+{
+    if (w->bf16->layout == TREX_WCOPY_ROWS)
+        return copies_match(w, n);
+    int64_t m = 0;
+    const bool ok = panels_match(w, &m);
+    *n = m * 3 / 2; /* two matrices per expert: three tensors */
+    return ok;
+}
+
+static void test_bf16_copies(trex_wcopy_layout layout)
 {
     trex_config c;
     trex_weights w;
@@ -672,18 +727,22 @@ static void test_bf16_copies(void)
         return;
     CHECK(w.bf16 == NULL, "no copies unless asked for");
     const size_t before = mem.live[TREX_REGION_PARAMS];
-    CHECK(trex_weights_bf16_enable(pool, &w, &err) == TREX_OK && w.bf16, "enable: %s", err.msg);
+    CHECK(trex_weights_bf16_enable(pool, &w, layout, &err) == TREX_OK && w.bf16, "enable: %s", err.msg);
     if (!w.bf16)
         goto out;
     const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, d = c.hidden_size;
     const int64_t nb = trex_config_n_blocks(&c);
-    const size_t want = (size_t)(nb * (E + 1)) * (size_t)(2 * I * (d + TREX_WCOPY_PAD) + d * (I + TREX_WCOPY_PAD)) * 2;
+    const size_t want =
+        layout == TREX_WCOPY_ROWS
+            ? (size_t)(nb * (E + 1)) * (size_t)(2 * I * (d + TREX_WCOPY_PAD) + d * (I + TREX_WCOPY_PAD)) * 2
+            : (size_t)(nb * (E + 1)) * (2 * trex_gemm_pack_b_bytes(2 * I, d) + 2 * trex_gemm_pack_b_bytes(d, I));
     CHECK(w.bf16->bytes == want && mem.live[TREX_REGION_PARAMS] - before == want,
           "copies: %zu bytes charged to params, want %zu", mem.live[TREX_REGION_PARAMS] - before, want);
     int64_t n = 0;
-    CHECK(copies_match(&w, &n) && n == nb * (E + 1) * 3, "copies: the packers' rounding of %lld tensors",
+    CHECK(layout_match(&w, &n) && n == nb * (E + 1) * 3, "copies: the packers' rounding of %lld tensors",
           (long long)n);
-    CHECK(trex_weights_bf16_enable(pool, &w, &err) == TREX_OK && mem.live[TREX_REGION_PARAMS] - before == want,
+    CHECK(trex_weights_bf16_enable(pool, &w, layout, &err) == TREX_OK &&
+              mem.live[TREX_REGION_PARAMS] - before == want,
           "enable twice: nothing more");
     CHECK(trex_wcopy_find(w.bf16, trex_weights_get(&w, "embed.weight"), NULL) == NULL, "embed not copied");
 
@@ -691,13 +750,13 @@ static void test_bf16_copies(void)
     float *w2 = trex_weights_get(&w, "layers.1.ffn.experts.2.w2.weight");
     for (int64_t q = 0; q < d * I; q++)
         w2[q] = w2[q] * -3.0f + 0.25f;
-    CHECK(!copies_match(&w, &n), "copies: the old values until rewritten");
+    CHECK(!layout_match(&w, &n), "copies: the old values until rewritten");
     w.version++;
     CHECK(!trex_wcopy_fresh(w.bf16), "copies: stale after the version moved");
     CHECK(stale_read_aborts(&w, w2), "reading a stale copy aborts");
     w.version--;
     trex_weights_changed(pool, &w, false);
-    CHECK(trex_wcopy_fresh(w.bf16) && copies_match(&w, &n), "copies: rewritten by trex_weights_changed");
+    CHECK(trex_wcopy_fresh(w.bf16) && layout_match(&w, &n), "copies: rewritten by trex_weights_changed");
 
     /* the optimizer writes the copies in its step */
     for (int kind = 0; kind < 2; kind++) {
@@ -725,15 +784,15 @@ static void test_bf16_copies(void)
             trex_optimizer_update(o, pool, w.f, g, &rep);
             CHECK(!rep.skipped, "%s step %d", trex_optim_kind_name(s.kind), step);
             trex_weights_changed(pool, &w, true);
-            CHECK(trex_wcopy_fresh(w.bf16) && copies_match(&w, &n) && n == nb * (E + 1) * 3,
+            CHECK(trex_wcopy_fresh(w.bf16) && layout_match(&w, &n) && n == nb * (E + 1) * 3,
                   "%s step %d: the step wrote every copy", trex_optim_kind_name(s.kind), step);
         }
         /* copies of a tensor the step does not update are refused */
         trex_wcopy *bad = NULL;
         uint64_t ver = 0;
         const trex_param *bp = trex_layout_find(&w.layout, "layers.2.ffn.gate.bias");
-        const trex_wcopy_tensor bt = {w.f + (bp ? bp->offset : 0), 1, E, NULL};
-        CHECK(bp && trex_wcopy_create(&bad, &bt, 1, &ver, NULL, &err) == TREX_OK, "a copy of gate.bias");
+        const trex_wcopy_tensor bt = {.src = w.f + (bp ? bp->offset : 0), .rows = 1, .cols = E};
+        CHECK(bp && trex_wcopy_create(&bad, &bt, 1, layout, &ver, NULL, &err) == TREX_OK, "a copy of gate.bias");
         CHECK(bad && trex_optimizer_set_copies(o, w.f, bad, &err) == TREX_EINVAL && strstr(err.msg, "gate.bias"),
               "set copies: gate.bias refused: %s", err.msg);
         trex_wcopy_destroy(bad);
@@ -744,6 +803,59 @@ out:
     trex_weights_free(&w);
     trex_pool_destroy(pool);
     CHECK(mem.live[TREX_REGION_PARAMS] == 0, "copies freed with the weights");
+}
+
+/* trex_wcopy_put in pieces that start and end inside rows (as the optimizer's chunks may), PANELS, odd
+ * shapes: a [13 + 7, 45] matrix of two joined tensors and a [45, 20] one; the pieces' result equals one
+ * refresh's and the GEMM's own packing of the matrices (trex_gemm_pack_b); a piece changes only the
+ * bytes of its elements. */
+static void test_wcopy_put(void)
+{
+    enum { R1 = 13, R3 = 7, C = 45, R2 = 45, C2 = 20 };
+    float *f = malloc((size_t)((R1 + R3) * C + R2 * C2) * sizeof *f);
+    if (!f)
+        return;
+    for (int64_t q = 0; q < (R1 + R3) * C + R2 * C2; q++)
+        f[q] = (float)((q * 7919) % 1000) / 997.0f - 0.5f + 1e-4f * (float)q;
+    const trex_wcopy_tensor list[3] = {{.src = f, .rows = R1, .cols = C},
+                                       {.src = f + R1 * C, .rows = R3, .cols = C, .join = true},
+                                       {.src = f + (R1 + R3) * C, .rows = R2, .cols = C2}};
+    uint64_t ver = 1;
+    trex_wcopy *a = NULL, *b = NULL;
+    trex_err err = {0};
+    CHECK(trex_wcopy_create(&a, list, 3, TREX_WCOPY_PANELS, &ver, NULL, &err) == TREX_OK &&
+              trex_wcopy_create(&b, list, 3, TREX_WCOPY_PANELS, &ver, NULL, &err) == TREX_OK,
+          "put: create: %s", err.msg);
+    const trex_wcopy_tensor bad[2] = {{.src = f, .rows = R1, .cols = C},
+                                      {.src = f + R1 * C, .rows = R3, .cols = 44, .join = true}};
+    trex_wcopy *x = NULL;
+    CHECK(trex_wcopy_create(&x, bad, 2, TREX_WCOPY_PANELS, &ver, NULL, &err) == TREX_EINVAL && !x,
+          "put: a join of other columns refused");
+    if (a && b) {
+        trex_wcopy_refresh(NULL, a);
+        /* b: 17-element pieces (every piece crosses or sits inside rows), tensors in list order */
+        for (int64_t k = 0; k < 3; k++) {
+            const int64_t i = trex_wcopy_index(b, list[k].src), n = list[k].rows * list[k].cols;
+            CHECK(i >= 0, "put: tensor %lld listed", (long long)k);
+            for (int64_t rel = 0; rel < n && i >= 0; rel += 17)
+                trex_wcopy_put(b, i, list[k].src + rel, rel, n - rel < 17 ? n - rel : 17);
+        }
+        CHECK(a->bytes == b->bytes && memcmp(a->b, b->b, a->bytes) == 0, "put: pieces equal one refresh");
+        CHECK(panels_equal(a->t[0].fwd, true, R1 + R3, C, f, C) && panels_equal(a->t[0].bwd, false, C, R1 + R3, f, C) &&
+                  panels_equal(a->t[2].fwd, true, R2, C2, f + (R1 + R3) * C, C2) &&
+                  panels_equal(a->t[2].bwd, false, C2, R2, f + (R1 + R3) * C, C2),
+              "put: the panels of trex_gemm_pack_b");
+        /* one piece of new values changes exactly its elements: compare with a refresh of them */
+        const int64_t i3 = trex_wcopy_index(b, list[1].src);
+        f[R1 * C + 50] = 3.0f, f[R1 * C + 51] = -2.5f;
+        trex_wcopy_put(b, i3, f + R1 * C + 50, 50, 2);
+        CHECK(memcmp(a->b, b->b, a->bytes) != 0, "put: the new values written");
+        trex_wcopy_refresh(NULL, a);
+        CHECK(memcmp(a->b, b->b, a->bytes) == 0, "put: only the new values changed");
+    }
+    trex_wcopy_destroy(a);
+    trex_wcopy_destroy(b);
+    free(f);
 }
 
 int main(void)
@@ -759,7 +871,9 @@ int main(void)
     test_tiny_layout();
     test_init();
     test_load_errors();
-    test_bf16_copies();
+    test_bf16_copies(TREX_WCOPY_ROWS);
+    test_bf16_copies(TREX_WCOPY_PANELS);
+    test_wcopy_put();
     rmdir(tmpdir);
     return check_summary();
 }

@@ -104,25 +104,44 @@ void trex_layout_count(const trex_layout *lay, const trex_config *cfg, trex_para
 
 /* ---- bf16 compute copies (docs/params.md "bf16 compute copies") ---------------------------------------
  * bf16 copies of fp32 tensors that bf16 products read many times per optimizer step (the experts'
- * w1, w3, w2): each tensor [rows, cols] becomes a bf16 matrix with rows `cols + TREX_WCOPY_PAD` apart
- * (not a power-of-two stride: the packers read 16-32 rows at once), rounded to nearest even as
- * trex_f32_to_bf16 — the bytes the GEMM's packers make of the fp32 values, so a product that reads the
- * copy gives the bits of one that rounds the fp32 tensor while packing. The copies lie in the order of
- * the list with nothing between them (an expert's w1 and w3, listed one after the other, form one
- * [2 inter, d] matrix). A copy set follows a version counter of its source (`*source`, e.g.
- * trex_weights.version): whoever changes the source bumps the counter and rewrites the copies
- * (trex_wcopy_refresh); trex_wcopy_find aborts on a copy older than its source (a stale copy is a bug). */
+ * w1, w3, w2), rounded to nearest even as trex_f32_to_bf16 — the bytes the GEMM's packers make of the
+ * fp32 values, so a product that reads a copy gives the bits of one that rounds the fp32 tensor while
+ * packing. Two layouts:
+ *   TREX_WCOPY_ROWS    each tensor [rows, cols] becomes a bf16 matrix with rows `cols + TREX_WCOPY_PAD`
+ *                      apart (not a power-of-two stride: the packers read 16-32 rows at once); the copies
+ *                      lie in the order of the list with nothing between them (an expert's w1 and w3,
+ *                      listed one after the other, form one [2 inter, d] matrix). About 2 bytes a weight.
+ *   TREX_WCOPY_PANELS  each matrix M [mrows, cols] (a tensor, or tensors stacked with `join`: an
+ *                      expert's [w1; w3]) is kept as the GEMM's packed B panels (kernels/kernels.h) of
+ *                      both products that read it: `fwd` with op(B) = M^T (x M^T: N = mrows, K = cols)
+ *                      and `bwd` with op(B) = M (dy M: N = cols, K = mrows); trex_wcopy_find_packed
+ *                      gives them as trex_gemm_packed views. No per-call packing; about 4 bytes a weight.
+ * A copy set follows a version counter of its source (`*source`, e.g. trex_weights.version): whoever
+ * changes the source bumps the counter and rewrites the copies (trex_wcopy_refresh, or trex_wcopy_put
+ * of every element); trex_wcopy_find(_packed) aborts on a copy older than its source (a stale copy is
+ * a bug). */
 #define TREX_WCOPY_PAD 32
+
+typedef enum trex_wcopy_layout { TREX_WCOPY_ROWS, TREX_WCOPY_PANELS } trex_wcopy_layout;
+
+struct trex_gemm_packed; /* kernels/kernels.h */
 
 typedef struct trex_wcopy_tensor {
     const float *src;  /* fp32 [rows, cols], row-major, rows cols apart */
     int64_t rows, cols;
-    uint16_t *dst;     /* its copy, rows cols + TREX_WCOPY_PAD apart (filled by trex_wcopy_create) */
+    uint16_t *dst;     /* ROWS: its copy, rows cols + TREX_WCOPY_PAD apart (filled by trex_wcopy_create) */
+    bool join;         /* PANELS: stacked under the previous tensor of the list (same cols) in one matrix */
+    /* PANELS, filled by trex_wcopy_create: the matrix's panels, its rows, this tensor's first row in it,
+     * and (first tensor of a matrix only, else NULL) views of the panels */
+    uint16_t *fwd, *bwd;
+    int64_t mrows, row0;
+    struct trex_gemm_packed *pf, *pb;
 } trex_wcopy_tensor;
 
 typedef struct trex_wcopy {
-    int64_t n;              /* tensors, sorted by src (their copies lie in list order) */
+    int64_t n;              /* tensors, sorted by src */
     trex_wcopy_tensor *t;
+    trex_wcopy_layout layout;
     uint16_t *b;            /* every copy, one block of `bytes` (region params of mem) */
     size_t bytes;
     trex_mem *mem;
@@ -130,22 +149,34 @@ typedef struct trex_wcopy {
     uint64_t version;       /* the source version the copies hold; UINT64_MAX before the first refresh */
 } trex_wcopy;
 
-/* Copies of the n tensors of list (distinct, non-overlapping sources), allocated but not written
- * (stale until trex_wcopy_refresh). TREX_ENOMEM with a message when out of memory. */
+/* Copies of the n tensors of list (distinct, non-overlapping sources) in the given layout, allocated but
+ * not written (stale until trex_wcopy_refresh). TREX_ENOMEM with a message when out of memory;
+ * TREX_EINVAL when a join does not match (PANELS: same cols as the previous tensor). */
 trex_code trex_wcopy_create(trex_wcopy **out, const trex_wcopy_tensor *list, int64_t n,
-                            const uint64_t *source, trex_mem *mem, trex_err *err);
+                            trex_wcopy_layout layout, const uint64_t *source, trex_mem *mem,
+                            trex_err *err);
 void trex_wcopy_destroy(trex_wcopy *c); /* NULL is a no-op */
+/* Bytes of copies of the tensors of list in a layout (what trex_wcopy_create allocates). */
+size_t trex_wcopy_bytes(const trex_wcopy_tensor *list, int64_t n, trex_wcopy_layout layout);
 /* Rewrites every copy from its source on the pool's threads (NULL: the calling thread) and records
  * the source's version. */
 void trex_wcopy_refresh(trex_pool *pool, trex_wcopy *c);
 /* Whether the copies hold the source's current version. */
 bool trex_wcopy_fresh(const trex_wcopy *c);
-/* The copy of the tensor whose fp32 values start at src (its row stride in *ld), or NULL when src is
- * not a listed tensor or c is NULL. Aborts when the copies are stale. */
+/* ROWS: the copy of the tensor whose fp32 values start at src (its row stride in *ld), or NULL when src
+ * is not a listed tensor, c is NULL or the layout is PANELS. Aborts when the copies are stale. */
 const uint16_t *trex_wcopy_find(const trex_wcopy *c, const float *src, int64_t *ld);
-/* The same for a writer that keeps the copies fresh itself (the optimizer, which writes each tensor's
- * copy in the pass that updates it): no staleness check; *cols gets the tensor's columns. */
-uint16_t *trex_wcopy_slot(const trex_wcopy *c, const float *src, int64_t *ld, int64_t *cols);
+/* PANELS: the packed B (a view over the copies) of the matrix whose first tensor starts at src: with
+ * bwd false op(B) = M^T ([cols, mrows]), with bwd true op(B) = M ([mrows, cols]); NULL when src does not
+ * start a matrix, c is NULL or the layout is ROWS. Aborts when the copies are stale. */
+const struct trex_gemm_packed *trex_wcopy_find_packed(const trex_wcopy *c, const float *src, bool bwd);
+/* For a writer that keeps the copies fresh itself (the optimizer, which writes each tensor's copy in the
+ * pass that updates it): the index of the tensor whose values start at src (-1: none), and
+ * trex_wcopy_put, which writes elements [rel, rel + len) of tensor k (row-major, from w = their new
+ * values) into its copy in either layout, on the calling thread, without a staleness check. Writes of
+ * disjoint elements write disjoint bytes of the copies (threads may write at once). */
+int64_t trex_wcopy_index(const trex_wcopy *c, const float *src);
+void trex_wcopy_put(const trex_wcopy *c, int64_t k, const float *w, int64_t rel, int64_t len);
 
 /* The weights of one model replica in memory: fp32 values in `f`, integer tables in `i`. */
 typedef struct trex_weights {
@@ -175,12 +206,14 @@ trex_code trex_weights_load(trex_weights *w, const trex_config *cfg, const char 
 trex_code trex_weights_save(const trex_weights *w, const char *path, trex_err *err);
 void trex_weights_free(trex_weights *w); /* the bf16 copies too */
 
-/* bf16 compute copies of every routed and shared expert's w1, w3, w2 (layout order, so each expert's
- * copies of w1 and w3 form one [2 inter, d] matrix), written now from f: about 2 bytes per expert
- * weight (dsv4-bench: 0.95 GiB), charged to region params. For bf16 training: enable before creating
- * the model (trex_model_create binds the copies), then call trex_weights_changed after every change of
- * f. A no-op when already enabled. TREX_ENOMEM with a message when out of memory. */
-trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_err *err);
+/* bf16 compute copies of every routed and shared expert's w1, w3, w2 (each expert's w1 and w3 form one
+ * [2 inter, d] matrix) in the given layout, written now from f: about 2 bytes per expert weight with
+ * TREX_WCOPY_ROWS (dsv4-bench: 0.99 GiB), 4 with TREX_WCOPY_PANELS (1.9 GiB), charged to region params.
+ * For bf16 training: enable before creating the model (trex_model_create binds the copies), then call
+ * trex_weights_changed after every change of f. A no-op when already enabled. TREX_ENOMEM with a
+ * message when out of memory. */
+trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_wcopy_layout layout,
+                                   trex_err *err);
 /* f has changed (an optimizer step, a load into f): bumps the version; then the bf16 copies, if any, are
  * rewritten on the pool's threads, unless copies_written says the writer already wrote every copy from
  * the new values (the optimizer's pass with trex_optimizer_set_copies). */

@@ -75,7 +75,8 @@ typedef struct trex_train_settings {
                               * JSON/flag "precision": "fp32" | "bf16"; a resumed run keeps it */
     bool weight_copies;      /* bf16: keep bf16 copies of the experts' weights, rewritten by each optimizer step
                               * (docs/params.md "bf16 compute copies"; faster MoE products, same results,
-                              * ~2 bytes per expert weight); JSON/flag "weight_copies"; default true */
+                              * ~4 bytes per expert weight as packed panels, ~2 as rows under --recompute
+                              * attention and moe); JSON/flag "weight_copies"; default true */
     trex_model_recompute recompute; /* what the forward keeps: "none" (default), "attention" / "moe" (that
                                * sub-layer's forward runs again in the backward) or "full" (the blocks'
                                * forward runs again in the backward); same results, less memory */

@@ -56,6 +56,16 @@ void trex_gemm_prepacked_a_with(const trex_kernel_table *t, trex_pool *pool, tre
                                 const trex_gemm_packed *A, trex_dtype b_in, bool tb, int64_t N,
                                 float alpha, const void *B, int64_t ldb, float beta, float *C,
                                 int64_t ldc);
+void trex_gemm_grouped_prepacked_rows_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                                           trex_dtype a_in, float alpha, float beta,
+                                           const trex_gemm_problem *probs, const int32_t *const *arows,
+                                           int64_t count);
+void trex_gemm_grouped_rows_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype in,
+                                 bool ta, bool tb, float alpha, float beta, const trex_gemm_problem *probs,
+                                 const int32_t *const *arows, const int32_t *const *brows, int64_t count);
+void trex_gemm_pack_b_range_with(const trex_kernel_table *t, uint16_t *panels, int64_t N, int64_t K,
+                                 trex_dtype in, bool tb, const void *B, int64_t ldb, int64_t n0,
+                                 int64_t n1, int64_t k0, int64_t k1);
 void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count);

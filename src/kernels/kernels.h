@@ -130,6 +130,26 @@ int64_t trex_gemm_packed_n(const trex_gemm_packed *p);
 int64_t trex_gemm_packed_k(const trex_gemm_packed *p);
 void trex_gemm_packed_free(trex_gemm_packed *p);      /* NULL is a no-op */
 
+/* Packed B in memory the caller owns (docs/kernels.md "Packed B over the caller's memory"): the panels
+ * of a weight can then live in a block of the caller's (the experts' bf16 copies) and be written a few
+ * rows at a time by whoever updates the weight (the optimizer, while the rows are in its cache).
+ * trex_gemm_packed_view_b: a trex_gemm_packed for op(B) of N columns and K rows over panels (64-byte
+ * aligned, trex_gemm_pack_b_bytes(N, K) bytes, the format of kernels/gemm_panels.h), which the caller
+ * fills and keeps alive; the GEMMs take it as any packed B, trex_gemm_packed_free frees only the header,
+ * trex_gemm_repack_b does not take it. NULL when out of memory.
+ * trex_gemm_pack_b_range: writes the part columns [n0, n1) x rows [k0, k1) of op(B) ([K, N]) into such
+ * panels, B pointing at that part's first element op(B)[k0][n0]: stored by rows of op(B) ([k][n] at
+ * B[(k - k0) * ldb + n - n0]) or, with tb, by its columns ([n][k] at B[(n - n0) * ldb + k - k0]); type
+ * in (TREX_F32, rounded as trex_f32_to_bf16, or TREX_BF16). It also writes the padding of the part's
+ * edges: the zeros past K of columns [n0, n1) when k1 == K, and of the panel's columns past N when
+ * n1 == N. So parts that tile [0, K) x [0, N) leave exactly the bytes of trex_gemm_pack_b, and disjoint
+ * parts write disjoint bytes (threads may write disjoint parts at once). Runs on the calling thread. */
+trex_gemm_packed *trex_gemm_packed_view_b(int64_t N, int64_t K, const uint16_t *panels);
+/* The panels of a packed operand (trex_gemm_pack_b_bytes(N, K) bytes), for comparisons. */
+const uint16_t *trex_gemm_packed_panels(const trex_gemm_packed *p);
+void trex_gemm_pack_b_range(uint16_t *panels, int64_t N, int64_t K, trex_dtype in, bool tb,
+                            const void *B, int64_t ldb, int64_t n0, int64_t n1, int64_t k0, int64_t k1);
+
 /* The two uses of a linear layer's fp32 weight W [out, in] (torch layout, ldw = in):
  *   TREX_LINEAR_FWD  forward y[n,out] = x W^T: op(B) = W^T (N = out, K = in);
  *   TREX_LINEAR_DX   input gradient dx[n,in] = dy W: op(B) = W (N = in, K = out).
@@ -151,6 +171,21 @@ void trex_gemm_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, boo
 void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta,
                                  float alpha, float beta, const trex_gemm_problem *probs,
                                  int64_t count);
+
+/* Operands read through row lists, with no gathered copy of them (docs/kernels.md "Operands read through
+ * a row list"): with arows (brows) non-NULL and arows[i] (brows[i]) non-NULL, row j of problem i's A (B)
+ * as stored (A: [M, K], or with ta [K, M]; B: [K, N], or with tb [N, K]) is row arows[i][j] (brows[i][j])
+ * of the buffer at A_i (B_i), lda (ldb) apart; any rows, repeats allowed. The listed rows are copied
+ * into the packing thread's cache as they are packed. Bit-identical to gathering the rows first and
+ * calling trex_gemm_grouped (trex_gemm_grouped_prepacked). For the experts' products over tokens
+ * permuted by expert: the tokens' rows of x and dy straight from x and dy.
+ * trex_gemm_grouped_prepacked_rows: A read through rows (not transposed), B pre-packed. */
+void trex_gemm_grouped_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb, float alpha,
+                            float beta, const trex_gemm_problem *probs, const int32_t *const *arows,
+                            const int32_t *const *brows, int64_t count);
+void trex_gemm_grouped_prepacked_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, float alpha,
+                                      float beta, const trex_gemm_problem *probs,
+                                      const int32_t *const *arows, int64_t count);
 
 /* ---- pre-packed A operands (a large A packed once, used by many GEMMs) ----------------------------------
  * trex_gemm_pack_a: A of type in (TREX_F32, rounded to bf16 as trex_f32_to_bf16, or TREX_BF16) stored

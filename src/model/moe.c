@@ -17,8 +17,9 @@
  * both cores share all experts and each weight is packed once per pass; each token then adds its rows
  * in expert order, which keeps y and dx in the per-expert order. The products' activation operands are
  * kept in bf16 (rounded as the packers would), the weights are read from their bf16 copies where the
- * trainer keeps them (trex_moe_w.wc, see moe_wb_get; experts with few rows take them as the A operand
- * of the forward products, see swap_piece), and SwiGLU runs through the fused-kernel table
+ * trainer keeps them (trex_moe_w.wc, see moe_wb_get: as rows, where experts with few rows take them as
+ * the A operand of the forward products, see swap_piece; or as the products' packed B panels, which no
+ * call packs again, see wb_products), and SwiGLU runs through the fused-kernel table
  * (swiglu_*_bf16: vectorised, its own exp). Math, derivations and layout: docs/moe.md. */
 #include <math.h>
 #include <stdbool.h>
@@ -561,6 +562,12 @@ typedef struct moe_wb {
     const void *sw1, *sw3, *sw2;
     int64_t ld13, ld2;                /* row strides of W1 and W3, of W2 */
     bool adj;                         /* [W1; W3] one matrix (always with the copies) */
+    /* With the copies as packed panels (TREX_WCOPY_PANELS): w1 and sw1 are the forward's [W1; W3]^T
+     * operands (trex_gemm_packed views), w2 and sw2 the forward's W2^T; b13, sb13 the backward's
+     * [W1; W3], b2, sb2 its W2 (w3, sw3 unused). Every product with a weight then runs from them. */
+    bool packed;
+    const void **b13, **b2;           /* [E] */
+    const void *sb13, *sb2;
 } moe_wb;
 
 /* Fills wb (arrays of E pointers from ar, which the caller rewinds) for weights w; false when out of
@@ -568,11 +575,35 @@ typedef struct moe_wb {
 static bool moe_wb_get(moe_wb *wb, trex_arena *ar, const trex_moe_w *w, int64_t E, int64_t I,
                        int64_t d)
 {
-    const void **p = trex_arena_alloc_uninit(ar, (size_t)(3 * E) * sizeof *p);
+    const void **p = trex_arena_alloc_uninit(ar, (size_t)(5 * E) * sizeof *p);
     if (!p)
         return false;
-    *wb = (moe_wb){.w1 = p, .w3 = p + E, .w2 = p + 2 * E};
-    bool ok = w->wc != NULL;
+    *wb = (moe_wb){.w1 = p, .w3 = p + E, .w2 = p + 2 * E, .b13 = p + 3 * E, .b2 = p + 4 * E};
+    if (w->wc && w->wc->layout == TREX_WCOPY_PANELS) {
+        bool ok = true;
+        for (int64_t e = -1; e < E && ok; e++) {
+            const float *s1 = e < 0 ? w->sw1 : w->w1[e], *s2 = e < 0 ? w->sw2 : w->w2[e];
+            const float *s3 = e < 0 ? w->sw3 : w->w3[e];
+            const trex_gemm_packed *f13 = trex_wcopy_find_packed(w->wc, s1, false);
+            const trex_gemm_packed *b13 = trex_wcopy_find_packed(w->wc, s1, true);
+            const trex_gemm_packed *f2 = trex_wcopy_find_packed(w->wc, s2, false);
+            const trex_gemm_packed *b2 = trex_wcopy_find_packed(w->wc, s2, true);
+            /* [W1; W3] one matrix of the copies: w3 stacked under w1 */
+            const int64_t k1 = trex_wcopy_index(w->wc, s1), k3 = trex_wcopy_index(w->wc, s3);
+            ok = f13 && b13 && f2 && b2 && trex_gemm_packed_n(f13) == 2 * I && trex_gemm_packed_k(f13) == d &&
+                 trex_gemm_packed_n(f2) == d && trex_gemm_packed_k(f2) == I && k3 >= 0 &&
+                 w->wc->t[k3].fwd == w->wc->t[k1].fwd && w->wc->t[k3].row0 == I;
+            if (e < 0)
+                wb->sw1 = f13, wb->sb13 = b13, wb->sw2 = f2, wb->sb2 = b2;
+            else
+                wb->w1[e] = f13, wb->b13[e] = b13, wb->w2[e] = f2, wb->b2[e] = b2;
+        }
+        if (ok) {
+            wb->dt = TREX_BF16, wb->adj = true, wb->packed = true;
+            return true;
+        }
+    }
+    bool ok = w->wc != NULL && w->wc->layout == TREX_WCOPY_ROWS;
     if (ok) {
         int64_t l1, l3, l2;
         const uint16_t *b1 = trex_wcopy_find(w->wc, w->sw1, &l1);
@@ -600,6 +631,18 @@ static bool moe_wb_get(moe_wb *wb, trex_arena *ar, const trex_moe_w *w, int64_t 
     return true;
 }
 
+/* One grouped call of products with the weights as B (bf16 A, not transposed; tb: B stored [N, K]):
+ * from the packed panels when wb has them (probs' B are then their views), else from the copies or the
+ * fp32 weights. */
+static void wb_products(trex_pool *pool, trex_gemm_ws *gws, const moe_wb *wb, bool tb,
+                        const trex_gemm_problem *probs, int64_t np)
+{
+    if (wb->packed)
+        trex_gemm_grouped_prepacked(pool, gws, TREX_BF16, false, 1.0f, 0.0f, probs, np);
+    else
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, wb->dt, false, tb, 1.0f, 0.0f, probs, np);
+}
+
 /* The problems of a | u = x [W1; W3]^T over the pieces of pl: C = au (rows lau apart, a in columns
  * [0, I), u in [I, 2I)), A = xg (bf16, lda), B = w1, w3 (ldb). Returns the count. */
 static int64_t pieces_w13_fwd(trex_gemm_problem *probs, const piece_list *pl, const void *const *w1,
@@ -623,6 +666,58 @@ static int64_t pieces_w13_wgrad(trex_gemm_problem *probs, const piece_list *pl, 
         return pieces_wgrad(probs, pl, g1, 2 * I, d, dadu, la, xg, lx);
     const int64_t np = pieces_wgrad(probs, pl, g1, I, d, dadu, la, xg, lx);
     return np + pieces_wgrad(probs + np, pl, g3, I, d, dadu + I, la, xg, lx);
+}
+
+/* Problems built over a pass's gathered rows at g ([n, ld]: row r of the pass at g + r ld) made to read
+ * the rows of base instead, through the tokens of the pass's permuted rows (tok, from the pass's first
+ * row): in each problem the operand that points into g (A, or B for the few-rows swap's x^T) becomes
+ * base and its row list tok + r goes to arl or brl, the other list's entry NULL
+ * (trex_gemm_grouped_rows, trex_gemm_grouped_prepacked_rows). */
+static void rows_rebase(trex_gemm_problem *probs, int64_t np, const uint16_t *g, int64_t n, int64_t ld,
+                        const uint16_t *base, const int32_t *tok, const int32_t **arl, const int32_t **brl)
+{
+    const uintptr_t g0 = (uintptr_t)g, g1 = (uintptr_t)(g + n * ld);
+    for (int64_t i = 0; i < np; i++) {
+        const bool a = (uintptr_t)probs[i].A >= g0 && (uintptr_t)probs[i].A < g1;
+        const uintptr_t at = (uintptr_t)(a ? probs[i].A : probs[i].B);
+        TREX_ASSERT(at >= g0 && at < g1);
+        const int32_t *list = tok + (int64_t)((at - g0) / sizeof *g) / ld;
+        arl[i] = a ? list : NULL;
+        brl[i] = a ? NULL : list;
+        if (a)
+            probs[i].A = base;
+        else
+            probs[i].B = base;
+    }
+}
+
+/* tok[p] = perm[p] / K for the N K permuted rows, and two row-list arrays of 2E, from ar; false (nothing
+ * kept) when the arena has no room. */
+static bool rows_tokens(trex_arena *ar, const trex_moe_cache *c, int32_t **tok, const int32_t ***arl,
+                        const int32_t ***brl)
+{
+    const int64_t n = c->N * c->K;
+    *tok = trex_arena_alloc_uninit(ar, (size_t)(n > 0 ? n : 1) * sizeof **tok);
+    *arl = trex_arena_alloc_uninit(ar, (size_t)(4 * c->E) * sizeof **arl);
+    if (!*tok || !*arl)
+        return false;
+    *brl = *arl + 2 * c->E;
+    for (int64_t p = 0; p < n; p++)
+        (*tok)[p] = c->perm[p] / (int32_t)c->K;
+    return true;
+}
+
+/* wb_products with operands read through row lists (arl for A, brl for B; rows_rebase): from packed
+ * panels (only A lists), else from the bf16 copies. */
+static void wb_products_rows(trex_pool *pool, trex_gemm_ws *gws, const moe_wb *wb, bool tb,
+                             const trex_gemm_problem *probs, const int32_t *const *arl,
+                             const int32_t *const *brl, int64_t np)
+{
+    TREX_ASSERT(wb->dt == TREX_BF16);
+    if (wb->packed)
+        trex_gemm_grouped_prepacked_rows(pool, gws, TREX_BF16, 1.0f, 0.0f, probs, arl, np);
+    else
+        trex_gemm_grouped_rows(pool, gws, TREX_BF16, false, tb, 1.0f, 0.0f, probs, arl, brl, np);
 }
 
 
@@ -780,8 +875,9 @@ static void w13_backward_dx(trex_pool *pool, trex_gemm_ws *gws, const moe_wb *wb
                             const uint16_t *dadu, int64_t la, float *dxg, int64_t I, int64_t d)
 {
     if (wb->dt == TREX_BF16) {
-        const int64_t np = pieces_fwd(probs, pl, wb->w1, d, 2 * I, dadu, la, wb->ld13, dxg, d, NULL, NULL);
-        trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, np);
+        const int64_t np = pieces_fwd(probs, pl, wb->packed ? wb->b13 : wb->w1, d, 2 * I, dadu, la, wb->ld13,
+                                      dxg, d, NULL, NULL);
+        wb_products(pool, gws, wb, false, probs, np);
         return;
     }
     pass_pieces *pp = &ws->pp;
@@ -828,7 +924,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
     /* C^T of the swapped pieces (a | u, then W2's outputs): only with the weights' bf16 copies; none
      * when the arena has no room (the products then run as usual, with the same bits). */
     float *st = NULL;
-    if (bt == TREX_BF16) {
+    if (bt == TREX_BF16 && !wb->packed) { /* (from packed panels the weights need no packing) */
         const int64_t rs = swap_rows_max(c->off, E, N * K, C);
         st = rs > 0 ? trex_arena_alloc_uninit(ar, (size_t)(rs * (2 * I > d ? 2 * I : d)) * sizeof(float))
                     : NULL;
@@ -841,22 +937,34 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
         float *a = keep ? c->sa + r0 * lau : sa;
         int64_t np = pieces_w13_fwd(probs, &sp, &wb->sw1, &wb->sw3, wb->adj, I, d, xb + r0 * d, d,
                                     wb->ld13, a, lau, NULL, NULL);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
+        wb_products(pool, gws, wb, true, probs, np);
         swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .I = I, .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
         probs[0] = (trex_gemm_problem){n, d, I, hg, I, wb->sw2, wb->ld2, y + r0 * d, d};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, 1);
+        wb_products(pool, gws, wb, true, probs, 1);
     }
+    /* With the bf16 copies, a | u reads x's rows through the tokens of the permuted rows (no gathered
+     * copy; trex_gemm_grouped_rows); from the fp32 weights they are gathered into xg. */
+    int32_t *tok = NULL;
+    const int32_t **arl = NULL, **brl = NULL;
+    if (bt == TREX_BF16 && !rows_tokens(ar, c, &tok, &arl, &brl))
+        tok = NULL;
     for (int64_t p0 = 0; p0 < N * K; p0 += C) {
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
         float *a = keep ? c->a + p0 * lau : c->a;
-        gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t), d};
-        trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
-        int64_t np = pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a, lau,
-                                    st, &sw);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
+        int64_t np;
+        if (tok) {
+            np = pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a, lau, st, &sw);
+            rows_rebase(probs, np, xg, n, d, xb, tok + p0, arl, brl);
+            wb_products_rows(pool, gws, wb, true, probs, arl, brl, np);
+        } else {
+            gather_args ga = {perm, K, d, xb, NULL, xg, NULL, sizeof(uint16_t), d};
+            trex_pool_for(pool, n, grain_for(d / 2), gather_rows, &ga);
+            np = pieces_w13_fwd(probs, &pl, wb->w1, wb->w3, wb->adj, I, d, xg, d, wb->ld13, a, lau, st, &sw);
+            wb_products(pool, gws, wb, true, probs, np);
+        }
         if (st)
             swap_back(pool, &sw);
         swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .perm = perm, .gw = c->gw, .I = I,
@@ -864,7 +972,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
         /* outputs over the inputs */
         np = pieces_fwd(probs, &pl, wb->w2, d, I, hg, I, wb->ld2, og, d, st, &sw);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, bt, false, true, 1.0f, 0.0f, probs, np);
+        wb_products(pool, gws, wb, true, probs, np);
         if (st)
             swap_back(pool, &sw);
         combine_args cb = {c->spos, og, y, K, d, p0, p0 + n};
@@ -1267,36 +1375,64 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
         swiglu16_args sg = {.f = f, .a = c->sa + r0 * lau, .u = c->su + r0 * lau, .h = hg, .dh = dhg,
                             .da = dadu, .du = dadu + I, .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I]); SwiGLU backward and h; dW2 += dy^T h */
-        probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, wb.sw2, wb.ld2, dhg, I};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, wb.dt, false, false, 1.0f, 0.0f, probs, 1);
+        probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, wb.packed ? wb.sb2 : wb.sw2, wb.ld2, dhg, I};
+        wb_products(pool, gws, &wb, false, probs, 1);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I};
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 1);
         int64_t np = pieces_w13_wgrad(probs, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx);
         trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
-        probs[0] = copies ? (trex_gemm_problem){n, d, 2 * I, dadu, la, wb.sw1, wb.ld13, dx + r0 * d, d}
+        probs[0] = copies ? (trex_gemm_problem){n, d, 2 * I, dadu, la, wb.packed ? wb.sb13 : wb.sw1, wb.ld13,
+                                                dx + r0 * d, d}
                           : (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d};
-        trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, 1);
+        if (copies)
+            wb_products(pool, gws, &wb, false, probs, 1);
+        else
+            trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, 1);
     }
 
+    /* With the bf16 copies the products read x's and dy's rows through the tokens of the permuted rows
+     * (trex_gemm_grouped_rows: no gathered copies); from the fp32 weights they are gathered into xg and
+     * dyg. */
+    int32_t *tok = NULL;
+    const int32_t **arl = NULL, **brl = NULL;
+    if (copies && !rows_tokens(ar, c, &tok, &arl, &brl))
+        tok = NULL;
     for (int64_t p0 = 0; p0 < N * K; p0 += C) {
         const int64_t n = N * K - p0 < C ? N * K - p0 : C;
         const piece_list pl = {c->off, E, p0, p0 + n};
         const int32_t *perm = c->perm + p0;
-        gather_args ga = {perm, K, d, xb, dyb, xg, dyg, sizeof(uint16_t), lx};
-        trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
+        if (!tok) {
+            gather_args ga = {perm, K, d, xb, dyb, xg, dyg, sizeof(uint16_t), lx};
+            trex_pool_for(pool, n, grain_for(d), gather_rows, &ga);
+        }
         swiglu16_args sg = {.f = f, .a = c->a + p0 * lau, .u = c->u + p0 * lau, .h = hg, .dh = dhg,
                             .da = dadu, .du = dadu + I, .perm = perm, .gw = c->gw, .dg = dg,
                             .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I] is op(B) as stored); SwiGLU backward and h; dW2 += dy^T h. */
-        int64_t np = pieces_fwd(probs, &pl, wb.w2, I, d, dyg, lx, wb.ld2, dhg, I, NULL, NULL);
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, wb.dt, false, false, 1.0f, 0.0f, probs, np);
+        int64_t np = pieces_fwd(probs, &pl, wb.packed ? wb.b2 : wb.w2, I, d, dyg, lx, wb.ld2, dhg, I, NULL, NULL);
+        if (tok) {
+            rows_rebase(probs, np, dyg, n, lx, dyb, tok + p0, arl, brl);
+            wb_products_rows(pool, gws, &wb, false, probs, arl, brl, np);
+        } else {
+            wb_products(pool, gws, &wb, false, probs, np);
+        }
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, lx, hg, I);
-        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        if (tok) {
+            rows_rebase(probs, np, dyg, n, lx, dyb, tok + p0, arl, brl);
+            trex_gemm_grouped_rows(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, arl, NULL, np);
+        } else {
+            trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        }
         /* [dW1; dW3] += [da du]^T x; dx = [da du] [W1; W3] (over xg and dyg, spent). */
         np = pieces_w13_wgrad(probs, &pl, g->w1, g->w3, gadj, I, d, dadu, la, xg, lx);
-        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        if (tok) {
+            rows_rebase(probs, np, xg, n, lx, xb, tok + p0, arl, brl);
+            trex_gemm_grouped_rows(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, NULL, brl, np);
+        } else {
+            trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        }
         w13_backward_dx(pool, gws, &wb, &pl, &ws, probs, dadu, la, dxg, I, d);
         combine_args cb = {c->spos, dxg, dx, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);

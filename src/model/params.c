@@ -647,6 +647,12 @@ void trex_weights_free(trex_weights *w)
 
 /* ---- bf16 compute copies ----------------------------------------------------------------------- */
 
+static bool name_ends(const char *name, const char *suffix)
+{
+    const size_t n = strlen(name), m = strlen(suffix);
+    return n >= m && strcmp(name + n - m, suffix) == 0;
+}
+
 static int cmp_src(const void *a, const void *b)
 {
     const uintptr_t x = (uintptr_t)((const trex_wcopy_tensor *)a)->src;
@@ -654,36 +660,84 @@ static int cmp_src(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-trex_code trex_wcopy_create(trex_wcopy **out, const trex_wcopy_tensor *list, int64_t n,
-                            const uint64_t *source, trex_mem *mem, trex_err *err)
+/* Elements of the copy of list[k] in a layout: ROWS its rows; PANELS both panel sets of the matrix it
+ * starts (0 for a joined tensor). mrows: the rows of that matrix. */
+static size_t wcopy_elems(const trex_wcopy_tensor *list, int64_t n, int64_t k, trex_wcopy_layout layout,
+                          int64_t *mrows)
 {
-    TREX_ASSERT(out && (list || n == 0) && n >= 0 && source);
-    *out = NULL;
-    trex_wcopy *c = calloc(1, sizeof *c);
-    trex_wcopy_tensor *t = calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+    *mrows = list[k].rows;
+    if (layout == TREX_WCOPY_ROWS)
+        return (size_t)(list[k].rows * (list[k].cols + TREX_WCOPY_PAD));
+    if (list[k].join && k > 0)
+        return 0;
+    for (int64_t j = k + 1; j < n && list[j].join; j++)
+        *mrows += list[j].rows;
+    return (trex_gemm_pack_b_bytes(*mrows, list[k].cols) + trex_gemm_pack_b_bytes(list[k].cols, *mrows)) / 2;
+}
+
+size_t trex_wcopy_bytes(const trex_wcopy_tensor *list, int64_t n, trex_wcopy_layout layout)
+{
     size_t elems = 0;
+    int64_t mrows;
+    for (int64_t k = 0; k < n; k++)
+        elems += wcopy_elems(list, n, k, layout, &mrows);
+    return elems * sizeof(uint16_t);
+}
+
+trex_code trex_wcopy_create(trex_wcopy **out, const trex_wcopy_tensor *list, int64_t n,
+                            trex_wcopy_layout layout, const uint64_t *source, trex_mem *mem,
+                            trex_err *err)
+{
+    TREX_ASSERT(out && (list || n == 0) && n >= 0 && source &&
+                (layout == TREX_WCOPY_ROWS || layout == TREX_WCOPY_PANELS));
+    *out = NULL;
     for (int64_t k = 0; k < n; k++) {
         TREX_ASSERT(list[k].src && list[k].rows >= 0 && list[k].cols >= 0);
-        elems += (size_t)(list[k].rows * (list[k].cols + TREX_WCOPY_PAD));
+        if (layout == TREX_WCOPY_PANELS && list[k].join && (k == 0 || list[k - 1].cols != list[k].cols))
+            return trex_err_set(err, TREX_EINVAL,
+                                "bf16 weight copies: tensor %" PRId64 " of the list is joined to %s", k,
+                                k == 0 ? "nothing (it is the first)" : "a tensor of other columns");
     }
-    uint16_t *b = c && t ? trex_mem_alloc(mem, TREX_REGION_PARAMS, elems * sizeof *b) : NULL;
-    if (!b) {
+    const size_t bytes = trex_wcopy_bytes(list, n, layout);
+    trex_wcopy *c = calloc(1, sizeof *c);
+    trex_wcopy_tensor *t = calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+    uint16_t *b = c && t ? trex_mem_alloc(mem, TREX_REGION_PARAMS, bytes) : NULL;
+    bool ok = b != NULL;
+    size_t at = 0;
+    for (int64_t k = 0; k < n && ok; k++) { /* copies in list order */
+        int64_t mrows;
+        const size_t e = wcopy_elems(list, n, k, layout, &mrows);
+        t[k] = list[k];
+        t[k].dst = NULL, t[k].fwd = t[k].bwd = NULL, t[k].pf = t[k].pb = NULL;
+        t[k].mrows = mrows, t[k].row0 = 0;
+        if (layout == TREX_WCOPY_ROWS) {
+            t[k].dst = b + at;
+        } else if (!list[k].join) { /* a matrix starts here: panels 64-byte aligned */
+            t[k].fwd = b + at;
+            t[k].bwd = b + at + trex_gemm_pack_b_bytes(mrows, list[k].cols) / 2;
+            t[k].pf = trex_gemm_packed_view_b(mrows, list[k].cols, t[k].fwd);
+            t[k].pb = trex_gemm_packed_view_b(list[k].cols, mrows, t[k].bwd);
+            ok = t[k].pf && t[k].pb;
+        } else {
+            t[k].fwd = t[k - 1].fwd, t[k].bwd = t[k - 1].bwd, t[k].mrows = t[k - 1].mrows;
+            t[k].row0 = t[k - 1].row0 + t[k - 1].rows;
+        }
+        at += e;
+    }
+    if (!ok) {
+        for (int64_t k = 0; t && k < n; k++)
+            trex_gemm_packed_free(t[k].pf), trex_gemm_packed_free(t[k].pb);
+        trex_mem_free(mem, TREX_REGION_PARAMS, b);
         free(c);
         free(t);
         return trex_err_set(err, TREX_ENOMEM, "out of memory allocating %.2f GiB of bf16 weight copies; use "
                             "a smaller config or a machine with more memory",
-                            (double)elems * 2 / (1024.0 * 1024 * 1024));
-    }
-    size_t at = 0;
-    for (int64_t k = 0; k < n; k++) { /* copies in list order */
-        t[k] = list[k];
-        t[k].dst = b + at;
-        at += (size_t)(list[k].rows * (list[k].cols + TREX_WCOPY_PAD));
+                            (double)bytes / (1024.0 * 1024 * 1024));
     }
     qsort(t, (size_t)n, sizeof *t, cmp_src);
     for (int64_t k = 0; k + 1 < n; k++)
         TREX_ASSERT(t[k].src + t[k].rows * t[k].cols <= t[k + 1].src); /* no overlaps */
-    *c = (trex_wcopy){n, t, b, elems * sizeof *b, mem, source, UINT64_MAX};
+    *c = (trex_wcopy){n, t, layout, b, bytes, mem, source, UINT64_MAX};
     *out = c;
     return TREX_OK;
 }
@@ -692,21 +746,65 @@ void trex_wcopy_destroy(trex_wcopy *c)
 {
     if (!c)
         return;
+    for (int64_t k = 0; k < c->n; k++)
+        trex_gemm_packed_free(c->t[k].pf), trex_gemm_packed_free(c->t[k].pb);
     trex_mem_free(c->mem, TREX_REGION_PARAMS, c->b);
     free(c->t);
     free(c);
 }
 
-/* Tensors [k0, k1) of the copy set, row by row. */
+/* Rows [r0, r1) of tensor t, at their columns [c0, c1) (from w = element (r0, c0); rows t->cols
+ * apart), into both panel sets of its matrix. */
+static void wcopy_put_panels(const trex_wcopy_tensor *t, const float *w, int64_t r0, int64_t r1, int64_t c0,
+                             int64_t c1)
+{
+    const int64_t m0 = t->row0 + r0, m1 = t->row0 + r1;
+    /* fwd: op(B)^T = M, [n = matrix row][k = column], stored by n (tb) */
+    trex_gemm_pack_b_range(t->fwd, t->mrows, t->cols, TREX_F32, true, w, t->cols, m0, m1, c0, c1);
+    /* bwd: op(B) = M, [k = matrix row][n = column], stored by k */
+    trex_gemm_pack_b_range(t->bwd, t->cols, t->mrows, TREX_F32, false, w, t->cols, c0, c1, m0, m1);
+}
+
+void trex_wcopy_put(const trex_wcopy *c, int64_t k, const float *w, int64_t rel, int64_t len)
+{
+    TREX_ASSERT(c && k >= 0 && k < c->n && rel >= 0 && len >= 0);
+    const trex_wcopy_tensor *t = &c->t[k];
+    const int64_t cols = t->cols;
+    TREX_ASSERT(rel + len <= t->rows * cols);
+    if (len == 0)
+        return;
+    int64_t r = rel / cols, col = rel - r * cols;
+    if (c->layout == TREX_WCOPY_ROWS) {
+        for (int64_t done = 0; done < len; r++, col = 0) {
+            const int64_t m = cols - col < len - done ? cols - col : len - done;
+            trex_cvt_f32_bf16(t->dst + r * (cols + TREX_WCOPY_PAD) + col, w + done, m);
+            done += m;
+        }
+        return;
+    }
+    const int64_t end = rel + len, re = end / cols, ce = end - re * cols;
+    if (col > 0) { /* the first row's tail (or a part inside one row) */
+        const int64_t c1 = r == re ? ce : cols;
+        wcopy_put_panels(t, w, r, r + 1, col, c1);
+        w += c1 - col;
+        if (r == re)
+            return;
+        r++;
+    }
+    if (re > r) /* whole rows */
+        wcopy_put_panels(t, w, r, re, 0, cols);
+    w += (re - r) * cols;
+    if (ce > 0) /* the last row's head */
+        wcopy_put_panels(t, w, re, re + 1, 0, ce);
+}
+
+/* Tensors [k0, k1) of the copy set. */
 static void wcopy_tensors(void *arg, int64_t k0, int64_t k1, int tid)
 {
     (void)tid;
     const trex_wcopy *c = arg;
-    for (int64_t k = k0; k < k1; k++) {
-        const trex_wcopy_tensor *t = &c->t[k];
-        for (int64_t r = 0; r < t->rows; r++)
-            trex_cvt_f32_bf16(t->dst + r * (t->cols + TREX_WCOPY_PAD), t->src + r * t->cols, t->cols);
-    }
+    for (int64_t k = k0; k < k1; k++)
+        trex_wcopy_put(c, k, c->t[k].src, 0, c->t[k].rows * c->t[k].cols);
 }
 
 void trex_wcopy_refresh(trex_pool *pool, trex_wcopy *c)
@@ -721,9 +819,10 @@ bool trex_wcopy_fresh(const trex_wcopy *c)
     return c && c->version == *c->source;
 }
 
-/* The index of the tensor whose values start at src, or -1. */
-static int64_t wcopy_index(const trex_wcopy *c, const float *src)
+int64_t trex_wcopy_index(const trex_wcopy *c, const float *src)
 {
+    if (!c)
+        return -1;
     int64_t lo = 0, hi = c->n;
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
@@ -735,15 +834,20 @@ static int64_t wcopy_index(const trex_wcopy *c, const float *src)
     return lo < c->n && c->t[lo].src == src ? lo : -1;
 }
 
-const uint16_t *trex_wcopy_find(const trex_wcopy *c, const float *src, int64_t *ld)
+static void wcopy_check_fresh(const trex_wcopy *c)
 {
-    if (!c)
-        return NULL;
     if (c->version != *c->source)
         TREX_ABORT("bf16 weight copies are stale (they hold version %llu of their source, which is at "
                    "%llu): whoever changed the weights must call trex_weights_changed",
                    (unsigned long long)c->version, (unsigned long long)*c->source);
-    const int64_t k = wcopy_index(c, src);
+}
+
+const uint16_t *trex_wcopy_find(const trex_wcopy *c, const float *src, int64_t *ld)
+{
+    if (!c || c->layout != TREX_WCOPY_ROWS)
+        return NULL;
+    wcopy_check_fresh(c);
+    const int64_t k = trex_wcopy_index(c, src);
     if (k < 0)
         return NULL;
     if (ld)
@@ -751,17 +855,19 @@ const uint16_t *trex_wcopy_find(const trex_wcopy *c, const float *src, int64_t *
     return c->t[k].dst;
 }
 
-uint16_t *trex_wcopy_slot(const trex_wcopy *c, const float *src, int64_t *ld, int64_t *cols)
+const struct trex_gemm_packed *trex_wcopy_find_packed(const trex_wcopy *c, const float *src, bool bwd)
 {
-    const int64_t k = c ? wcopy_index(c, src) : -1;
+    if (!c || c->layout != TREX_WCOPY_PANELS)
+        return NULL;
+    wcopy_check_fresh(c);
+    const int64_t k = trex_wcopy_index(c, src);
     if (k < 0)
         return NULL;
-    *ld = c->t[k].cols + TREX_WCOPY_PAD;
-    *cols = c->t[k].cols;
-    return c->t[k].dst;
+    return bwd ? c->t[k].pb : c->t[k].pf;
 }
 
-trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_err *err)
+trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_wcopy_layout layout,
+                                   trex_err *err)
 {
     TREX_ASSERT(w && w->f);
     if (w->bf16)
@@ -780,9 +886,14 @@ trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_err *e
         if (p->kind != TREX_P_EXPERT && p->kind != TREX_P_SHARED_EXPERT)
             continue;
         TREX_ASSERT(p->ndim == 2 && !p->is_int);
-        list[n++] = (trex_wcopy_tensor){w->f + p->offset, p->shape[0], p->shape[1], NULL};
+        /* an expert's w3 right after its w1 (layout order): one [W1; W3] matrix */
+        const bool join = n > 0 && list[n - 1].src + list[n - 1].rows * list[n - 1].cols == w->f + p->offset &&
+                          list[n - 1].cols == p->shape[1] && name_ends(lay->params[k - 1].name, ".w1.weight") &&
+                          name_ends(p->name, ".w3.weight");
+        list[n++] = (trex_wcopy_tensor){
+            .src = w->f + p->offset, .rows = p->shape[0], .cols = p->shape[1], .join = join};
     }
-    trex_code rc = trex_wcopy_create(&w->bf16, list, n, &w->version, w->mem, err);
+    trex_code rc = trex_wcopy_create(&w->bf16, list, n, layout, &w->version, w->mem, err);
     free(list);
     if (rc != TREX_OK) {
         trex_err_prefix(err, "config %s", w->cfg->name);

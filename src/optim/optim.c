@@ -61,11 +61,11 @@ struct trex_optimizer {
     double *chunk_sq;   /* [n_chunks] sums of squares (TREX_REGION_BUFFERS) */
     int64_t *chunk_bad; /* [n_chunks] NaN/Inf counts */
 
-    /* bf16 copies written by the step (trex_optimizer_set_copies): per tensor its copy (NULL: none),
-     * the copy's row stride and the tensor's columns; copy_base is the params buffer they follow. */
+    /* bf16 copies written by the step (trex_optimizer_set_copies): the copy set, per tensor its index
+     * in it (-1: none); copy_base is the params buffer they follow. */
     const float *copy_base;
-    uint16_t **copy_dst;
-    int64_t *copy_ld, *copy_cols;
+    const trex_wcopy *copies;
+    int64_t *copy_idx;
 };
 
 /* ---- settings ---------------------------------------------------------------------------------- */
@@ -484,9 +484,7 @@ static void free_plan(trex_optimizer *o)
     free(o->ws);
     free(o->chunks);
     free(o->adam);
-    free(o->copy_dst);
-    free(o->copy_ld);
-    free(o->copy_cols);
+    free(o->copy_idx);
 }
 
 void trex_optimizer_destroy(trex_optimizer *o)
@@ -687,28 +685,25 @@ fail:
 trex_code trex_optimizer_set_copies(trex_optimizer *o, const float *params, const trex_wcopy *c, trex_err *err)
 {
     TREX_ASSERT(o && (params || !c));
-    free(o->copy_dst);
-    free(o->copy_ld);
-    free(o->copy_cols);
-    o->copy_dst = NULL, o->copy_ld = o->copy_cols = NULL, o->copy_base = NULL;
+    free(o->copy_idx);
+    o->copy_idx = NULL, o->copies = NULL, o->copy_base = NULL;
     if (!c)
         return TREX_OK;
     const trex_layout *lay = o->lay;
     const int64_t n = lay->count > 0 ? lay->count : 1;
-    uint16_t **dst = calloc((size_t)n, sizeof *dst);
-    int64_t *ld = calloc((size_t)n, sizeof *ld), *cols = calloc((size_t)n, sizeof *cols);
-    if (!dst || !ld || !cols) {
-        free(dst), free(ld), free(cols);
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    if (!idx)
         return trex_err_set(err, TREX_ENOMEM, "optimizer: out of memory for the bf16 copies' table");
-    }
     int64_t found = 0;
     for (int64_t k = 0; k < lay->count; k++) {
         const trex_param *p = &lay->params[k];
-        if (p->is_int || !(dst[k] = trex_wcopy_slot(c, params + p->offset, &ld[k], &cols[k])))
+        if ((idx[k] = p->is_int ? -1 : trex_wcopy_index(c, params + p->offset)) < 0)
             continue;
         found++;
-        if ((trex_optim_group)o->group[k] == TREX_GROUP_FROZEN || p->ndim != 2 || cols[k] != p->shape[1]) {
-            free(dst), free(ld), free(cols);
+        const trex_wcopy_tensor *ct = &c->t[idx[k]];
+        if ((trex_optim_group)o->group[k] == TREX_GROUP_FROZEN || p->ndim != 2 || ct->cols != p->shape[1] ||
+            ct->rows != p->shape[0]) {
+            free(idx);
             return trex_err_set(err, TREX_EINVAL,
                                 "optimizer: tensor '%s' has a bf16 copy the step cannot write (not updated by "
                                 "the optimizer, or not its [%" PRId64 ", %" PRId64 "] matrix)",
@@ -716,13 +711,13 @@ trex_code trex_optimizer_set_copies(trex_optimizer *o, const float *params, cons
         }
     }
     if (found != c->n) {
-        free(dst), free(ld), free(cols);
+        free(idx);
         return trex_err_set(err, TREX_EINVAL,
                             "optimizer: %" PRId64 " of %" PRId64 " bf16 copies are not of parameter tensors "
                             "of this layout; the step could not keep them fresh",
                             c->n - found, c->n);
     }
-    o->copy_dst = dst, o->copy_ld = ld, o->copy_cols = cols, o->copy_base = params;
+    o->copy_idx = idx, o->copies = c, o->copy_base = params;
     return TREX_OK;
 }
 
@@ -878,19 +873,12 @@ typedef struct step_task {
 } step_task;
 
 /* Elements [rel, rel + len) of parameter k, just written at w (= its element rel), to its bf16 copy
- * (rows copy_ld apart), if it has one: while the chunk is in cache, so the copies cost no pass over the
- * weights of their own (trex_optimizer_set_copies). */
+ * (either layout: trex_wcopy_put), if it has one: while the chunk is in cache, so the copies cost no
+ * pass over the weights of their own (trex_optimizer_set_copies). */
 static void copy_out(const trex_optimizer *o, int64_t k, const float *w, int64_t rel, int64_t len)
 {
-    if (!o->copy_dst || !o->copy_dst[k])
-        return;
-    const int64_t cols = o->copy_cols[k], ld = o->copy_ld[k];
-    int64_t r = rel / cols, c = rel - r * cols;
-    for (int64_t done = 0; done < len; r++, c = 0) {
-        const int64_t n = cols - c < len - done ? cols - c : len - done;
-        trex_cvt_f32_bf16(o->copy_dst[k] + r * ld + c, w + done, n);
-        done += n;
-    }
+    if (o->copy_idx && o->copy_idx[k] >= 0)
+        trex_wcopy_put(o->copies, o->copy_idx[k], w, rel, len);
 }
 
 /* AdamW over chunks [c0, c1) with the adamw kernel (kernels/kernels.h: one fused pass reading w, m, v
@@ -962,7 +950,7 @@ static void step_scaled(trex_optimizer *o, trex_pool *pool, float *params, const
                         double lr)
 {
     TREX_ASSERT(o && params && grads);
-    TREX_ASSERT(!o->copy_dst || params == o->copy_base); /* the copies follow this buffer */
+    TREX_ASSERT(!o->copy_idx || params == o->copy_base); /* the copies follow this buffer */
     TREX_ASSERT(lr >= 0 && isfinite(lr));
     o->step++;
     step_task t = {

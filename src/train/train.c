@@ -284,9 +284,15 @@ static trex_code setup_step(trainer *t, trex_err *err)
     t->weight_decay = os.weight_decay;
     TREX_TRY(trex_optimizer_create(&t->opt, lay, &t->cfg, &os, trex_pool_size(t->pool), &t->mem, err));
     /* bf16 products read bf16 copies of the experts' weights, rewritten after every change of the
-     * weights (trex_weights_changed below; docs/params.md "bf16 compute copies") */
+     * weights (trex_weights_changed below; docs/params.md "bf16 compute copies"): as packed panels of
+     * both products (2 bytes per weight more) under --recompute none and full, as rows under attention
+     * and moe, whose dsv4-bench T = 4096 peaks have no room for them */
     if (s->compute == TREX_BF16 && s->weight_copies) {
-        TREX_TRY(trex_weights_bf16_enable(t->pool, &t->w, err));
+        const trex_wcopy_layout wl = s->recompute == TREX_MODEL_RECOMPUTE_ATTENTION ||
+                                             s->recompute == TREX_MODEL_RECOMPUTE_MOE
+                                         ? TREX_WCOPY_ROWS
+                                         : TREX_WCOPY_PANELS;
+        TREX_TRY(trex_weights_bf16_enable(t->pool, &t->w, wl, err));
         TREX_TRY(trex_optimizer_set_copies(t->opt, t->w.f, t->w.bf16, err)); /* written by each step */
     }
     TREX_TRY(trex_model_create(&t->model, &t->w, t->pool, &t->mem, err));

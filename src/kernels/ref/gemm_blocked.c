@@ -29,9 +29,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
 #include "trex/status.h"
+#include "trex/tensor.h"
 
 #define MB_MAX 256               /* rows of C per block, at most: a multiple of TREX_GEMM_MR */
 #define NB 256                   /* columns of C per block: a multiple of TREX_GEMM_NR */
@@ -57,6 +62,13 @@ typedef struct sub {
     int64_t b_off;           /* packed B panels, in bf16 elements from the batch workspace */
     const uint16_t *bpan;    /* its first packed B panel (workspace, or a pre-packed operand) */
     const uint16_t *apan;    /* pre-packed A: its first panel (NULL: A packed per block row) */
+    /* Operands read through row lists (trex_gemm_grouped_rows): row j of the stored A (B) is row
+     * arow[j] (brow[j]) of the buffer at A (B), lda (ldb) apart; a_byr / b_byr: those stored rows are
+     * the panels' rows (A not transposed, B transposed), else their k; b_n0: the sub's first column
+     * (B is then the problem's, not offset). NULL: the operand as stored. */
+    const int32_t *arow, *brow;
+    bool a_byr, b_byr;
+    int64_t lda, ldb, b_n0;
 } sub;
 
 typedef struct item {        /* a unit of work handed to whichever thread asks next */
@@ -100,6 +112,35 @@ static int64_t next_item(const run *r)
     return i < r->nitems ? (int64_t)i : -1;
 }
 
+/* An operand read through a row list (trex_gemm_grouped_rows): one panel (its rows [r0, r0 + rows)
+ * over all K) GATHER_SLAB k at a time, the pieces of the listed rows copied into the thread's slab (in
+ * cache) and packed from there with the level's packer. The stored matrix's row j is at base +
+ * idx[j] * ld; by_r: those rows are the panel's rows (X[r][k] = stored[r][k]), else its k
+ * (X[r][k] = stored[k][r]). A and B steps have the same size (32 x 32), so the slab of k goes to step
+ * k / 32 of either format. */
+#define GATHER_SLAB 256
+static _Thread_local _Alignas(64) float gather_slab[TREX_GEMM_MR * GATHER_SLAB];
+
+static void pack_gathered(trex_pack_fn fn, uint16_t *dst, const char *base, int64_t ld, const int32_t *idx,
+                          size_t esz, bool by_r, int64_t r0, int64_t rows, int64_t K)
+{
+    char *slab = (char *)gather_slab;
+    for (int64_t k = 0; k < K; k += GATHER_SLAB) {
+        const int64_t kc = min64(GATHER_SLAB, K - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
+        if (by_r) {
+            for (int64_t i = 0; i < rows; i++)
+                memcpy(slab + (size_t)(i * kc) * esz, base + (size_t)((int64_t)idx[r0 + i] * ld + k) * esz,
+                       (size_t)kc * esz);
+            fn(dst + (k / TREX_GEMM_KU) * (TREX_GEMM_KU * TREX_GEMM_MR), slab, kc, 1, rows, kc, kcp);
+        } else {
+            for (int64_t j = 0; j < kc; j++)
+                memcpy(slab + (size_t)(j * TREX_GEMM_MR) * esz,
+                       base + (size_t)((int64_t)idx[k + j] * ld + r0) * esz, (size_t)rows * esz);
+            fn(dst + (k / TREX_GEMM_KU) * (TREX_GEMM_KU * TREX_GEMM_MR), slab, 1, TREX_GEMM_MR, rows, kc, kcp);
+        }
+    }
+}
+
 /* ---- phase 1: B panels, shared by every block ------------------------------------------------------- */
 
 /* Every slot takes units of PACK_UNIT panels until none is left (the slot index does not matter). */
@@ -111,9 +152,14 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
     for (int64_t i; (i = next_item(r)) >= 0;) {
         const sub *s = &r->subs[r->items[i].s];
         for (int64_t p = r->items[i].i; p < r->items[i].i + r->items[i].n; p++)
-            fn(r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp,
-               s->B + (size_t)(p * TREX_GEMM_NR * s->b_rs) * r->b_esz, s->b_rs, s->b_ks,
-               min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR), s->K, s->Kp);
+            if (s->brow)
+                pack_gathered(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
+                              r->b_esz, s->b_byr, s->b_n0 + p * TREX_GEMM_NR,
+                              min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR), s->K);
+            else
+                fn(r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp,
+                   s->B + (size_t)(p * TREX_GEMM_NR * s->b_rs) * r->b_esz, s->b_rs, s->b_ks,
+                   min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR), s->K, s->Kp);
     }
 }
 
@@ -123,6 +169,12 @@ static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
 {
     const trex_pack_fn fn = r->a_f32 ? r->t->pack_a_f32 : r->t->pack_a_bf16;
     const int64_t m0 = bi * s->mb, mb = min64(s->mb, s->M - m0);
+    if (s->arow) {
+        for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
+            pack_gathered(fn, dst + ip * TREX_GEMM_MR * s->Kp, s->A, s->lda, s->arow, r->a_esz, s->a_byr,
+                          m0 + ip * TREX_GEMM_MR, min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K);
+        return;
+    }
     for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
         fn(dst + ip * TREX_GEMM_MR * s->Kp,
            s->A + (size_t)((m0 + ip * TREX_GEMM_MR) * s->a_rs) * r->a_esz, s->a_rs, s->a_ks,
@@ -290,6 +342,7 @@ struct trex_gemm_packed {
     uint16_t *panels;        /* ceil(N/32) panels of 32 x Kp, VNNI format (B) or A format
                               * (kernels/gemm_panels.h) */
     size_t bytes;            /* of panels */
+    bool view;               /* panels are the caller's (trex_gemm_packed_view_b): not freed here */
 };
 
 typedef struct pack_job {
@@ -396,7 +449,7 @@ trex_gemm_packed *trex_gemm_pack_b(trex_pool *pool, trex_dtype in, bool tb, int6
 
 void trex_gemm_repack_b(trex_pool *pool, trex_gemm_packed *p, const void *B, int64_t ldb)
 {
-    TREX_ASSERT(p != NULL && !p->a);
+    TREX_ASSERT(p != NULL && !p->a && !p->view);
     repack_with(trex_kernels_table(), pool, p, B, ldb);
 }
 
@@ -412,7 +465,7 @@ trex_gemm_packed *trex_linear_pack_weight(trex_pool *pool, trex_linear_use use, 
 
 size_t trex_gemm_packed_bytes(const trex_gemm_packed *p)
 {
-    return p ? sizeof *p + p->bytes : 0;
+    return p ? sizeof *p + (p->view ? 0 : p->bytes) : 0;
 }
 
 int64_t trex_gemm_packed_n(const trex_gemm_packed *p)
@@ -431,8 +484,145 @@ void trex_gemm_packed_free(trex_gemm_packed *p)
 {
     if (!p)
         return;
-    free(p->panels);
+    if (!p->view)
+        free(p->panels);
     free(p);
+}
+
+/* ---- packed B over the caller's memory -------------------------------------------------------------- */
+
+trex_gemm_packed *trex_gemm_packed_view_b(int64_t N, int64_t K, const uint16_t *panels)
+{
+    TREX_ASSERT(N >= 0 && K >= 0 && (panels != NULL || N == 0 || K == 0) &&
+                (uintptr_t)panels % 64 == 0);
+    trex_gemm_packed *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->N = N;
+    p->K = K;
+    p->Kp = ceil_div(K, TREX_GEMM_KU) * TREX_GEMM_KU;
+    p->src = TREX_BF16;
+    p->panels = (uint16_t *)panels;
+    p->bytes = trex_gemm_pack_b_bytes(N, K);
+    p->view = true;
+    return p;
+}
+
+const uint16_t *trex_gemm_packed_panels(const trex_gemm_packed *p)
+{
+    TREX_ASSERT(p != NULL);
+    return p->panels;
+}
+
+/* Element (n, k) of op(B)^T in the VNNI panels of an operand with Kp = kp (kernels/gemm_panels.h). */
+static size_t vnni_at(int64_t n, int64_t k, int64_t kp)
+{
+    return (size_t)((n / TREX_GEMM_NR) * TREX_GEMM_NR * kp + (k / 2) * (2 * TREX_GEMM_NR) +
+                    (n % TREX_GEMM_NR) * 2 + k % 2);
+}
+
+/* trex_gemm_pack_b_range packs whole steps RANGE_SLAB k at a time into the calling thread's slab, then
+ * copies them to the panels with non-temporal stores (SSE2, part of x86-64): the panels are written once
+ * per weight update and read by products much later, so ordinary stores would first read every line of
+ * them into the cache (twice the memory traffic). Elsewhere memcpy. */
+#define RANGE_SLAB 256
+static _Thread_local _Alignas(64) uint16_t range_slab[RANGE_SLAB * TREX_GEMM_NR];
+
+static void stream_copy(uint16_t *dst, const uint16_t *src, int64_t n)
+{
+#if defined(__SSE2__)
+    /* dst and src 64-byte aligned (a step boundary of 64-byte-aligned panels), n a multiple of 1024 */
+    if (((uintptr_t)dst & 63u) == 0) {
+        for (int64_t i = 0; i < n; i += 32) {
+            const __m128i *s = (const __m128i *)(src + i);
+            __m128i *d = (__m128i *)(dst + i);
+            _mm_stream_si128(d, _mm_load_si128(s));
+            _mm_stream_si128(d + 1, _mm_load_si128(s + 1));
+            _mm_stream_si128(d + 2, _mm_load_si128(s + 2));
+            _mm_stream_si128(d + 3, _mm_load_si128(s + 3));
+        }
+        return;
+    }
+#endif
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+static void stream_fence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
+/* The interior of [lo, hi) on 32-element boundaries (end == the operand's end counts as one):
+ * [*a, *b), empty (a == b) when there is none. */
+static void aligned_part(int64_t lo, int64_t hi, int64_t end, int64_t *a, int64_t *b)
+{
+    const int64_t u = TREX_GEMM_KU;
+    *a = lo % u == 0 ? lo : min64((lo / u + 1) * u, hi);
+    *b = hi == end ? hi : hi / u * u;
+    if (*b < *a)
+        *b = *a;
+}
+
+void trex_gemm_pack_b_range_with(const trex_kernel_table *t, uint16_t *panels, int64_t N, int64_t K,
+                                 trex_dtype in, bool tb, const void *B, int64_t ldb, int64_t n0,
+                                 int64_t n1, int64_t k0, int64_t k1)
+{
+    TREX_ASSERT(t != NULL && (in == TREX_BF16 || in == TREX_F32) && 0 <= n0 && n0 <= n1 && n1 <= N &&
+                0 <= k0 && k0 <= k1 && k1 <= K);
+    if (n0 == n1 || k0 == k1)
+        return;
+    TREX_ASSERT(panels != NULL && B != NULL && ldb >= (tb ? k1 - k0 : n1 - n0));
+    const bool f32 = in == TREX_F32;
+    const size_t es = f32 ? 4 : 2;
+    const int64_t kp = ceil_div(K, TREX_GEMM_KU) * TREX_GEMM_KU;
+    const int64_t np = ceil_div(N, TREX_GEMM_NR) * TREX_GEMM_NR;
+    const int64_t rs = tb ? ldb : 1, ks = tb ? 1 : ldb; /* op(B)^T[n][k] = B[(n-n0)*rs + (k-k0)*ks] */
+    const char *src = B;
+    int64_t na, nb, ka, kb;
+    aligned_part(n0, n1, N, &na, &nb);
+    aligned_part(k0, k1, K, &ka, &kb);
+    /* Whole 32 x 32 steps (and the operand's last, zero-padded ones) with the level's packer, into a
+     * slab of the thread's that is then streamed to the panels. */
+    if (na < nb && ka < kb) {
+        const trex_pack_fn fn = f32 ? t->pack_b_f32 : t->pack_b_bf16;
+        for (int64_t n = na; n < nb; n += TREX_GEMM_NR)
+            for (int64_t k = ka; k < kb; k += RANGE_SLAB) {
+                const int64_t kc = min64(RANGE_SLAB, kb - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
+                fn(range_slab, src + (size_t)((n - n0) * rs + (k - k0) * ks) * es, rs, ks,
+                   min64(TREX_GEMM_NR, nb - n), kc, kcp);
+                stream_copy(panels + vnni_at(n, k, kp), range_slab, kcp * TREX_GEMM_NR);
+            }
+        stream_fence();
+    }
+    /* The rest element by element, rounded as the packers round. */
+    for (int64_t n = n0; n < n1; n++) {
+        const bool inner = n >= na && n < nb && ka < kb;
+        for (int64_t k = k0; k < k1; k++) {
+            if (inner && k >= ka && k < kb)
+                k = kb;
+            if (k >= k1)
+                break;
+            const size_t at = (size_t)((n - n0) * rs + (k - k0) * ks);
+            panels[vnni_at(n, k, kp)] = f32 ? trex_f32_to_bf16(((const float *)B)[at])
+                                            : ((const uint16_t *)B)[at];
+        }
+        if (k1 == K)
+            for (int64_t k = K; k < kp; k++)
+                panels[vnni_at(n, k, kp)] = 0;
+    }
+    /* Rows past N in the last panel are zeros. */
+    if (n1 == N)
+        for (int64_t n = N; n < np; n++)
+            for (int64_t k = k0; k < (k1 == K ? kp : k1); k++)
+                panels[vnni_at(n, k, kp)] = 0;
+}
+
+void trex_gemm_pack_b_range(uint16_t *panels, int64_t N, int64_t K, trex_dtype in, bool tb,
+                            const void *B, int64_t ldb, int64_t n0, int64_t n1, int64_t k0, int64_t k1)
+{
+    trex_gemm_pack_b_range_with(trex_kernels_table(), panels, N, K, in, tb, B, ldb, n0, n1, k0, k1);
 }
 
 /* ---- the driver ------------------------------------------------------------------------------------- */
@@ -442,9 +632,11 @@ void trex_gemm_packed_free(trex_gemm_packed *p)
  * trex_gemm_packed B operand whose N and K match the problem (ldb and tb unused). */
 static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
                      bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
-                     float alpha, float beta, const trex_gemm_problem *probs, int64_t count)
+                     float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
+                     const int32_t *const *arows, const int32_t *const *brows)
 {
     TREX_ASSERT(t != NULL && count >= 0 && (count == 0 || probs != NULL));
+    TREX_ASSERT((!arows || !a_prepacked) && (!brows || !prepacked));
     TREX_ASSERT(a_prepacked || a_in == TREX_BF16 || a_in == TREX_F32);
     TREX_ASSERT(prepacked || b_in == TREX_BF16 || b_in == TREX_F32);
     const size_t a_esz = a_in == TREX_F32 ? 4 : 2, b_esz = b_in == TREX_F32 ? 4 : 2;
@@ -502,12 +694,19 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
                 s->A = q->A;
                 s->a_rs = ta ? 1 : q->lda;
                 s->a_ks = ta ? q->lda : 1;
+                s->arow = arows ? arows[p] : NULL;
+                s->a_byr = !ta;
+                s->lda = q->lda;
             }
             if (prepacked) {
                 const trex_gemm_packed *pk = q->B;
                 s->bpan = pk->panels + (n0 / TREX_GEMM_NR) * TREX_GEMM_NR * Kp;
             } else {
-                s->B = (const char *)q->B + (size_t)(n0 * b_rs) * b_esz;
+                s->brow = brows ? brows[p] : NULL;
+                s->b_byr = tb;
+                s->ldb = q->ldb;
+                s->b_n0 = n0;
+                s->B = (const char *)q->B + (s->brow ? 0 : (size_t)(n0 * b_rs) * b_esz);
                 s->b_rs = b_rs;
                 s->b_ks = b_ks;
             }
@@ -597,14 +796,46 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
                             trex_dtype in, bool ta, bool tb, float alpha, float beta,
                             const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count);
+    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, NULL, NULL);
 }
 
 void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, ta, false, alpha, beta, probs, count);
+    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, ta, false, alpha, beta, probs, count, NULL, NULL);
+}
+
+void trex_gemm_grouped_prepacked_rows_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
+                                           trex_dtype a_in, float alpha, float beta,
+                                           const trex_gemm_problem *probs, const int32_t *const *arows,
+                                           int64_t count)
+{
+    TREX_ASSERT(arows != NULL || count == 0);
+    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, false, false, alpha, beta, probs, count, arows, NULL);
+}
+
+void trex_gemm_grouped_prepacked_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, float alpha,
+                                      float beta, const trex_gemm_problem *probs,
+                                      const int32_t *const *arows, int64_t count)
+{
+    trex_gemm_grouped_prepacked_rows_with(trex_kernels_table(), pool, ws, a_in, alpha, beta, probs, arows,
+                                          count);
+}
+
+void trex_gemm_grouped_rows_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype in,
+                                 bool ta, bool tb, float alpha, float beta, const trex_gemm_problem *probs,
+                                 const int32_t *const *arows, const int32_t *const *brows, int64_t count)
+{
+    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, arows, brows);
+}
+
+void trex_gemm_grouped_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb, float alpha,
+                            float beta, const trex_gemm_problem *probs, const int32_t *const *arows,
+                            const int32_t *const *brows, int64_t count)
+{
+    trex_gemm_grouped_rows_with(trex_kernels_table(), pool, ws, in, ta, tb, alpha, beta, probs, arows, brows,
+                                count);
 }
 
 void trex_gemm_grouped(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb,
@@ -618,7 +849,7 @@ void trex_gemm_grouped_mixed(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
                              const trex_gemm_problem *probs, int64_t count)
 {
     gemm_run(trex_kernels_table(), pool, ws, a_in, false, b_in, false, ta, tb, alpha, beta, probs,
-             count);
+             count, NULL, NULL);
 }
 
 void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta,
@@ -645,7 +876,7 @@ void trex_gemm_prepacked_a_with(const trex_kernel_table *t, trex_pool *pool, tre
 {
     TREX_ASSERT(A != NULL && A->a && (b_in == TREX_BF16 || b_in == TREX_F32));
     const trex_gemm_problem p = {A->N, N, A->K, A, 0, B, ldb, C, ldc};
-    gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, tb, alpha, beta, &p, 1);
+    gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, tb, alpha, beta, &p, 1, NULL, NULL);
 }
 
 void trex_gemm_prepacked_a(trex_pool *pool, trex_gemm_ws *ws, const trex_gemm_packed *A,
