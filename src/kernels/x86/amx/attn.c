@@ -729,28 +729,36 @@ void trex_fused_sattn_fwd_block_bf16_amx(float *o, float *lse, float *ws, const 
     trex_gemm_end_amx();
 }
 
-void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const uint16_t *gb, const float *q,
-                                         const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D)
+/* The backward's d sink of one query, and with no entries its dq (zero): true when that is all. */
+static bool query_sink(float *dq, float *dsink, int64_t n, int64_t H, int64_t c, const float *sink,
+                       const float *lse, const float *D)
 {
     for (int64_t h = 0; h < H; h++)
         dsink[h] = -expf(sink[h] - lse[h]) * D[h];
-    if (n == 0) {
-        for (int64_t i = 0; i < H * c; i++)
-            dq[i] = 0.0f;
-        return;
-    }
-    attn_ws w = ws_layout(ws, n, H, c, true, false);
-    window_setup(&w, Wp, n, c);
-    const int64_t Hp = w.Hp;
-    pack_query(&w, q, qb, g, gb, H, c);
-    pack_entries(&w, V, Vb, n, c);
-    BARRIER();
-    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
-    scores_t(&w, Vb, n, c);
+    if (n > 0)
+        return false;
+    for (int64_t i = 0; i < H * c; i++)
+        dq[i] = 0.0f;
+    return true;
+}
+
+/* The key side's coefficients that the query side writes in its pass over the scores (NULL a2: none):
+ * for entries e >= n0 the rows of a2 (K = 2 Hp bf16 each, row e - n0) and psv (16 lanes of psum per
+ * entry), and with wk every entry's row into wk's operands (trex_fused_keys_out). */
+typedef struct key_rows {
+    uint16_t *a2;
+    float *psv;
+    int64_t n0, K;
+    const trex_fused_keys_out *wk;
+} key_rows;
+
+/* The query side's pass over the scores of one query: p = exp(scale s - lse), dZ = p (dp - D) into the
+ * P-block runs (pb_push), P (when not NULL, [H, n]) and, as key_coefs computes them (the same bits),
+ * the key side's coefficients of kr (padded heads p = 0, then scale p (dp - D)). */
+static void query_dz(attn_ws *w, float *P, int64_t n, int64_t H, float scale, const float *lse,
+                     const float *D, const key_rows *kr)
+{
+    const int64_t Hp = w->Hp;
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
         const __mmask16 hm = head_mask(H, hg);
@@ -762,17 +770,49 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
         run.m = 0;
         for (int64_t e = 0; e < n; e++) {
             const int64_t i = e * Hp + 16 * hg;
-            const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
-            const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
-            pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
+            const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w->st + i)), vl));
+            const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd));
+            pb_push(w, &run, 16 * hg, hn, e, bf16x16(dz));
             if (P) {
                 _mm512_store_ps(pt, p);
                 for (int64_t h = 0; h < hn; h++)
                     P[(16 * hg + h) * n + e] = pt[h];
             }
+            if (kr && (e >= kr->n0 || kr->wk)) {
+                const __m512 pk = _mm512_maskz_mov_ps(hm, p);
+                const __m512 sdz =
+                    _mm512_mul_ps(vs, _mm512_mul_ps(pk, _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd)));
+                uint16_t *row = e >= kr->n0 ? kr->a2 + (e - kr->n0) * kr->K
+                                            : kr->wk->a2 + (kr->wk->row + e) * kr->wk->K + kr->wk->col;
+                _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(pk));
+                _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
+                if (e >= kr->n0) {
+                    float *ps = kr->psv + 16 * (e - kr->n0);
+                    _mm512_storeu_ps(ps, _mm512_add_ps(hg ? _mm512_loadu_ps(ps) : _mm512_setzero_ps(), pk));
+                }
+            }
         }
-        pb_flush(&w, &run, 16 * hg, hn);
+        pb_flush(w, &run, 16 * hg, hn);
     }
+}
+
+void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
+                                         const float *g, const uint16_t *gb, const float *q,
+                                         const uint16_t *qb, const float *const *V,
+                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+                                         int64_t n, int64_t H, int64_t c, const float *sink,
+                                         float scale, const float *lse, const float *D)
+{
+    if (query_sink(dq, dsink, n, H, c, sink, lse, D))
+        return;
+    attn_ws w = ws_layout(ws, n, H, c, true, false);
+    window_setup(&w, Wp, n, c);
+    pack_query(&w, q, qb, g, gb, H, c);
+    pack_entries(&w, V, Vb, n, c);
+    BARRIER();
+    trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
+    scores_t(&w, Vb, n, c);
+    query_dz(&w, P, n, H, scale, lse, D, NULL);
     pb_pads(&w, H, n);
     pv_out(&w, dq, H, c, scale);
     trex_gemm_end_amx();
@@ -1002,13 +1042,8 @@ void trex_fused_sattn_bwd_query_keys_bf16_amx(float *dq, float *dsink, float *P,
                                               const float *lse, const float *D,
                                               const trex_fused_keys_out *wk)
 {
-    for (int64_t h = 0; h < H; h++)
-        dsink[h] = -expf(sink[h] - lse[h]) * D[h];
-    if (n == 0) {
-        for (int64_t i = 0; i < H * c; i++)
-            dq[i] = 0.0f;
+    if (query_sink(dq, dsink, n, H, c, sink, lse, D))
         return;
-    }
     attn_ws w = ws_layout(ws, n, H, c, true, false);
     window_setup(&w, Wp, n, c);
     const int64_t Hp = w.Hp, cp = w.cp, nk = n - n0, K = 2 * Hp, nk16 = (nk + 15) / 16 * 16;
@@ -1026,41 +1061,8 @@ void trex_fused_sattn_bwd_query_keys_bf16_amx(float *dq, float *dsink, float *P,
     BARRIER();
     trex_gemm_begin_amx(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, Vb, n, c);
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int64_t hg = 0; hg < Hp / 16; hg++) {
-        const __mmask16 hm = head_mask(H, hg);
-        const int64_t hn = H - 16 * hg < 16 ? H - 16 * hg : 16;
-        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
-        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
-        float pt[16] __attribute__((aligned(64)));
-        pb_run run;
-        run.m = 0;
-        for (int64_t e = 0; e < n; e++) {
-            const int64_t i = e * Hp + 16 * hg;
-            const __m512 pe = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
-            const __m512 dz = _mm512_mul_ps(pe, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
-            pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
-            if (P) {
-                _mm512_store_ps(pt, pe);
-                for (int64_t h = 0; h < hn; h++)
-                    P[(16 * hg + h) * n + e] = pt[h];
-            }
-            if (e >= n0 || wk) { /* key_coefs: padded heads p = 0, then scale (p (dp - D)) */
-                const __m512 pk = _mm512_maskz_mov_ps(hm, pe);
-                const __m512 sdz =
-                    _mm512_mul_ps(vs, _mm512_mul_ps(pk, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd)));
-                uint16_t *row = e >= n0 ? a2 + (e - n0) * K : wk->a2 + (wk->row + e) * wk->K + wk->col;
-                _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(pk));
-                _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
-                if (e >= n0) {
-                    float *ps = psv + 16 * (e - n0);
-                    _mm512_storeu_ps(ps, _mm512_add_ps(hg ? _mm512_loadu_ps(ps) : _mm512_setzero_ps(),
-                                                       pk));
-                }
-            }
-        }
-        pb_flush(&w, &run, 16 * hg, hn);
-    }
+    const key_rows kr = {a2, psv, n0, K, wk};
+    query_dz(&w, P, n, H, scale, lse, D, &kr);
     pb_pads(&w, H, n);
     pv_out(&w, dq, H, c, scale);
     if (nk > 0) {
