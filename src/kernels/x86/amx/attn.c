@@ -818,6 +818,96 @@ void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, floa
     trex_gemm_end_amx();
 }
 
+/* The backward's d sink of a block of nq queries, and with no entries their dq (zero): true when that
+ * is all (nq <= 0 too). */
+static bool block_sink(float *dq, float *dsink, int64_t nq, int64_t n, int64_t H, int64_t c,
+                       const float *sink, const float *lse, const float *D)
+{
+    if (nq <= 0)
+        return true;
+    for (int64_t b = 0; b < nq; b++)
+        for (int64_t h = 0; h < H; h++)
+            dsink[b * H + h] = -expf(sink[h] - lse[b * H + h]) * D[b * H + h];
+    if (n > 0)
+        return false;
+    for (int64_t i = 0; i < nq * H * c; i++)
+        dq[i] = 0.0f;
+    return true;
+}
+
+/* The queries of a block side by side (q and g rows of query b at b Hq), as VNNI B operands. */
+static void block_query(attn_ws *w, const uint16_t *qb, const uint16_t *gb, int64_t nq, int64_t H,
+                        int64_t Hq, int64_t c)
+{
+    const int64_t cp = w->cp;
+    for (int64_t b = 0; b < nq; b++) {
+        query_rows(w->qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
+        query_rows(w->gb + b * Hq * cp, NULL, gb + b * H * c, H, Hq, c, cp);
+    }
+    w->qr = w->qb;
+    w->gr = w->gb;
+    pack_xt_vnni(w->qv, w->qb, cp, w->Hp, cp);
+    pack_xt_vnni(w->gv, w->gb, cp, w->Hp, cp);
+}
+
+/* The block's pass over its scores: each query's dZ over its own ranges of vis (zero elsewhere) into
+ * the P-block runs, and with a2 (else NULL) the key side's coefficients of query b in columns
+ * 2 Hq b .. of rows e of a2 (K bf16 each; as key_coefs: padded heads p = 0, then scale p (dp - D)). */
+static void block_dz(attn_ws *w, const int64_t *vis, int64_t H, int64_t Hq, float scale,
+                     const float *lse, const float *D, uint16_t *a2, int64_t K)
+{
+    const int64_t Hp = w->Hp;
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t hg = 0; hg < Hp / 16; hg++) {
+        int64_t b, h0, hn;
+        __mmask16 hm;
+        if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
+            continue; /* padding rows only: dZ and the coefficients stay zero */
+        const int64_t *rg = vis + 4 * b;
+        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + b * H + h0);
+        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + b * H + h0);
+        uint16_t *ap = a2 ? a2 + 2 * Hq * b + h0 : NULL;
+        pb_run run;
+        run.m = 0;
+        for (int r = 0; r < 2; r++)
+            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
+                const int64_t i = e * Hp + 16 * hg;
+                const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w->st + i)), vl));
+                const __m512 dt = _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd);
+                pb_push(w, &run, 16 * hg, hn, e, bf16x16(_mm512_mul_ps(p, dt)));
+                if (ap) {
+                    const __m512 pk = _mm512_maskz_mov_ps(hm, p);
+                    _mm256_storeu_si256((__m256i *)(ap + e * K), bf16x16(pk));
+                    _mm256_storeu_si256((__m256i *)(ap + Hq + e * K),
+                                        bf16x16(_mm512_mul_ps(vs, _mm512_mul_ps(pk, dt))));
+                }
+            }
+        pb_flush(w, &run, 16 * hg, hn);
+    }
+}
+
+/* dq of the block's queries from the P-block runs: rows b Hq + h of the product, scaled. */
+static void block_dq(attn_ws *w, float *dq, int64_t nq, int64_t H, int64_t Hq, int64_t c, float scale)
+{
+    const int64_t cp = w->cp;
+    if (H == Hq && c == cp) { /* the rows of dq are the rows of the product */
+        pv_out(w, dq, w->Hp, c, scale);
+        return;
+    }
+    pv_product(w, w->ot, cp);
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t b = 0; b < nq; b++)
+        for (int64_t h = 0; h < H; h++) { /* as pv_out: a multiply per element */
+            const float *src = w->ot + (b * Hq + h) * cp;
+            float *d = dq + (b * H + h) * c;
+            int64_t k = 0;
+            for (; k + 16 <= c; k += 16)
+                _mm512_storeu_ps(d + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), sc));
+            for (; k < c; k++)
+                d[k] = src[k] * scale;
+        }
+}
+
 /* sattn_bwd_query_block_bf16: the queries side by side as in sattn_fwd_block_bf16 (q and g rows of
  * query b at b Hq); each query's dZ over its own ranges, zero elsewhere. */
 void trex_fused_sattn_bwd_query_block_bf16_amx(float *dq, float *dsink, float *ws,
@@ -827,66 +917,15 @@ void trex_fused_sattn_bwd_query_block_bf16_amx(float *dq, float *dsink, float *w
                                                int64_t c, const float *sink, float scale,
                                                const float *lse, const float *D)
 {
-    if (nq <= 0)
+    if (block_sink(dq, dsink, nq, n, H, c, sink, lse, D))
         return;
-    for (int64_t b = 0; b < nq; b++)
-        for (int64_t h = 0; h < H; h++)
-            dsink[b * H + h] = -expf(sink[h] - lse[b * H + h]) * D[b * H + h];
-    if (n == 0) {
-        for (int64_t i = 0; i < nq * H * c; i++)
-            dq[i] = 0.0f;
-        return;
-    }
     const int64_t Hq = TREX_FUSED_SATTN_HP(H);
     attn_ws w = ws_layout(ws, n, nq * Hq, c, true, false);
     window_setup(&w, Wp, n, c);
-    const int64_t Hp = w.Hp, cp = w.cp;
-    for (int64_t b = 0; b < nq; b++) {
-        query_rows(w.qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
-        query_rows(w.gb + b * Hq * cp, NULL, gb + b * H * c, H, Hq, c, cp);
-    }
-    w.qr = w.qb;
-    w.gr = w.gb;
-    pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
-    pack_xt_vnni(w.gv, w.gb, cp, Hp, cp);
+    block_query(&w, qb, gb, nq, H, Hq, c);
     block_scores(&w, Vb, n, c);
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int64_t hg = 0; hg < Hp / 16; hg++) {
-        int64_t b, h0, hn;
-        __mmask16 hm;
-        if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
-            continue; /* padding rows only: dZ stays zero */
-        const int64_t *rg = vis + 4 * b;
-        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + b * H + h0);
-        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + b * H + h0);
-        pb_run run;
-        run.m = 0;
-        for (int r = 0; r < 2; r++)
-            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
-                const int64_t i = e * Hp + 16 * hg;
-                const __m512 p =
-                    exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
-                const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd));
-                pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
-            }
-        pb_flush(&w, &run, 16 * hg, hn);
-    }
-    if (H == Hq && c == cp) { /* the rows of dq are the rows of the product */
-        pv_out(&w, dq, Hp, c, scale);
-    } else {
-        pv_product(&w, w.ot, cp);
-        const __m512 sc = _mm512_set1_ps(scale);
-        for (int64_t b = 0; b < nq; b++)
-            for (int64_t h = 0; h < H; h++) { /* as pv_out: a multiply per element */
-                const float *src = w.ot + (b * Hq + h) * cp;
-                float *d = dq + (b * H + h) * c;
-                int64_t k = 0;
-                for (; k + 16 <= c; k += 16)
-                    _mm512_storeu_ps(d + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), sc));
-                for (; k < c; k++)
-                    d[k] = src[k] * scale;
-            }
-    }
+    block_dz(&w, vis, H, Hq, scale, lse, D, NULL, 0);
+    block_dq(&w, dq, nq, H, Hq, c, scale);
     trex_gemm_end_amx();
 }
 
@@ -1115,79 +1154,22 @@ void trex_fused_sattn_bwd_query_block_keys_bf16_amx(
     int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
     const float *D)
 {
-    if (nq <= 0)
+    if (block_sink(dq, dsink, nq, n, H, c, sink, lse, D))
         return;
-    for (int64_t b = 0; b < nq; b++)
-        for (int64_t h = 0; h < H; h++)
-            dsink[b * H + h] = -expf(sink[h] - lse[b * H + h]) * D[b * H + h];
-    if (n == 0) {
-        for (int64_t i = 0; i < nq * H * c; i++)
-            dq[i] = 0.0f;
-        return;
-    }
     const int64_t Hq = TREX_FUSED_SATTN_HP(H);
     attn_ws w = ws_layout(ws, n, nq * Hq, c, true, false);
     window_setup(&w, Wp, n, c);
-    const int64_t Hp = w.Hp, cp = w.cp, K = 2 * Hq * nq, n16 = (n + 15) / 16 * 16;
+    const int64_t cp = w.cp, K = 2 * Hq * nq, n16 = (n + 15) / 16 * 16;
     char *p = w.end;
     uint16_t *a2 = (uint16_t *)carve(&p, (size_t)(n16 * K) * 2);
     uint16_t *b2 = (uint16_t *)carve(&p, (size_t)(K * cp) * 2);
-    for (int64_t b = 0; b < nq; b++) {
-        query_rows(w.qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
-        query_rows(w.gb + b * Hq * cp, NULL, gb + b * H * c, H, Hq, c, cp);
-    }
-    w.qr = w.qb;
-    w.gr = w.gb;
-    pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
-    pack_xt_vnni(w.gv, w.gb, cp, Hp, cp);
+    block_query(&w, qb, gb, nq, H, Hq, c);
     for (int64_t b = 0; b < nq; b++)
         key_stack_block(&w, b2, 2 * Hq * b, b, Hq);
     memset(a2, 0, (size_t)(n16 * K) * 2);
     block_scores(&w, Vb, n, c);
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int64_t hg = 0; hg < Hp / 16; hg++) {
-        int64_t b, h0, hn;
-        __mmask16 hm;
-        if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
-            continue; /* padding rows only: dZ and the coefficients stay zero */
-        const int64_t *rg = vis + 4 * b;
-        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + b * H + h0);
-        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + b * H + h0);
-        uint16_t *ap = a2 + 2 * Hq * b + h0, *az = ap + Hq;
-        pb_run run;
-        run.m = 0;
-        for (int r = 0; r < 2; r++)
-            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
-                const int64_t i = e * Hp + 16 * hg;
-                const __m512 pe =
-                    exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w.st + i)), vl));
-                const __m512 dt = _mm512_sub_ps(_mm512_loadu_ps(w.dt + i), vd);
-                const __m512 dz = _mm512_mul_ps(pe, dt);
-                pb_push(&w, &run, 16 * hg, hn, e, bf16x16(dz));
-                /* key_coefs: padded heads p = 0, then scale (p (dp - D)) */
-                const __m512 pk = _mm512_maskz_mov_ps(hm, pe);
-                _mm256_storeu_si256((__m256i *)(ap + e * K), bf16x16(pk));
-                _mm256_storeu_si256((__m256i *)(az + e * K),
-                                    bf16x16(_mm512_mul_ps(vs, _mm512_mul_ps(pk, dt))));
-            }
-        pb_flush(&w, &run, 16 * hg, hn);
-    }
-    if (H == Hq && c == cp) { /* the rows of dq are the rows of the product */
-        pv_out(&w, dq, Hp, c, scale);
-    } else {
-        pv_product(&w, w.ot, cp);
-        const __m512 sc = _mm512_set1_ps(scale);
-        for (int64_t b = 0; b < nq; b++)
-            for (int64_t h = 0; h < H; h++) { /* as pv_out: a multiply per element */
-                const float *src = w.ot + (b * Hq + h) * cp;
-                float *d = dq + (b * H + h) * c;
-                int64_t k = 0;
-                for (; k + 16 <= c; k += 16)
-                    _mm512_storeu_ps(d + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), sc));
-                for (; k < c; k++)
-                    d[k] = src[k] * scale;
-            }
-    }
+    block_dz(&w, vis, H, Hq, scale, lse, D, a2, K);
+    block_dq(&w, dq, nq, H, Hq, c, scale);
     BARRIER();
     key_product(&w, dV, a2, b2, K, n, c);
     trex_gemm_end_amx();
