@@ -91,6 +91,7 @@ import json, sys
 a, n, t = (json.load(open(f)) for f in sys.argv[1:4])
 extra = t["memory_mib"]["params"] - n["memory_mib"]["params"]
 assert t["weight_copies"] is True and 0.25 * t["memory_mib"]["grads"] < extra < 0.5 * t["memory_mib"]["grads"], extra
+assert (a["weight_copies_layout"], t["weight_copies_layout"], n["weight_copies_layout"]) == ("panels", "rows", None)
 assert (t["loss_first"], t["loss_last"]) == (a["loss_first"], a["loss_last"]), "policy and layout change no bit"
 PY
 
@@ -111,6 +112,11 @@ for pat in "^trex bench step: dsv4-tiny, seq 64, mbs 1, precision fp32" "^tokens
            "^step +median [0-9.]+ s" "^  attention +[0-9.]+ s" "^  optimizer +[0-9.]+ s" "^memory +peak RSS [0-9]+ MiB"; do
   grep -Eq -- "$pat" "$tmp/text" && ok || { bad "text report: no line /$pat/"; cat "$tmp/text"; }
 done
+# bf16: the header names the layout of the experts' weight copies
+"$TREX" bench step "${fast[@]}" --peak-tflops 1 --precision bf16 --recompute attention \
+  >"$tmp/text16" 2>&1 || bad "bf16 text report exit"
+grep -Eq -- "^trex bench step: dsv4-tiny, seq 64, mbs 1, precision bf16 \(expert weight copies as rows\)" \
+  "$tmp/text16" && ok || { bad "bf16 text report: no weight-copies layout"; head -3 "$tmp/text16"; }
 
 # --- bad input --------------------------------------------------------------------------------------------
 expect_err() { # expect_err STATUS PATTERN ARGS...

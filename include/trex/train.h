@@ -129,6 +129,12 @@ typedef struct trex_train_faults {
  * faults may be NULL. */
 trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *faults, trex_err *err);
 
+/* bf16 training keeps the experts' bf16 weight copies (settings weight_copies) as the products' packed
+ * panels of both orientations (true: ~4 bytes per expert weight, no per-call packing) or as rows (~2
+ * bytes): panels under recompute none and full, rows under attention and moe, whose dsv4-bench T = 4096
+ * peaks have no room for the panels (docs/params.md "bf16 compute copies"). */
+bool trex_train_copies_as_panels(trex_model_recompute recompute);
+
 /* Model FLOPs of one training step of gbs sequences of seq tokens under the planner's convention
  * (trex/plan.h, docs/mfu.md): gbs * seq * model_flops_per_token, plus Newton–Schulz under Muon. */
 trex_code trex_train_step_flops(const trex_config *cfg, int64_t seq, int64_t gbs, trex_optim_kind kind,

@@ -273,6 +273,11 @@ static trex_code plan_views(trainer *t, trex_err *err)
 /* What a step needs once the config, the pool and the weights are there: gradients, the optimizer
  * (fresh state), the model, the batch buffers, the views of plan_views and the FLOPs of a step. Shared
  * by trex_train_run and trex_train_bench. */
+bool trex_train_copies_as_panels(trex_model_recompute recompute)
+{
+    return recompute != TREX_MODEL_RECOMPUTE_ATTENTION && recompute != TREX_MODEL_RECOMPUTE_MOE;
+}
+
 static trex_code setup_step(trainer *t, trex_err *err)
 {
     const trex_train_settings *s = &t->s;
@@ -288,10 +293,7 @@ static trex_code setup_step(trainer *t, trex_err *err)
      * both products (2 bytes per weight more) under --recompute none and full, as rows under attention
      * and moe, whose dsv4-bench T = 4096 peaks have no room for them */
     if (s->compute == TREX_BF16 && s->weight_copies) {
-        const trex_wcopy_layout wl = s->recompute == TREX_MODEL_RECOMPUTE_ATTENTION ||
-                                             s->recompute == TREX_MODEL_RECOMPUTE_MOE
-                                         ? TREX_WCOPY_ROWS
-                                         : TREX_WCOPY_PANELS;
+        const trex_wcopy_layout wl = trex_train_copies_as_panels(s->recompute) ? TREX_WCOPY_PANELS : TREX_WCOPY_ROWS;
         TREX_TRY(trex_weights_bf16_enable(t->pool, &t->w, wl, err));
         TREX_TRY(trex_optimizer_set_copies(t->opt, t->w.f, t->w.bf16, err)); /* written by each step */
     }

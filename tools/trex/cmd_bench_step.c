@@ -141,11 +141,18 @@ int trex_cmd_bench_step(int argc, char **argv)
     if (!(peak > 0))
         fprintf(stderr, "trex bench step: warning: kernel level %s has no %s peak loop: MFU unknown (give "
                         "--peak-tflops)\n", trex_isa_name(trex_kernels_isa()), precision);
+    /* the layout of the experts' bf16 copies the trainer keeps (NULL: none) */
+    const char *copies = bo.compute != TREX_BF16 || no_weight_copies ? NULL
+                         : trex_train_copies_as_panels(bo.recompute) ? "panels"
+                                                                     : "rows";
     if (!json) {
         printf("trex bench step: %s, seq %lld, mbs %lld, precision %s%s, optimizer %s, recompute %s, %d threads, "
                "kernels %s; %lld warm-up + %lld timed steps\n",
                cfg.name, (long long)seq, (long long)mbs, precision,
-               bo.compute == TREX_BF16 && no_weight_copies ? " (no weight copies)" : "", optimizer, recompute, nthreads,
+               copies == NULL ? (bo.compute == TREX_BF16 ? " (no weight copies)" : "")
+               : !strcmp(copies, "panels") ? " (expert weight copies as panels)"
+                                           : " (expert weight copies as rows)",
+               optimizer, recompute, nthreads,
                trex_isa_name(trex_kernels_isa()), (long long)warmup, (long long)steps);
         fflush(stdout);
     }
@@ -217,7 +224,11 @@ int trex_cmd_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(root, "mbs", (double)mbs);
         cJSON_AddStringToObject(root, "precision", precision);
         cJSON_AddStringToObject(root, "recompute", trex_model_recompute_name(bo.recompute));
-        cJSON_AddBoolToObject(root, "weight_copies", bo.compute == TREX_BF16 && !no_weight_copies);
+        cJSON_AddBoolToObject(root, "weight_copies", copies != NULL);
+        if (copies)
+            cJSON_AddStringToObject(root, "weight_copies_layout", copies);
+        else
+            cJSON_AddNullToObject(root, "weight_copies_layout");
         cJSON_AddStringToObject(root, "optimizer", optimizer);
         cJSON_AddNumberToObject(root, "threads", nthreads);
         cJSON_AddStringToObject(root, "kernels", trex_isa_name(trex_kernels_isa()));
