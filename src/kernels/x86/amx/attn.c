@@ -549,6 +549,29 @@ static inline void pb_push(const attn_ws *w, pb_run *r, int64_t row0, int64_t hn
     r->v[r->m++] = v;
 }
 
+/* The forward's softmax numerators of head group hg over entries [e0, e1): exp(s - mx) over the scores
+ * in w->st (in place); returns den plus their sum, entry by entry. */
+static inline __m512 exp_entries(const attn_ws *w, int64_t hg, int64_t e0, int64_t e1, __m512 mx, __m512 den)
+{
+    for (int64_t e = e0; e < e1; e++) {
+        float *sr = w->st + e * w->Hp + 16 * hg;
+        const __m512 ex = exp16(_mm512_sub_ps(_mm512_loadu_ps(sr), mx));
+        _mm512_storeu_ps(sr, ex);
+        den = _mm512_add_ps(den, ex);
+    }
+    return den;
+}
+
+/* lse[h] = mx_h + log(den_h) for the hn heads of a group. */
+static inline void store_lse(float *lse, __m512 mx, __m512 den, int64_t hn)
+{
+    float mxs[16] __attribute__((aligned(64))), dens[16] __attribute__((aligned(64)));
+    _mm512_store_ps(mxs, mx);
+    _mm512_store_ps(dens, den);
+    for (int64_t h = 0; h < hn; h++)
+        lse[h] = mxs[h] + logf(dens[h]);
+}
+
 static inline __mmask16 head_mask(int64_t H, int64_t hg)
 {
     const int64_t k = H - 16 * hg;
@@ -597,18 +620,8 @@ void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, flo
             }
             mx = _mm512_max_ps(mx, zv);
         }
-        __m512 den = exp16(_mm512_sub_ps(sk, mx));
-        for (int64_t e = 0; e < n; e++) {
-            float *sr = w.st + e * Hp + 16 * hg;
-            const __m512 ex = exp16(_mm512_sub_ps(_mm512_loadu_ps(sr), mx));
-            _mm512_storeu_ps(sr, ex);
-            den = _mm512_add_ps(den, ex);
-        }
-        float mxs[16] __attribute__((aligned(64))), dens[16] __attribute__((aligned(64)));
-        _mm512_store_ps(mxs, mx);
-        _mm512_store_ps(dens, den);
-        for (int64_t h = 0; h < hn; h++)
-            lse[16 * hg + h] = mxs[h] + logf(dens[h]);
+        const __m512 den = exp_entries(&w, hg, 0, n, mx, exp16(_mm512_sub_ps(sk, mx)));
+        store_lse(lse + 16 * hg, mx, den, hn);
         pb_run run;
         run.m = 0;
         for (int64_t e = 0; e < n; e++) {
@@ -698,17 +711,8 @@ void trex_fused_sattn_fwd_block_bf16_amx(float *o, float *lse, float *ws, const 
             }
         __m512 den = exp16(_mm512_sub_ps(sk, mx));
         for (int r = 0; r < 2; r++)
-            for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
-                float *sr = w.st + e * Hp + 16 * hg;
-                const __m512 ex = exp16(_mm512_sub_ps(_mm512_loadu_ps(sr), mx));
-                _mm512_storeu_ps(sr, ex);
-                den = _mm512_add_ps(den, ex);
-            }
-        float mxs[16] __attribute__((aligned(64))), dens[16] __attribute__((aligned(64)));
-        _mm512_store_ps(mxs, mx);
-        _mm512_store_ps(dens, den);
-        for (int64_t h = 0; h < hn; h++)
-            lse[b * H + h0 + h] = mxs[h] + logf(dens[h]);
+            den = exp_entries(&w, hg, rg[2 * r], rg[2 * r + 1], mx, den);
+        store_lse(lse + b * H + h0, mx, den, hn);
         pb_run run;
         run.m = 0;
         for (int r = 0; r < 2; r++)
