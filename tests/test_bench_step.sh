@@ -7,6 +7,8 @@
 #     classes the step runs were called, the peak given by --peak-tflops is the one used;
 #   - model_flops_per_token is the planner's convention (docs/mfu.md): the figure `trex plan` prints;
 #   - --no-weight-copies drops the experts' bf16 copies (params region, same losses), fp32 never has them;
+#   - --gemm-profile lists the bf16 products by shape (JSON array gemm, a text table): FLOPs = 2 M N K per
+#     call, the sums, the LM head's logits product among them, no bit of the step changed;
 #   - fp32 and bf16, AdamW and Muon run; the text report has its lines; the peak is measured when not
 #     given (when the kernel level has a peak loop);
 #   - bad flags fail with exit status 2 and a message naming the flag; a bad config with status 1.
@@ -95,6 +97,32 @@ assert (a["weight_copies_layout"], t["weight_copies_layout"], n["weight_copies_l
 assert (t["loss_first"], t["loss_last"]) == (a["loss_first"], a["loss_last"]), "policy and layout change no bit"
 PY
 
+# --- --gemm-profile: the products by shape --------------------------------------------------------------
+"$TREX" bench step "${fast[@]}" --precision bf16 --peak-tflops 1.5 --gemm-profile --json >"$tmp/gemm.json" \
+  2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && ok || { bad "bench step --gemm-profile exit $rc"; cat "$tmp/err"; }
+"$PY" - "$tmp/bf16.json" "$tmp/gemm.json" <<'PY' && ok || bad "--gemm-profile: shapes, FLOPs, sums, the head's product"
+import json, sys
+a, g = (json.load(open(f)) for f in sys.argv[1:3])
+assert "gemm" not in a and "gemm_s" not in a, "only with --gemm-profile"
+rows = g["gemm"]
+assert rows, "no product recorded"
+for r in rows:
+    assert r["groups"] >= 1 and r["m"] >= 1 and r["n"] >= 1 and r["k"] >= 1 and r["calls"] > 0, r
+    assert r["seconds"] >= 0 and r["flops"] > 0, r
+    if r["groups"] == 1:
+        want = 2.0 * r["m"] * r["n"] * r["k"] * r["calls"]
+        assert abs(r["flops"] - want) <= 1e-9 * want, (r, want)
+assert [r["seconds"] for r in rows] == sorted((r["seconds"] for r in rows), reverse=True), "slowest first"
+assert abs(sum(r["seconds"] for r in rows) - g["gemm_s"]) <= 1e-9 + 1e-9 * g["gemm_s"]
+assert abs(sum(r["flops"] for r in rows) - g["gemm_flops"]) <= 1e-6 * g["gemm_flops"]
+assert 0 < g["gemm_s"] <= g["step_mean_s"], (g["gemm_s"], g["step_mean_s"])
+# dsv4-tiny (V 4096, d 256), bf16 head (bf16x2g1): logits^T [V, rows] = W3 [V, 2d] hnF^T, one per chunk
+head = [r for r in rows if r["m"] == 4096 and r["k"] == 512 and r["groups"] == 1 and r["layout"] == "nt bf16 x bf16"]
+assert head, [(r["m"], r["n"], r["k"], r["layout"]) for r in rows]
+assert (g["loss_first"], g["loss_last"]) == (a["loss_first"], a["loss_last"]), "profiling changes no bit"
+PY
+
 # --- model FLOPs per token = the planner's (trex plan prints it with 3 significant digits) ----------------
 "$TREX" plan --model "$cfg" --cluster configs/clusters/local.json --devices 1 --gbs 1 --seq 64 --optimizer adamw \
   --top 1 >"$tmp/plan" 2>&1 || bad "trex plan"
@@ -117,6 +145,12 @@ done
   >"$tmp/text16" 2>&1 || bad "bf16 text report exit"
 grep -Eq -- "^trex bench step: dsv4-tiny, seq 64, mbs 1, precision bf16 \(expert weight copies as rows\)" \
   "$tmp/text16" && ok || { bad "bf16 text report: no weight-copies layout"; head -3 "$tmp/text16"; }
+"$TREX" bench step "${fast[@]}" --peak-tflops 1 --precision bf16 --gemm-profile >"$tmp/textg" 2>&1 \
+  || bad "--gemm-profile text report exit"
+for pat in "^matrix products \(bf16 GEMM\) per step: [0-9.]+ s wall" "^ +M +N +K +groups +layout +calls" \
+           "^ +4096 +[0-9]+ +512 +1 +nt bf16 x bf16 "; do
+  grep -Eq -- "$pat" "$tmp/textg" && ok || { bad "--gemm-profile text: no line /$pat/"; cat "$tmp/textg"; }
+done
 
 # --- bad input --------------------------------------------------------------------------------------------
 expect_err() { # expect_err STATUS PATTERN ARGS...

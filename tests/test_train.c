@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "kernels/kernels.h"
 #include "train/train_internal.h"
 #include "trex/data.h"
 #include "trex/io.h"
@@ -189,6 +190,54 @@ static void test_prof(void)
     CHECK(trex_prof_total(&p) == 0 && p.calls[TREX_PROF_ATTENTION] == 0, "reset");
 }
 
+/* The products by shape: the GEMM framework charges a call made while attached (its FLOPs, its layout),
+ * calls of one shape and layout share an entry, shapes beyond the table go to its last entry. */
+static void test_prof_gemm(void)
+{
+    trex_prof p;
+    trex_prof_reset(&p);
+    trex_pool *pool = trex_pool_create(2);
+    float A[6 * 5], B[5 * 7], C[6 * 7];
+    for (int i = 0; i < 6 * 5; i++)
+        A[i] = 0.25f * (float)(i % 5);
+    for (int i = 0; i < 5 * 7; i++)
+        B[i] = 0.5f * (float)(i % 3);
+    trex_gemm_f32_bf16(pool, NULL, false, false, 6, 7, 5, 1.0f, A, 5, B, 7, 0.0f, C, 7); /* detached */
+    CHECK(p.ngemm == 0, "detached: no product recorded");
+    trex_prof_attach(&p);
+    CHECK(trex_prof_gemm_on(), "attached");
+    for (int r = 0; r < 3; r++)
+        trex_gemm_f32_bf16(pool, NULL, false, false, 6, 7, 5, 1.0f, A, 5, B, 7, 0.0f, C, 7);
+    trex_gemm_f32_bf16(pool, NULL, true, false, 5, 7, 6, 1.0f, A, 5, B + 7, 7, 1.0f, C, 7); /* A^T, += */
+    CHECK(p.ngemm == 2, "two shapes: %d", p.ngemm);
+    const trex_prof_gemm *g = &p.gemm[0], *h = &p.gemm[1];
+    CHECK(g->m == 6 && g->n == 7 && g->k == 5 && g->groups == 1 && g->calls == 3 && g->flops == 3 * 2.0 * 6 * 7 * 5,
+          "first shape: %lld x %lld x %lld, %lld calls, %g FLOPs", (long long)g->m, (long long)g->n,
+          (long long)g->k, (long long)g->calls, g->flops);
+    CHECK(g->layout == (TREX_PROF_GEMM_A_F32 | TREX_PROF_GEMM_B_F32) && g->seconds >= 0, "first layout %u", g->layout);
+    CHECK(h->m == 5 && h->k == 6 && h->calls == 1 &&
+              h->layout == (TREX_PROF_GEMM_TA | TREX_PROF_GEMM_A_F32 | TREX_PROF_GEMM_B_F32 | TREX_PROF_GEMM_ACCUMULATE),
+          "second shape: %lld x %lld, layout %u", (long long)h->m, (long long)h->k, h->layout);
+    char buf[64];
+    CHECK(!strcmp(trex_prof_gemm_layout(h->layout, buf, sizeof buf), "tn f32 x f32 +="), "name '%s'", buf);
+    CHECK(!strcmp(trex_prof_gemm_layout(TREX_PROF_GEMM_TB | TREX_PROF_GEMM_B_PACKED | TREX_PROF_GEMM_A_ROWS |
+                                            TREX_PROF_GEMM_SCALED, buf, sizeof buf),
+                  "nt bf16 x packed rows scaled"),
+          "name '%s'", buf);
+    /* more shapes than the table holds: the rest are summed in its last entry */
+    for (int64_t i = 0; i < TREX_PROF_GEMM_MAX + 5; i++)
+        trex_prof_gemm_add(&(trex_prof_gemm){.m = 100 + i, .n = 1, .k = 1, .groups = 1, .seconds = 1, .flops = 2});
+    CHECK(p.ngemm == TREX_PROF_GEMM_MAX, "table full: %d", p.ngemm);
+    const trex_prof_gemm *last = &p.gemm[TREX_PROF_GEMM_MAX - 1];
+    CHECK(last->groups == 0 && last->m == 0 && last->calls == 8 && last->seconds == 8,
+          "the last entry sums the shapes beyond the table: %lld calls", (long long)last->calls);
+    trex_prof_attach(NULL);
+    CHECK(!trex_prof_gemm_on(), "detached again");
+    trex_prof_reset(&p);
+    CHECK(p.ngemm == 0, "reset");
+    trex_pool_destroy(pool);
+}
+
 static void test_targets(void)
 {
     /* two rows of 8: row 0 one document, mask on 3..7; row 1 documents [0..3] [4..7], mask everywhere */
@@ -327,6 +376,7 @@ int main(void)
     test_settings();
     test_precision();
     test_prof();
+    test_prof_gemm();
     test_targets();
     test_loader(dir);
     test_jsonl(dir);

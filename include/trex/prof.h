@@ -15,6 +15,11 @@
  * twice and their sum is at most the wall time between attach and detach. Each interval is also
  * charged the process's CPU time (CLOCK_PROCESS_CPUTIME_ID: all threads, pool workers included).
  *
+ * Matrix products are also charged by shape: every call of the bf16 GEMM framework made on a thread with
+ * a profiler attached adds its wall time and FLOPs to the entry of its shape and layout (gemm[]), for
+ * `trex bench step --gemm-profile`. Products that run on the pool's threads inside another op (none
+ * at present) would not be seen. The entries overlap the classes: a product is also in its class.
+ *
  * The profiler a thread records into is a thread-local pointer set by trex_prof_attach (the one piece
  * of per-thread state in trex besides the kernel dispatch table: it spares every layer a context
  * argument that only benchmarks use). With nothing attached, begin/end are one thread-local load and
@@ -22,6 +27,8 @@
 #ifndef TREX_PROF_H
 #define TREX_PROF_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum trex_prof_class {
@@ -38,12 +45,38 @@ typedef enum trex_prof_class {
 } trex_prof_class;
 
 #define TREX_PROF_MAX_DEPTH 8
+#define TREX_PROF_GEMM_MAX 160 /* shapes kept; later ones are summed in the last entry (groups 0) */
+
+/* Layout bits of a product C = alpha op(A) op(B) + beta C (trex_prof_gemm.layout). */
+enum {
+    TREX_PROF_GEMM_TA = 1,          /* op(A) = A^T: A stored [K, M] */
+    TREX_PROF_GEMM_TB = 2,          /* op(B) = B^T: B stored [N, K] */
+    TREX_PROF_GEMM_A_F32 = 4,       /* A fp32, rounded to bf16 while packed (else bf16) */
+    TREX_PROF_GEMM_B_F32 = 8,
+    TREX_PROF_GEMM_A_PACKED = 16,   /* A pre-packed by the caller */
+    TREX_PROF_GEMM_B_PACKED = 32,
+    TREX_PROF_GEMM_A_ROWS = 64,     /* A read through a row list (grouped experts) */
+    TREX_PROF_GEMM_B_ROWS = 128,
+    TREX_PROF_GEMM_ACCUMULATE = 256, /* beta != 0: C read and written */
+    TREX_PROF_GEMM_SCALED = 512,    /* alpha != 1, or beta not in {0, 1} */
+};
+
+/* The products of one shape and layout: M summed over the groups of a grouped call, N and K of its
+ * first problem. */
+typedef struct trex_prof_gemm {
+    int64_t m, n, k, groups;
+    unsigned layout;
+    int64_t calls;
+    double seconds, flops; /* wall seconds of the calls, 2 M N K summed over their problems */
+} trex_prof_gemm;
 
 typedef struct trex_prof {
     double seconds[TREX_PROF_COUNT]; /* wall seconds charged to each class (exclusive of nested ones) */
     double cpu_seconds[TREX_PROF_COUNT]; /* CPU seconds of the whole process (every thread) in the same
                                           * intervals: on a shared machine, the time actually on a core */
     int64_t calls[TREX_PROF_COUNT];  /* begin calls of each class */
+    trex_prof_gemm gemm[TREX_PROF_GEMM_MAX]; /* matrix products by shape, in order of first call */
+    int ngemm;
     /* private: the open classes, innermost last, and the time of the last charge */
     int depth;
     int open[TREX_PROF_MAX_DEPTH];
@@ -58,6 +91,13 @@ trex_prof *trex_prof_attach(trex_prof *p);
  * (end closes the innermost open class, which must be c: a mismatch is a bug and aborts). */
 void trex_prof_begin(trex_prof_class c);
 void trex_prof_end(trex_prof_class c);
+/* Whether the calling thread has a profiler attached (the GEMM framework times its calls only then). */
+bool trex_prof_gemm_on(void);
+/* Charges one call (g->calls is ignored: one) to the entry of its shape and layout. */
+void trex_prof_gemm_add(const trex_prof_gemm *g);
+/* "nn", "nt", "tn" or "tt", then the operand types ("bf16", "f32", "packed") and "rows", "+=", "scaled"
+ * where they apply, e.g. "nt f32 x packed +=", into buf; returns buf. */
+const char *trex_prof_gemm_layout(unsigned layout, char *buf, size_t size);
 /* "embed", "attention", "moe", "mhc", "head", "mtp", "optimizer", "other". */
 const char *trex_prof_name(trex_prof_class c);
 

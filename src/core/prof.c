@@ -2,6 +2,7 @@
  * exclusive wall-time charging over nested begin/end pairs. */
 #include "trex/prof.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -62,6 +63,45 @@ void trex_prof_end(trex_prof_class c)
     p->depth--;
     p->mark = t;
     p->cpu_mark = u;
+}
+
+bool trex_prof_gemm_on(void)
+{
+    return active != NULL;
+}
+
+void trex_prof_gemm_add(const trex_prof_gemm *g)
+{
+    trex_prof *p = active;
+    if (!p)
+        return;
+    int i = 0;
+    while (i < p->ngemm && !(p->gemm[i].m == g->m && p->gemm[i].n == g->n && p->gemm[i].k == g->k &&
+                             p->gemm[i].groups == g->groups && p->gemm[i].layout == g->layout))
+        i++;
+    if (i == p->ngemm) {
+        if (p->ngemm == TREX_PROF_GEMM_MAX) { /* full: the last entry takes every other shape */
+            i = TREX_PROF_GEMM_MAX - 1;
+            p->gemm[i].m = p->gemm[i].n = p->gemm[i].k = p->gemm[i].groups = 0;
+            p->gemm[i].layout = 0;
+        } else {
+            p->gemm[p->ngemm++] = (trex_prof_gemm){g->m, g->n, g->k, g->groups, g->layout, 0, 0.0, 0.0};
+        }
+    }
+    p->gemm[i].calls++;
+    p->gemm[i].seconds += g->seconds;
+    p->gemm[i].flops += g->flops;
+}
+
+const char *trex_prof_gemm_layout(unsigned layout, char *buf, size_t size)
+{
+    const char *a = layout & TREX_PROF_GEMM_A_PACKED ? "packed" : layout & TREX_PROF_GEMM_A_F32 ? "f32" : "bf16";
+    const char *b = layout & TREX_PROF_GEMM_B_PACKED ? "packed" : layout & TREX_PROF_GEMM_B_F32 ? "f32" : "bf16";
+    snprintf(buf, size, "%c%c %s x %s%s%s%s", layout & TREX_PROF_GEMM_TA ? 't' : 'n',
+             layout & TREX_PROF_GEMM_TB ? 't' : 'n', a, b,
+             layout & (TREX_PROF_GEMM_A_ROWS | TREX_PROF_GEMM_B_ROWS) ? " rows" : "",
+             layout & TREX_PROF_GEMM_ACCUMULATE ? " +=" : "", layout & TREX_PROF_GEMM_SCALED ? " scaled" : "");
+    return buf;
 }
 
 const char *trex_prof_name(trex_prof_class c)

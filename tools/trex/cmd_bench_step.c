@@ -35,6 +35,15 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int cmp_gemm_seconds(const void *a, const void *b)
+{
+    const double x = ((const trex_prof_gemm *)a)->seconds, y = ((const trex_prof_gemm *)b)->seconds;
+    return x > y ? -1 : x < y;
+}
+
+/* The rows of the --gemm-profile table (the first `rows` shapes by wall time; the rest summed). */
+#define GEMM_TABLE_ROWS 30
+
 static double mib(size_t bytes)
 {
     return (double)bytes / 1048576.0;
@@ -45,7 +54,7 @@ int trex_cmd_bench_step(int argc, char **argv)
     const char *config = NULL, *precision = "fp32", *optimizer = "adamw", *recompute = "none";
     int64_t seq = 0, mbs = 1, steps = 3, warmup = 1, threads = 0, seed = 1;
     double peak_tflops = 0;
-    bool json = false, no_weight_copies = false;
+    bool json = false, no_weight_copies = false, gemm_profile = false;
     static const char summary[] =
         "Times full training steps (forward, backward, gradient clipping, optimizer, bias update: the "
         "training library's step) of the model of --config, from random initial weights on one batch of "
@@ -73,12 +82,15 @@ int trex_cmd_bench_step(int argc, char **argv)
         {"threads", TREX_OPT_I64, &threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"peak-tflops", TREX_OPT_F64, &peak_tflops, "X",
          "MFU denominator in TFLOP/s (0: measure the precision's peak loop on the threads used)", false},
+        {"gemm-profile", TREX_OPT_FLAG, &gemm_profile, NULL,
+         "also print the matrix products of the bf16 GEMM by shape and layout: calls, wall seconds and "
+         "TFLOP/s per step (with --json: the array gemm)", false},
         {"seed", TREX_OPT_I64, &seed, "S", "weights and tokens", false},
         {"json", TREX_OPT_FLAG, &json, NULL, "print one JSON object", false},
         {0}};
     trex_cmd_info info = {
         .usage = "trex bench step --config C --seq T [--mbs B] [--steps N] [--warmup W] [--precision fp32|bf16] "
-                 "[--optimizer adamw|muon] [--recompute none|attention|moe|full] [--no-weight-copies] [--threads N] [--peak-tflops X] [--seed S] [--json]",
+                 "[--optimizer adamw|muon] [--recompute none|attention|moe|full] [--no-weight-copies] [--threads N] [--peak-tflops X] [--gemm-profile] [--seed S] [--json]",
         .summary = summary};
     int prc = trex_opts_parse(opts, argc, argv, &info);
     if (prc != TREX_OPTS_OK)
@@ -207,6 +219,13 @@ int trex_cmd_bench_step(int argc, char **argv)
     }
     ops[TREX_PROF_OTHER] = mean - timed > 0 ? mean - timed : 0;
     ops_cpu[TREX_PROF_OTHER] = mean_cpu - timed_cpu > 0 ? mean_cpu - timed_cpu : 0;
+    /* matrix products by shape, slowest first; their sums */
+    qsort(prof.gemm, (size_t)prof.ngemm, sizeof *prof.gemm, cmp_gemm_seconds);
+    double gemm_s = 0, gemm_flops = 0;
+    for (int i = 0; i < prof.ngemm; i++) {
+        gemm_s += prof.gemm[i].seconds / (double)steps;
+        gemm_flops += prof.gemm[i].flops / (double)steps;
+    }
     const char *region_key[TREX_REGION_COUNT] = {"params", "grads", "optimizer", "activations", "buffers", "other"};
     const double rss = mib(res->peak_rss);
 
@@ -271,6 +290,25 @@ int trex_cmd_bench_step(int argc, char **argv)
         cJSON *oc = cJSON_AddObjectToObject(root, "ops_calls");
         for (int c = 0; c < TREX_PROF_COUNT; c++)
             cJSON_AddNumberToObject(oc, trex_prof_name((trex_prof_class)c), (double)prof.calls[c] / (double)steps);
+        if (gemm_profile) {
+            cJSON *gm = cJSON_AddArrayToObject(root, "gemm");
+            for (int i = 0; i < prof.ngemm; i++) {
+                const trex_prof_gemm *g = &prof.gemm[i];
+                char lay[64];
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "m", (double)g->m);
+                cJSON_AddNumberToObject(e, "n", (double)g->n);
+                cJSON_AddNumberToObject(e, "k", (double)g->k);
+                cJSON_AddNumberToObject(e, "groups", (double)g->groups);
+                cJSON_AddStringToObject(e, "layout", trex_prof_gemm_layout(g->layout, lay, sizeof lay));
+                cJSON_AddNumberToObject(e, "calls", (double)g->calls / (double)steps);
+                cJSON_AddNumberToObject(e, "seconds", g->seconds / (double)steps);
+                cJSON_AddNumberToObject(e, "flops", g->flops / (double)steps);
+                cJSON_AddItemToArray(gm, e);
+            }
+            cJSON_AddNumberToObject(root, "gemm_s", gemm_s);
+            cJSON_AddNumberToObject(root, "gemm_flops", gemm_flops);
+        }
         cJSON_AddNumberToObject(root, "peak_rss_mib", rss);
         cJSON *mem = cJSON_AddObjectToObject(root, "memory_mib");
         for (int r = 0; r < TREX_REGION_COUNT; r++)
@@ -310,6 +348,33 @@ int trex_cmd_bench_step(int argc, char **argv)
         for (int c = 0; c < TREX_PROF_COUNT; c++)
             printf("  %-10s %9.4f s %6.1f%%   %9.4f s %6.1f%%\n", trex_prof_name((trex_prof_class)c), ops[c],
                    mean > 0 ? 100 * ops[c] / mean : 0.0, ops_cpu[c], mean_cpu > 0 ? 100 * ops_cpu[c] / mean_cpu : 0.0);
+        if (gemm_profile) {
+            printf("matrix products (bf16 GEMM) per step: %.4f s wall (%.1f%% of the step), %.4g FLOPs, %.2f TFLOP/s",
+                   gemm_s, mean > 0 ? 100 * gemm_s / mean : 0.0, gemm_flops, gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0);
+            if (peak > 0 && gemm_s > 0)
+                printf(" (%.1f%% of the peak)", 100 * gemm_flops / gemm_s / peak);
+            printf("\n  %8s %6s %6s %6s  %-24s %7s %9s %8s %7s\n", "M", "N", "K", "groups", "layout",
+                   "calls", "wall s", "TFLOP/s", "% peak");
+            double rest_s = 0, rest_f = 0;
+            for (int i = 0; i < prof.ngemm; i++) {
+                const trex_prof_gemm *g = &prof.gemm[i];
+                const double gs = g->seconds / (double)steps, gf = g->flops / (double)steps;
+                if (i >= GEMM_TABLE_ROWS) {
+                    rest_s += gs;
+                    rest_f += gf;
+                    continue;
+                }
+                char lay[64];
+                printf("  %8lld %6lld %6lld %6lld  %-24s %7.1f %9.4f %8.2f %7.1f\n", (long long)g->m,
+                       (long long)g->n, (long long)g->k, (long long)g->groups,
+                       g->groups ? trex_prof_gemm_layout(g->layout, lay, sizeof lay) : "(other shapes)",
+                       (double)g->calls / (double)steps, gs, gs > 0 ? gf / gs / 1e12 : 0.0,
+                       gs > 0 && peak > 0 ? 100 * gf / gs / peak : 0.0);
+            }
+            if (prof.ngemm > GEMM_TABLE_ROWS)
+                printf("  (%d more shapes: %.4f s, %.2f TFLOP/s)\n", prof.ngemm - GEMM_TABLE_ROWS, rest_s,
+                       rest_s > 0 ? rest_f / rest_s / 1e12 : 0.0);
+        }
         printf("memory          peak RSS %.0f MiB; by region (peak):", rss);
         for (int r = 0; r < TREX_REGION_COUNT; r++)
             printf(" %s %.0f", region_key[r], mib(res->region_peak[r]));

@@ -35,6 +35,7 @@
 
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
+#include "trex/prof.h"
 #include "trex/status.h"
 #include "trex/tensor.h"
 
@@ -630,10 +631,10 @@ void trex_gemm_pack_b_range(uint16_t *panels, int64_t N, int64_t K, trex_dtype i
 /* a_in: type of every A, or a_prepacked: every A is a trex_gemm_packed A operand whose rows and K
  * match the problem (lda and ta unused); b_in: type of every B, or prepacked: every B is a
  * trex_gemm_packed B operand whose N and K match the problem (ldb and tb unused). */
-static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
-                     bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
-                     float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
-                     const int32_t *const *arows, const int32_t *const *brows)
+static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
+                      bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
+                      float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
+                      const int32_t *const *arows, const int32_t *const *brows)
 {
     TREX_ASSERT(t != NULL && count >= 0 && (count == 0 || probs != NULL));
     TREX_ASSERT((!arows || !a_prepacked) && (!brows || !prepacked));
@@ -790,6 +791,38 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
     }
     if (!ws)
         ws_free_buffers(&local);
+}
+
+/* gemm_exec, charged by shape to the calling thread's profiler when one is attached (trex/prof.h;
+ * `trex bench step --gemm-profile`). */
+static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
+                     bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
+                     float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
+                     const int32_t *const *arows, const int32_t *const *brows)
+{
+    if (!trex_prof_gemm_on()) {
+        gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, ta, tb, alpha, beta, probs, count, arows,
+                  brows);
+        return;
+    }
+    const double t0 = trex_wall_s();
+    gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, ta, tb, alpha, beta, probs, count, arows, brows);
+    trex_prof_gemm g = {.groups = count, .seconds = trex_wall_s() - t0};
+    for (int64_t p = 0; p < count; p++) {
+        g.m += probs[p].M;
+        g.flops += 2.0 * (double)probs[p].M * (double)probs[p].N * (double)probs[p].K;
+    }
+    if (count > 0) {
+        g.n = probs[0].N;
+        g.k = probs[0].K;
+    }
+    g.layout = (ta ? TREX_PROF_GEMM_TA : 0u) | (tb ? TREX_PROF_GEMM_TB : 0u) |
+               (a_prepacked ? TREX_PROF_GEMM_A_PACKED : a_in == TREX_F32 ? TREX_PROF_GEMM_A_F32 : 0u) |
+               (prepacked ? TREX_PROF_GEMM_B_PACKED : b_in == TREX_F32 ? TREX_PROF_GEMM_B_F32 : 0u) |
+               (arows ? TREX_PROF_GEMM_A_ROWS : 0u) | (brows ? TREX_PROF_GEMM_B_ROWS : 0u) |
+               (beta != 0.0f ? TREX_PROF_GEMM_ACCUMULATE : 0u) |
+               (alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ? TREX_PROF_GEMM_SCALED : 0u);
+    trex_prof_gemm_add(&g);
 }
 
 void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
