@@ -211,7 +211,7 @@ static void test_prof_gemm(void)
     trex_gemm_f32_bf16(pool, NULL, true, false, 5, 7, 6, 1.0f, A, 5, B + 7, 7, 1.0f, C, 7); /* A^T, += */
     CHECK(p.ngemm == 2, "two shapes: %d", p.ngemm);
     const trex_prof_gemm *g = &p.gemm[0], *h = &p.gemm[1];
-    CHECK(g->m == 6 && g->n == 7 && g->k == 5 && g->groups == 1 && g->calls == 3 && g->flops == 3 * 2.0 * 6 * 7 * 5,
+    CHECK(g->m == 3 * 6 && g->n == 7 && g->k == 5 && g->groups == 1 && g->calls == 3 && g->flops == 3 * 2.0 * 6 * 7 * 5,
           "first shape: %lld x %lld x %lld, %lld calls, %g FLOPs", (long long)g->m, (long long)g->n,
           (long long)g->k, (long long)g->calls, g->flops);
     CHECK(g->layout == (TREX_PROF_GEMM_A_F32 | TREX_PROF_GEMM_B_F32) && g->seconds >= 0, "first layout %u", g->layout);
@@ -224,12 +224,18 @@ static void test_prof_gemm(void)
                                             TREX_PROF_GEMM_SCALED, buf, sizeof buf),
                   "nt bf16 x packed rows scaled"),
           "name '%s'", buf);
+    /* grouped calls share an entry whatever their rows; one-problem calls are keyed by M */
+    trex_prof_gemm_add(&(trex_prof_gemm){.m = 40, .n = 8, .k = 9, .groups = 3, .seconds = 1, .flops = 2});
+    trex_prof_gemm_add(&(trex_prof_gemm){.m = 44, .n = 8, .k = 9, .groups = 3, .seconds = 1, .flops = 2});
+    trex_prof_gemm_add(&(trex_prof_gemm){.m = 40, .n = 8, .k = 9, .groups = 0, .seconds = 1, .flops = 2});
+    CHECK(p.ngemm == 3 && p.gemm[2].m == 84 && p.gemm[2].calls == 2 && p.gemm[2].groups == 3,
+          "grouped calls: one entry of 84 rows in 2 calls (no problem: not charged): %d entries", p.ngemm);
     /* more shapes than the table holds: the rest are summed in its last entry */
     for (int64_t i = 0; i < TREX_PROF_GEMM_MAX + 5; i++)
         trex_prof_gemm_add(&(trex_prof_gemm){.m = 100 + i, .n = 1, .k = 1, .groups = 1, .seconds = 1, .flops = 2});
     CHECK(p.ngemm == TREX_PROF_GEMM_MAX, "table full: %d", p.ngemm);
     const trex_prof_gemm *last = &p.gemm[TREX_PROF_GEMM_MAX - 1];
-    CHECK(last->groups == 0 && last->m == 0 && last->calls == 8 && last->seconds == 8,
+    CHECK(last->groups == 0 && last->calls == 9 && last->seconds == 9,
           "the last entry sums the shapes beyond the table: %lld calls", (long long)last->calls);
     trex_prof_attach(NULL);
     CHECK(!trex_prof_gemm_on(), "detached again");

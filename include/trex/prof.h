@@ -45,7 +45,7 @@ typedef enum trex_prof_class {
 } trex_prof_class;
 
 #define TREX_PROF_MAX_DEPTH 8
-#define TREX_PROF_GEMM_MAX 160 /* shapes kept; later ones are summed in the last entry (groups 0) */
+#define TREX_PROF_GEMM_MAX 256 /* shapes kept; later ones are summed in the last entry (groups 0) */
 
 /* Layout bits of a product C = alpha op(A) op(B) + beta C (trex_prof_gemm.layout). */
 enum {
@@ -61,10 +61,13 @@ enum {
     TREX_PROF_GEMM_SCALED = 512,    /* alpha != 1, or beta not in {0, 1} */
 };
 
-/* The products of one shape and layout: M summed over the groups of a grouped call, N and K of its
- * first problem. */
+/* The products of one shape and layout. A call of one problem is keyed by its M, N and K; a grouped
+ * call (the experts) by the N and K of its first problem and its number of problems, whatever their
+ * rows (which follow the routing). trex_prof_gemm_add takes one call with m = its rows (M summed over
+ * its problems); the entry's m sums them over its calls. */
 typedef struct trex_prof_gemm {
     int64_t m, n, k, groups;
+    int64_t key_m; /* entries: M of a one-problem shape, 0 for grouped calls (set by trex_prof_gemm_add) */
     unsigned layout;
     int64_t calls;
     double seconds, flops; /* wall seconds of the calls, 2 M N K summed over their problems */
@@ -93,7 +96,8 @@ void trex_prof_begin(trex_prof_class c);
 void trex_prof_end(trex_prof_class c);
 /* Whether the calling thread has a profiler attached (the GEMM framework times its calls only then). */
 bool trex_prof_gemm_on(void);
-/* Charges one call (g->calls is ignored: one) to the entry of its shape and layout. */
+/* Charges one call (g->m its rows, g->seconds, g->flops; g->calls and g->key_m are ignored) to the
+ * entry of its shape and layout; a call of no problem (groups 0) is not charged. */
 void trex_prof_gemm_add(const trex_prof_gemm *g);
 /* "nn", "nt", "tn" or "tt", then the operand types ("bf16", "f32", "packed") and "rows", "+=", "scaled"
  * where they apply, e.g. "nt f32 x packed +=", into buf; returns buf. */

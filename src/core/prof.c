@@ -73,21 +73,24 @@ bool trex_prof_gemm_on(void)
 void trex_prof_gemm_add(const trex_prof_gemm *g)
 {
     trex_prof *p = active;
-    if (!p)
+    if (!p || g->groups < 1)
         return;
+    const int64_t key_m = g->groups > 1 ? 0 : g->m;
     int i = 0;
-    while (i < p->ngemm && !(p->gemm[i].m == g->m && p->gemm[i].n == g->n && p->gemm[i].k == g->k &&
-                             p->gemm[i].groups == g->groups && p->gemm[i].layout == g->layout))
+    while (i < p->ngemm && !(p->gemm[i].n == g->n && p->gemm[i].k == g->k && p->gemm[i].groups == g->groups &&
+                             p->gemm[i].layout == g->layout && p->gemm[i].key_m == key_m))
         i++;
     if (i == p->ngemm) {
         if (p->ngemm == TREX_PROF_GEMM_MAX) { /* full: the last entry takes every other shape */
             i = TREX_PROF_GEMM_MAX - 1;
-            p->gemm[i].m = p->gemm[i].n = p->gemm[i].k = p->gemm[i].groups = 0;
+            p->gemm[i].n = p->gemm[i].k = p->gemm[i].groups = p->gemm[i].key_m = 0;
             p->gemm[i].layout = 0;
         } else {
-            p->gemm[p->ngemm++] = (trex_prof_gemm){g->m, g->n, g->k, g->groups, g->layout, 0, 0.0, 0.0};
+            p->gemm[p->ngemm++] = (trex_prof_gemm){.n = g->n, .k = g->k, .groups = g->groups, .key_m = key_m,
+                                                   .layout = g->layout};
         }
     }
+    p->gemm[i].m += g->m;
     p->gemm[i].calls++;
     p->gemm[i].seconds += g->seconds;
     p->gemm[i].flops += g->flops;

@@ -296,7 +296,7 @@ int trex_cmd_bench_step(int argc, char **argv)
                 const trex_prof_gemm *g = &prof.gemm[i];
                 char lay[64];
                 cJSON *e = cJSON_CreateObject();
-                cJSON_AddNumberToObject(e, "m", (double)g->m);
+                cJSON_AddNumberToObject(e, "m", (double)g->m / (double)g->calls); /* rows per call */
                 cJSON_AddNumberToObject(e, "n", (double)g->n);
                 cJSON_AddNumberToObject(e, "k", (double)g->k);
                 cJSON_AddNumberToObject(e, "groups", (double)g->groups);
@@ -353,7 +353,8 @@ int trex_cmd_bench_step(int argc, char **argv)
                    gemm_s, mean > 0 ? 100 * gemm_s / mean : 0.0, gemm_flops, gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0);
             if (peak > 0 && gemm_s > 0)
                 printf(" (%.1f%% of the peak)", 100 * gemm_flops / gemm_s / peak);
-            printf("\n  %8s %6s %6s %6s  %-24s %7s %9s %8s %7s\n", "M", "N", "K", "groups", "layout",
+            printf("\n  (M: rows per call, summed over the problems of a grouped call, whose rows vary: the mean)\n");
+            printf("  %8s %6s %6s %6s  %-24s %7s %9s %8s %7s\n", "M", "N", "K", "groups", "layout",
                    "calls", "wall s", "TFLOP/s", "% peak");
             double rest_s = 0, rest_f = 0;
             for (int i = 0; i < prof.ngemm; i++) {
@@ -365,7 +366,7 @@ int trex_cmd_bench_step(int argc, char **argv)
                     continue;
                 }
                 char lay[64];
-                printf("  %8lld %6lld %6lld %6lld  %-24s %7.1f %9.4f %8.2f %7.1f\n", (long long)g->m,
+                printf("  %8.0f %6lld %6lld %6lld  %-24s %7.1f %9.4f %8.2f %7.1f\n", (double)g->m / (double)g->calls,
                        (long long)g->n, (long long)g->k, (long long)g->groups,
                        g->groups ? trex_prof_gemm_layout(g->layout, lay, sizeof lay) : "(other shapes)",
                        (double)g->calls / (double)steps, gs, gs > 0 ? gf / gs / 1e12 : 0.0,
