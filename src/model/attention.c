@@ -110,7 +110,10 @@ struct trex_attn_cache {
     float *ilse, *mass;        /* [N] indexer log-sum-exp over the KL set, sum_s sum_h P */
     int32_t *sel, *nsel;       /* [N, topk] ascending local entry indices, [N] counts (sparse) */
     float *lse;                /* [N*H] including the sink */
-    float *o;                  /* [N, H*c] attention output after the inverse RoPE */
+    float *o;                  /* [N, H*c] attention output after the inverse RoPE; NULL in bf16 mode */
+    /* bf16 mode: o rounded to bf16 instead [N, H*c], as wo_a's products would round it (the same bits;
+     * half the bytes to write, keep and pack); the backward's D = g.o reads it too */
+    uint16_t *ob;
     float *u;                  /* [N, G*dg] */
 };
 
@@ -825,8 +828,9 @@ typedef struct qtask {
     const float *sink;
     bool select;              /* forward: choose top-k (CSA sparse) */
     bool kl;                  /* KL terms (forward) / KL gradient (backward) */
-    /* forward outputs */
+    /* forward outputs (o, or in bf16 mode its rounding ob) */
     float *lse, *o, *ilse, *mass;
+    uint16_t *ob;
     int32_t *sel, *nsel;
     double *kl_t;
     /* backward */
@@ -922,8 +926,8 @@ static int64_t gather_entries(const qtask *a, int64_t t, const float **V, const 
 }
 
 /* Query t's output, from the thread's scratch opre where the core wrote it (first-level cache): the
- * inverse RoPE at its position, then one copy out, around the cache (o is read again only by the
- * output projection, after the loop). */
+ * inverse RoPE at its position, then one copy out (bf16 mode: rounded to bf16), around the cache (o is
+ * read again only by the output projection, after the loop). */
 static void qfwd_out(const qtask *a, float *opre, int64_t t)
 {
     const attn_dims *dm = a->dm;
@@ -931,7 +935,10 @@ static void qfwd_out(const qtask *a, float *opre, int64_t t)
     const int64_t pos = a->docs->tpos[t], hc = dm->H * dm->c;
     a->fk->rope(opre + dm->nope, dm->H, dm->c, c->rcos + pos * dm->half, c->rsin + pos * dm->half,
                 dm->half, 1);
-    a->fk->copy_nt(a->o + t * hc, opre, hc);
+    if (a->ob)
+        a->fk->cvt_bf16_nt(a->ob + t * hc, opre, hc);
+    else
+        a->fk->copy_nt(a->o + t * hc, opre, hc);
 }
 
 /* Query t's dq (bf16 core), from the thread's scratch: the q path's first pass while the row is in
@@ -1838,8 +1845,9 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
 typedef struct gprep_task {
     float *D, *g;
     uint16_t *gb;          /* NULL or [N, H*c] */
-    float *row;            /* with gb: [threads, H*c] scratch */
+    float *row;            /* with gb or ob: [threads, H*c] scratch */
     const float *o;
+    const uint16_t *ob;    /* bf16 mode: o's rounding instead of o (D = g.o of the rounded o) */
     const attn_dims *dm;
     const int64_t *pos;
     const float *ct, *st;
@@ -1851,9 +1859,16 @@ static void gprep_rows(void *arg, int64_t r0, int64_t r1, int tid)
     const gprep_task *a = arg;
     const attn_dims *dm = a->dm;
     const int64_t H = dm->H, c = dm->c, hc = H * c;
-    for (int64_t t = r0; t < r1; t++)
+    for (int64_t t = r0; t < r1; t++) {
+        const float *o = a->o + t * hc;
+        if (a->ob) { /* the row widened in the thread's scratch, which the loop below reuses */
+            float *row = a->row + (int64_t)tid * hc;
+            trex_cvt_bf16_f32(row, a->ob + t * hc, hc);
+            o = row;
+        }
         for (int64_t h = 0; h < H; h++)
-            a->D[t * H + h] = a->dot(a->g + t * hc + h * c, a->o + t * hc + h * c, c);
+            a->D[t * H + h] = a->dot(a->g + t * hc + h * c, o + h * c, c);
+    }
     if (!a->gb) {
         rope_task rt = {a->g, H, c, c - dm->r, dm->half, a->pos, a->ct, a->st, false, NULL, NULL};
         rope_rows(&rt, r0, r1, tid);
@@ -2105,7 +2120,13 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     /* not zeroed: the core loop writes lse, o, and (kl) ilse, mass, kl_t and (sparse) nsel of every
      * query; sel is zeroed (a query writes only its first nsel entries) */
     FALLOC_W(C->lse, N * H);
-    FALLOC_W(C->o, N * hc);
+    if (gdt == TREX_BF16) {
+        C->ob = trex_arena_alloc_uninit(ar, (size_t)(N * hc) * sizeof *C->ob);
+        if (!C->ob)
+            goto oom;
+    } else {
+        FALLOC_W(C->o, N * hc);
+    }
     double *kl_t = NULL;
     if (C->kl) {
         FALLOC_W(C->ilse, N);
@@ -2152,6 +2173,7 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     qa.kl = C->kl;
     qa.lse = C->lse;
     qa.o = C->o;
+    qa.ob = C->ob;
     qa.ilse = C->ilse;
     qa.mass = C->mass;
     qa.sel = C->sel;
@@ -2188,9 +2210,16 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     AP(AP_F_CORE);
 
     /* grouped low-rank output projection */
-    for (int64_t gi = 0; gi < G; gi++)
-        trex_gemm_ex(pool, gws, gdt, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
-                     w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
+    for (int64_t gi = 0; gi < G; gi++) {
+        if (C->ob) {
+            const trex_gemm_problem pa = {N, dg, gin, C->ob + gi * gin, hc, w->wo_a + gi * dg * gin, gin,
+                                          C->u + gi * dg, G * dg};
+            trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, &pa, 1);
+        } else {
+            trex_gemm_ex(pool, gws, gdt, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
+                         w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
+        }
+    }
     trex_linear_forward_ex(pool, gws, gdt, y, C->u, w->wo_b, N, G * dg, d);
     AP(AP_F_OUT);
 
@@ -2243,8 +2272,14 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     for (int64_t gi = 0; gi < G; gi++) {
         trex_gemm_ex(pool, gws, gdt, false, false, N, gin, dg, 1.0f, du + gi * dg, G * dg,
                      w->wo_a + gi * dg * gin, gin, 0.0f, gO + gi * gin, hc);
-        trex_gemm_ex(pool, gws, gdt, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg,
-                     C->o + gi * gin, hc, 1.0f, g->wo_a + gi * dg * gin, gin);
+        if (C->ob) {
+            const trex_gemm_problem pw = {dg, gin, N, du + gi * dg, G * dg, C->ob + gi * gin, hc,
+                                          g->wo_a + gi * dg * gin, gin};
+            trex_gemm_grouped_mixed(pool, gws, TREX_F32, TREX_BF16, true, false, 1.0f, 1.0f, &pw, 1);
+        } else {
+            trex_gemm_ex(pool, gws, gdt, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg,
+                         C->o + gi * gin, hc, 1.0f, g->wo_a + gi * dg * gin, gin);
+        }
     }
     AP(AP_B_OUT);
     /* D = g.o is rotation-invariant: take it in the output frame, then rotate g back to the frame
@@ -2254,12 +2289,12 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     const bool core_bf16 = gdt == TREX_BF16 && trex_fused()->sattn_bwd_query_bf16; /* as the forward */
     uint16_t *qb = NULL, *gb = NULL, *dqb = NULL;
     float *grow = NULL;
-    if (core_bf16) {
+    if (core_bf16)
         gb = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof *gb);
+    if (core_bf16 || C->ob)
         grow = xalloc_uninit(ctx->arena, (size_t)(nthreads(ctx) * hc) * sizeof *grow);
-    }
     float *D = xalloc_uninit(ctx->arena, (size_t)(N * H) * sizeof(float)); /* gprep_rows writes it */
-    gprep_task gp = {D, gO, gb, grow, C->o, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
+    gprep_task gp = {D, gO, gb, grow, C->o, C->ob, dm, docs->tpos, C->rcos, C->rsin, trex_fused()->dot};
     trex_pool_for(pool, N, 1, gprep_rows, &gp);
     if (core_bf16) {
         /* the core reads gb, never the fp32 gO again: its block (N H c floats) holds q's bf16 copy
