@@ -117,6 +117,13 @@ assert [r["seconds"] for r in rows] == sorted((r["seconds"] for r in rows), reve
 assert abs(sum(r["seconds"] for r in rows) - g["gemm_s"]) <= 1e-9 + 1e-9 * g["gemm_s"]
 assert abs(sum(r["flops"] for r in rows) - g["gemm_flops"]) <= 1e-6 * g["gemm_flops"]
 assert 0 < g["gemm_s"] <= g["step_mean_s"], (g["gemm_s"], g["step_mean_s"])
+# by op class: they sum to gemm_s, each inside its class's time
+byc = g["gemm_ops"]
+assert sorted(byc) == sorted(g["ops"]), byc
+assert abs(sum(byc.values()) - g["gemm_s"]) <= 1e-9 + 1e-9 * g["gemm_s"], (byc, g["gemm_s"])
+for k, v in byc.items():
+    assert 0 <= v <= g["ops"][k] + 1e-6, (k, v, g["ops"][k])
+assert byc["head"] > 0 and byc["attention"] > 0 and byc["moe"] > 0, byc
 # dsv4-tiny (V 4096, d 256), bf16 head (bf16x2g1): logits^T [V, rows] = W3 [V, 2d] hnF^T, one per chunk
 head = [r for r in rows if r["m"] == 4096 and r["k"] == 512 and r["groups"] == 1 and r["layout"] == "nt bf16 x bf16"]
 assert head, [(r["m"], r["n"], r["k"], r["layout"]) for r in rows]
@@ -148,6 +155,7 @@ grep -Eq -- "^trex bench step: dsv4-tiny, seq 64, mbs 1, precision bf16 \(expert
 "$TREX" bench step "${fast[@]}" --peak-tflops 1 --precision bf16 --gemm-profile >"$tmp/textg" 2>&1 \
   || bad "--gemm-profile text report exit"
 for pat in "^matrix products \(bf16 GEMM\) per step: [0-9.]+ s wall" "^ +M +N +K +groups +layout +calls" \
+           "^  by op class \(wall s, TFLOP/s\): .*attention [0-9.]+ \([0-9.]+\).* head [0-9.]+" \
            "^ +4096 +[0-9]+ +512 +1 +nt bf16 x bf16 "; do
   grep -Eq -- "$pat" "$tmp/textg" && ok || { bad "--gemm-profile text: no line /$pat/"; cat "$tmp/textg"; }
 done

@@ -215,6 +215,12 @@ static void test_prof_gemm(void)
           "first shape: %lld x %lld x %lld, %lld calls, %g FLOPs", (long long)g->m, (long long)g->n,
           (long long)g->k, (long long)g->calls, g->flops);
     CHECK(g->layout == (TREX_PROF_GEMM_A_F32 | TREX_PROF_GEMM_B_F32) && g->seconds >= 0, "first layout %u", g->layout);
+    CHECK(p.gemm_flops[TREX_PROF_OTHER] == 3 * 2.0 * 6 * 7 * 5 + 2.0 * 5 * 7 * 6 && p.gemm_flops[TREX_PROF_MOE] == 0,
+          "no class open: charged to other");
+    trex_prof_begin(TREX_PROF_MOE);
+    trex_gemm_f32_bf16(pool, NULL, false, false, 6, 7, 5, 1.0f, A, 5, B, 7, 0.0f, C, 7);
+    trex_prof_end(TREX_PROF_MOE);
+    CHECK(p.gemm_flops[TREX_PROF_MOE] == 2.0 * 6 * 7 * 5 && g->calls == 4, "charged to the open class (moe)");
     CHECK(h->m == 5 && h->k == 6 && h->calls == 1 &&
               h->layout == (TREX_PROF_GEMM_TA | TREX_PROF_GEMM_A_F32 | TREX_PROF_GEMM_B_F32 | TREX_PROF_GEMM_ACCUMULATE),
           "second shape: %lld x %lld, layout %u", (long long)h->m, (long long)h->k, h->layout);

@@ -80,6 +80,8 @@ typedef struct trex_prof {
     int64_t calls[TREX_PROF_COUNT];  /* begin calls of each class */
     trex_prof_gemm gemm[TREX_PROF_GEMM_MAX]; /* matrix products by shape, in order of first call */
     int ngemm;
+    /* the same products by the class open when they ran (TREX_PROF_OTHER when none was) */
+    double gemm_seconds[TREX_PROF_COUNT], gemm_flops[TREX_PROF_COUNT];
     /* private: the open classes, innermost last, and the time of the last charge */
     int depth;
     int open[TREX_PROF_MAX_DEPTH];
@@ -97,7 +99,8 @@ void trex_prof_end(trex_prof_class c);
 /* Whether the calling thread has a profiler attached (the GEMM framework times its calls only then). */
 bool trex_prof_gemm_on(void);
 /* Charges one call (g->m its rows, g->seconds, g->flops; g->calls and g->key_m are ignored) to the
- * entry of its shape and layout; a call of no problem (groups 0) is not charged. */
+ * entry of its shape and layout and to the innermost open class; a call of no problem (groups 0) is
+ * not charged. */
 void trex_prof_gemm_add(const trex_prof_gemm *g);
 /* "nn", "nt", "tn" or "tt", then the operand types ("bf16", "f32", "packed") and "rows", "+=", "scaled"
  * where they apply, e.g. "nt f32 x packed +=", into buf; returns buf. */

@@ -90,6 +90,9 @@ void trex_prof_gemm_add(const trex_prof_gemm *g)
                                                    .layout = g->layout};
         }
     }
+    const int c = p->depth > 0 ? p->open[p->depth - 1] : TREX_PROF_OTHER;
+    p->gemm_seconds[c] += g->seconds;
+    p->gemm_flops[c] += g->flops;
     p->gemm[i].m += g->m;
     p->gemm[i].calls++;
     p->gemm[i].seconds += g->seconds;

@@ -308,6 +308,9 @@ int trex_cmd_bench_step(int argc, char **argv)
             }
             cJSON_AddNumberToObject(root, "gemm_s", gemm_s);
             cJSON_AddNumberToObject(root, "gemm_flops", gemm_flops);
+            cJSON *gc = cJSON_AddObjectToObject(root, "gemm_ops");
+            for (int c = 0; c < TREX_PROF_COUNT; c++)
+                cJSON_AddNumberToObject(gc, trex_prof_name((trex_prof_class)c), prof.gemm_seconds[c] / (double)steps);
         }
         cJSON_AddNumberToObject(root, "peak_rss_mib", rss);
         cJSON *mem = cJSON_AddObjectToObject(root, "memory_mib");
@@ -353,6 +356,11 @@ int trex_cmd_bench_step(int argc, char **argv)
                    gemm_s, mean > 0 ? 100 * gemm_s / mean : 0.0, gemm_flops, gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0);
             if (peak > 0 && gemm_s > 0)
                 printf(" (%.1f%% of the peak)", 100 * gemm_flops / gemm_s / peak);
+            printf("\n  by op class (wall s, TFLOP/s):");
+            for (int c = 0; c < TREX_PROF_COUNT; c++)
+                if (prof.gemm_seconds[c] > 0)
+                    printf(" %s %.3f (%.2f)", trex_prof_name((trex_prof_class)c), prof.gemm_seconds[c] / (double)steps,
+                           prof.gemm_flops[c] / prof.gemm_seconds[c] / 1e12);
             printf("\n  (M: rows per call, summed over the problems of a grouped call, whose rows vary: the mean)\n");
             printf("  %8s %6s %6s %6s  %-24s %7s %9s %8s %7s\n", "M", "N", "K", "groups", "layout",
                    "calls", "wall s", "TFLOP/s", "% peak");
