@@ -83,8 +83,8 @@ int trex_cmd_bench_step(int argc, char **argv)
         {"peak-tflops", TREX_OPT_F64, &peak_tflops, "X",
          "MFU denominator in TFLOP/s (0: measure the precision's peak loop on the threads used)", false},
         {"gemm-profile", TREX_OPT_FLAG, &gemm_profile, NULL,
-         "also print the matrix products of the bf16 GEMM by shape and layout: calls, wall seconds and "
-         "TFLOP/s per step (with --json: the array gemm)", false},
+         "also print the matrix products of the bf16 GEMM per op class and by shape and layout: calls, wall "
+         "seconds and TFLOP/s per step (with --json: gemm_ops and the array gemm; docs/kernels.md)", false},
         {"seed", TREX_OPT_I64, &seed, "S", "weights and tokens", false},
         {"json", TREX_OPT_FLAG, &json, NULL, "print one JSON object", false},
         {0}};
