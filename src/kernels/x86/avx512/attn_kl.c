@@ -20,15 +20,21 @@ static inline __m512 head_col(const float *ia, int64_t h0, int64_t n, int64_t i,
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), hm, idx, ia + h0 * n + i, 4);
 }
 
-static inline __mmask16 group_mask(int64_t nI, int64_t h0)
-{
-    const int64_t hn = nI - h0;
-    return hn >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << hn) - 1u);
-}
-
+/* the first min(left, 16) lanes */
 static inline __mmask16 tail_mask(int64_t left)
 {
     return left >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << left) - 1u);
+}
+
+/* kl_kgrad: the heads of group h0 active for entry i (score > 0) as a mask, and every head's
+ * coefficient d * hw[h] into cf */
+static inline __mmask16 group_coefs(float *cf, const float *ia, const float *hw, __m512 d, int64_t h0,
+                                    int64_t nI, int64_t n, int64_t i, __m512i idx)
+{
+    const __mmask16 hm = tail_mask(nI - h0);
+    const __m512 a = head_col(ia, h0, n, i, idx, hm);
+    _mm512_store_ps(cf, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(hm, hw + h0)));
+    return _mm512_mask_cmp_ps_mask(hm, a, _mm512_setzero_ps(), _CMP_GT_OQ);
 }
 
 void trex_fused_kl_qgrad_avx512(float *diq, float *dhw, const float *ia, const float *dI,
@@ -44,7 +50,7 @@ void trex_fused_kl_qgrad_avx512(float *diq, float *dhw, const float *ia, const f
         _mm512_set1_epi32((int32_t)n));
     float cf[16] __attribute__((aligned(64)));
     for (int64_t h0 = 0; h0 < nI; h0 += 16) {
-        const __mmask16 hm = group_mask(nI, h0);
+        const __mmask16 hm = tail_mask(nI - h0);
         const __m512 hv = _mm512_maskz_loadu_ps(hm, hw + h0);
         __m512 dh = _mm512_maskz_loadu_ps(hm, dhw + h0);
         float *Y = diq + h0 * cI;
@@ -112,11 +118,7 @@ void trex_fused_kl_kgrad_avx512(float *const *dK, const float *ia, const float *
             _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
                 acc[j] = _mm512_loadu_ps(y + f + 16 * j);
             for (int64_t h0 = 0; h0 < nI; h0 += 16) {
-                const __mmask16 hm = group_mask(nI, h0);
-                const __m512 a = head_col(ia, h0, n, i, idx, hm);
-                const __mmask16 on =
-                    _mm512_mask_cmp_ps_mask(hm, a, _mm512_setzero_ps(), _CMP_GT_OQ);
-                _mm512_store_ps(cf, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(hm, hw + h0)));
+                const __mmask16 on = group_coefs(cf, ia, hw, d, h0, nI, n, i, idx);
                 for (unsigned m = on; m; m &= m - 1) {
                     const int h = __builtin_ctz(m);
                     const __m512 va = _mm512_set1_ps(cf[h]);
@@ -132,11 +134,7 @@ void trex_fused_kl_kgrad_avx512(float *const *dK, const float *ia, const float *
             const __mmask16 fm = tail_mask(cI - f);
             __m512 acc = _mm512_maskz_loadu_ps(fm, y + f);
             for (int64_t h0 = 0; h0 < nI; h0 += 16) {
-                const __mmask16 hm = group_mask(nI, h0);
-                const __m512 a = head_col(ia, h0, n, i, idx, hm);
-                const __mmask16 on =
-                    _mm512_mask_cmp_ps_mask(hm, a, _mm512_setzero_ps(), _CMP_GT_OQ);
-                _mm512_store_ps(cf, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(hm, hw + h0)));
+                const __mmask16 on = group_coefs(cf, ia, hw, d, h0, nI, n, i, idx);
                 for (unsigned m = on; m; m &= m - 1) {
                     const int h = __builtin_ctz(m);
                     acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(cf[h]),
