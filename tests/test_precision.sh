@@ -45,17 +45,10 @@ check_bounds() {  # check_bounds BF16_OUT FP32_OUT LABEL
 import sys
 import numpy as np
 sys.path.insert(0, "tests/ref")
-import st  # the suite's safetensors reader
-def load(p):
-    return {k: v.astype(np.float64).ravel() for k, v in st.load(p)[0].items()}
+from bounds import load, rel, Checks
 x, r, label = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
-fails = []
-def rel(a, b): return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-def check(name, val, lim, worse_if_below=False):
-    bad = val < lim if worse_if_below else not (val <= lim)
-    print("%s: %-22s %.3e (bound %s %.1e)%s" % (label, name, val, ">=" if worse_if_below else "<=", lim,
-                                                 "  FAIL" if bad else ""))
-    if bad: fails.append(name)
+checks = Checks(label, 22)
+check, fails = checks.check, checks.fails
 if set(x) != set(r): fails.append("tensor names differ")
 same = all(np.array_equal(x[k], r[k]) for k in r)
 if same: fails.append("bf16 output equals fp32 output: the bf16 path was not taken")
@@ -98,15 +91,10 @@ check_head() {  # check_head X3_OUT FP32_OUT LABEL
 import sys
 import numpy as np
 sys.path.insert(0, "tests/ref")
-import st  # the suite's safetensors reader
-def load(p):
-    return {k: v.astype(np.float64).ravel() for k, v in st.load(p)[0].items()}
+from bounds import load, rel, Checks
 x, r, label = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
-fails = []
-def rel(a, b): return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-def check(name, val, lim):
-    print("%s: %-26s %.3e (bound <= %.1e)%s" % (label, name, val, lim, "" if val <= lim else "  FAIL"))
-    if not (val <= lim): fails.append(name)
+checks = Checks(label, 26)
+check, fails = checks.check, checks.fails
 if set(x) != set(r): fails.append("tensor names differ")
 if all(np.array_equal(x[k], r[k]) for k in r): fails.append("bf16x3 output equals fp32: the split head was not taken")
 for k in ("loss", "loss_main", "loss_mtp"):
@@ -134,15 +122,10 @@ check_g1() {  # check_g1 G1_OUT X3_OUT FP32_OUT LABEL
 import sys
 import numpy as np
 sys.path.insert(0, "tests/ref")
-import st  # the suite's safetensors reader
-def load(p):
-    return {k: v.astype(np.float64).ravel() for k, v in st.load(p)[0].items()}
+from bounds import load, rel, Checks
 g, x, r, label = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3]), sys.argv[4]
-fails = []
-def rel(a, b): return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-def check(name, val, lim):
-    print("%s: %-26s %.3e (bound <= %.1e)%s" % (label, name, val, lim, "" if val <= lim else "  FAIL"))
-    if not (val <= lim): fails.append(name)
+checks = Checks(label, 26)
+check, fails = checks.check, checks.fails
 if set(g) != set(r) or set(x) != set(r): fails.append("tensor names differ")
 for k in ("loss", "loss_main", "loss_mtp", "logits", "mtp_logits"):
     if not np.array_equal(g[k], x[k]): fails.append("%s differs from bf16x3's" % k)
@@ -183,17 +166,10 @@ check_x2() {  # check_x2 X2_OUT FP32_ON_ROUNDED_W_OUT FP32_OUT LABEL
 import sys
 import numpy as np
 sys.path.insert(0, "tests/ref")
-import st  # the suite's safetensors reader
-def load(p):
-    return {k: v.astype(np.float64).ravel() for k, v in st.load(p)[0].items()}
+from bounds import load, rel, Checks
 x, r, f, label = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3]), sys.argv[4]
-fails = []
-def rel(a, b): return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-def check(name, val, lim, worse_if_below=False):
-    bad = val < lim if worse_if_below else not (val <= lim)
-    print("%s: %-30s %.3e (bound %s %.1e)%s" % (label, name, val, ">=" if worse_if_below else "<=", lim,
-                                                 "  FAIL" if bad else ""))
-    if bad: fails.append(name)
+checks = Checks(label, 30)
+check, fails = checks.check, checks.fails
 if set(x) != set(r) or set(f) != set(r): fails.append("tensor names differ")
 for k in ("loss", "loss_main", "loss_mtp"):
     check("|d %s|/%s" % (k, k), float(abs(x[k][0] - r[k][0]) / abs(r[k][0])), 1e-6)
