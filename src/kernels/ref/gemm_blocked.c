@@ -29,10 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
 #include "trex/prof.h"
@@ -523,37 +519,11 @@ static size_t vnni_at(int64_t n, int64_t k, int64_t kp)
 }
 
 /* trex_gemm_pack_b_range packs whole steps RANGE_SLAB k at a time into the calling thread's slab, then
- * copies them to the panels with non-temporal stores (SSE2, part of x86-64): the panels are written once
- * per weight update and read by products much later, so ordinary stores would first read every line of
- * them into the cache (twice the memory traffic). Elsewhere memcpy. */
+ * copies them to the panels with the fused table's copy_nt (non-temporal stores where the level has
+ * them): the panels are written once per weight update and read by products much later, so ordinary
+ * stores would first read every line of them into the cache (twice the memory traffic). */
 #define RANGE_SLAB 256
 static _Thread_local _Alignas(64) uint16_t range_slab[RANGE_SLAB * TREX_GEMM_NR];
-
-static void stream_copy(uint16_t *dst, const uint16_t *src, int64_t n)
-{
-#if defined(__SSE2__)
-    /* dst and src 64-byte aligned (a step boundary of 64-byte-aligned panels), n a multiple of 1024 */
-    if (((uintptr_t)dst & 63u) == 0) {
-        for (int64_t i = 0; i < n; i += 32) {
-            const __m128i *s = (const __m128i *)(src + i);
-            __m128i *d = (__m128i *)(dst + i);
-            _mm_stream_si128(d, _mm_load_si128(s));
-            _mm_stream_si128(d + 1, _mm_load_si128(s + 1));
-            _mm_stream_si128(d + 2, _mm_load_si128(s + 2));
-            _mm_stream_si128(d + 3, _mm_load_si128(s + 3));
-        }
-        return;
-    }
-#endif
-    memcpy(dst, src, (size_t)n * sizeof *dst);
-}
-
-static void stream_fence(void)
-{
-#if defined(__SSE2__)
-    _mm_sfence();
-#endif
-}
 
 /* The interior of [lo, hi) on 32-element boundaries (end == the operand's end counts as one):
  * [*a, *b), empty (a == b) when there is none. */
@@ -593,9 +563,10 @@ void trex_gemm_pack_b_range_with(const trex_kernel_table *t, uint16_t *panels, i
                 const int64_t kc = min64(RANGE_SLAB, kb - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
                 fn(range_slab, src + (size_t)((n - n0) * rs + (k - k0) * ks) * es, rs, ks,
                    min64(TREX_GEMM_NR, nb - n), kc, kcp);
-                stream_copy(panels + vnni_at(n, k, kp), range_slab, kcp * TREX_GEMM_NR);
+                /* a whole number of steps (32 x 32 bf16): an even count, copied as floats */
+                trex_fused()->copy_nt((float *)(void *)(panels + vnni_at(n, k, kp)),
+                                      (const float *)(const void *)range_slab, kcp * TREX_GEMM_NR / 2);
             }
-        stream_fence();
     }
     /* The rest element by element, rounded as the packers round. */
     for (int64_t n = n0; n < n1; n++) {
