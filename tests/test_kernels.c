@@ -578,6 +578,43 @@ static void test_chunked(const trex_kernel_table *t, trex_pool *pool)
     mats_free(&m);
 }
 
+/* A product split along K at multiples of 32 into calls that accumulate into C (the LM head's d hn
+ * over vocabulary blocks) gives the bits of one call: each call continues C's fp32 sums in k order.
+ * Also with each block's B pre-packed, and with A stored [K, M] and B [K, N] (both packed step by
+ * step across their panels). */
+static void test_ksplit(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t M = 70, N = 100, K = 305, cuts[] = {0, 96, 160, 305};
+    for (int layout = 0; layout < 2; layout++) {
+        mats m = mats_make(M, N, K, layout == 1, false, 91 + (uint64_t)layout);
+        float *C1 = xmalloc((size_t)(M * m.ldc) * sizeof *C1), *C2 = xmalloc((size_t)(M * m.ldc) * sizeof *C2);
+        float *C3 = xmalloc((size_t)(M * m.ldc) * sizeof *C3);
+        run_one(t, pool, &m, false, 1.0f, 0.0f, false, C1);
+        memcpy(C2, m.C0, (size_t)(M * m.ldc) * sizeof *C2);
+        memcpy(C3, m.C0, (size_t)(M * m.ldc) * sizeof *C3);
+        for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
+            const int64_t k0 = cuts[c], kn = cuts[c + 1] - k0;
+            const uint16_t *A = m.Ab + (m.ta ? k0 * m.lda : k0), *B = m.Bb + k0 * m.ldb;
+            trex_gemm_problem p = {M, N, kn, A, m.lda, B, m.ldb, C2, m.ldc};
+            trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, m.ta, false, 1.0f, c ? 1.0f : 0.0f, &p, 1);
+            trex_gemm_packed *Bp = trex_gemm_pack_b_with(t, pool, TREX_BF16, false, N, kn, B, m.ldb);
+            CHECK(Bp != NULL, "ksplit pack");
+            p.B = Bp;
+            p.C = C3;
+            trex_gemm_grouped_prepacked_with(t, pool, NULL, TREX_BF16, m.ta, 1.0f, c ? 1.0f : 0.0f, &p, 1);
+            trex_gemm_packed_free(Bp);
+        }
+        const size_t bytes = (size_t)(M * m.ldc) * sizeof *C1;
+        CHECK(!memcmp(C1, C2, bytes) && !memcmp(C1, C3, bytes),
+              "%s: %s product in K blocks (packed per call / pre-packed) = one call, bit for bit",
+              t->gemm_name, m.ta ? "A^T B" : "A B");
+        free(C1);
+        free(C2);
+        free(C3);
+        mats_free(&m);
+    }
+}
+
 /* A written-once C larger than 8 MiB (64-byte aligned rows) is stored with non-temporal stores: the
  * bits must equal those of two calls of half the rows each (small enough to be stored normally). */
 static void test_stream(const trex_kernel_table *t, trex_pool *pool)
@@ -1396,6 +1433,7 @@ int main(int argc, char **argv)
         test_prepacked_a(lv[i], lv[0], pool);
         test_pack_range(lv[i], pool);
         test_gathered(lv[i], pool);
+        test_ksplit(lv[i], pool);
         test_determinism(lv[i]);
     }
     test_chunked(lv[n - 1], pool);

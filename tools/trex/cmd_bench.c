@@ -529,11 +529,12 @@ static void *operand_alloc(size_t bytes, bool huge)
 }
 
 /* Packing throughput of each packer path of the level, on the calling thread: a 1024 x 1024 operand
- * packed panel by panel (32 rows or columns at a time, as the GEMM does), either cycling over 32
- * operands (128 MiB of fp32, 64 MiB of bf16: mostly from memory) or over one (4 or 2 MiB: from L2/L3).
- * "rows": k contiguous in the source (x of x W^T, W of x W^T); "pairs": rows contiguous, k-pairs
- * interleaved from two source rows (dy and W of dy W, both operands of the weight gradient dy^T x).
- * Figures: GB of source per CPU-second, median of reps. */
+ * packed as the GEMM packs it, either cycling over 32 operands (128 MiB of fp32, 64 MiB of bf16:
+ * mostly from memory) or over one (4 or 2 MiB: from L2/L3). "rows": k contiguous in the source (x of
+ * x W^T, W of x W^T), packed panel by panel (32 rows or columns over all k); "pairs": rows contiguous,
+ * k-pairs interleaved from two source rows (dy and W of dy W, both operands of the weight gradient
+ * dy^T x), packed a step of 32 k at a time across all panels (the framework's order for these
+ * layouts, docs/kernels.md "Round 11"). Figures: GB of source per CPU-second, median of reps. */
 static void bench_packing(const bench_common *c, const char *filter, bool huge, cJSON *arr)
 {
     enum { R = 1024, K = 1024, NOPS = 32 };
@@ -577,11 +578,14 @@ static void bench_packing(const bench_common *c, const char *filter, bool huge, 
                 const double c0 = trex_cpu_s();
                 for (int o = 0; o < nops; o++) {
                     const char *s0 = src + (size_t)o * R * K * esz;
-                    for (int64_t p = 0; p < R; p += 32)
-                        if (pairs)
-                            fn(dst, s0 + (size_t)p * esz, 1, R, 32, K, K);
-                        else
+                    if (pairs) {
+                        for (int64_t k = 0; k < K; k += 32)
+                            for (int64_t p = 0; p < R; p += 32)
+                                fn(dst + k * 32, s0 + (size_t)(p + k * R) * esz, 1, R, 32, 32, 32);
+                    } else {
+                        for (int64_t p = 0; p < R; p += 32)
                             fn(dst, s0 + (size_t)p * K * esz, K, 1, 32, K, K);
+                    }
                 }
                 if (r >= 0)
                     u[r] = trex_cpu_s() - c0;

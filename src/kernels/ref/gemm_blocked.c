@@ -41,6 +41,7 @@
 #define OPERAND_LIMIT (12l << 20) /* packed bytes of B of one sub-problem, at most */
 #define BATCH_LIMIT (24l << 20)  /* packed bytes of B of a batch, unless one sub-problem is larger */
 #define PACK_UNIT 4              /* B panels per unit of packing work */
+#define PACK_STEPS 256           /* panel steps (32 k x 32 n) per unit when B is stored by rows of k */
 #define STREAM_LIMIT (8l << 20)  /* bytes of C in a call above which a written-once C is streamed */
 
 /* alpha 1 beta 0: tiles stored into C | alpha 1 beta 1: tiles loaded from C and stored back |
@@ -70,7 +71,8 @@ typedef struct sub {
 
 typedef struct item {        /* a unit of work handed to whichever thread asks next */
     int32_t s;               /* sub-problem, relative to the batch's first */
-    int32_t i, n;            /* pack: B panels i..i+n-1; compute: the row of blocks i (n unused) */
+    int32_t i, n;            /* pack: B panels i..i+n-1, or with b_ksteps its k steps i..i+n-1 of every
+                              * panel; compute: the row of blocks i (n unused) */
 } item;
 
 typedef struct run {
@@ -140,7 +142,32 @@ static void pack_gathered(trex_pack_fn fn, uint16_t *dst, const char *base, int6
 
 /* ---- phase 1: B panels, shared by every block ------------------------------------------------------- */
 
-/* Every slot takes units of PACK_UNIT panels until none is left (the slot index does not matter). */
+/* Panels [p0, p1) of an operand whose packed rows are contiguous in its storage (A stored [K, M], B
+ * stored [K, N]; A and B panels are both 32 wide), steps [k0, k1) of k (multiples of 32, k1 may be K), step by step across the panels:
+ * the operand's row r (op(A)'s row, op(B)'s column) and k at src + (r + k ks) esz, R rows in all;
+ * panel p at panels + p 32 Kp. A panel's step reads 32 source rows a page or more apart, 64 or 128
+ * bytes of each: panel by panel over all of K, a row's next piece is read only when the next panel
+ * comes round, and the hardware prefetchers (which follow a page's lines) never get ahead. Step by
+ * step across the panels, each source row is read front to back, 32 rows at a time (docs/kernels.md
+ * "Round 11": packing a 4 096 x 4 096 operand from memory twice as fast). The same bytes either way. */
+static void pack_steps(trex_pack_fn fn, uint16_t *panels, int64_t Kp, const char *src, size_t esz, int64_t ks,
+                       int64_t R, int64_t K, int64_t p0, int64_t p1, int64_t k0, int64_t k1)
+{
+    for (int64_t k = k0; k < k1; k += TREX_GEMM_KU)
+        for (int64_t p = p0; p < p1; p++)
+            fn(panels + p * TREX_GEMM_NR * Kp + k * TREX_GEMM_NR, src + (size_t)(p * TREX_GEMM_NR + k * ks) * esz,
+               1, ks, min64(TREX_GEMM_NR, R - p * TREX_GEMM_NR), min64(TREX_GEMM_KU, K - k), TREX_GEMM_KU);
+}
+
+/* Whether B's panels are packed in units of k steps across all of them (pack_steps): B stored by rows
+ * of k ([K, N], not through a row list) in more than one panel. */
+static bool b_ksteps(const sub *s)
+{
+    return !s->brow && s->b_rs == 1 && s->npan > 1;
+}
+
+/* Every slot takes units (PACK_UNIT panels, or PACK_STEPS / panels steps of every panel: b_ksteps)
+ * until none is left (the slot index does not matter). */
 static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
 {
     (void)w0, (void)w1, (void)tid;
@@ -148,6 +175,11 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
     const trex_pack_fn fn = r->b_f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
     for (int64_t i; (i = next_item(r)) >= 0;) {
         const sub *s = &r->subs[r->items[i].s];
+        if (b_ksteps(s)) {
+            pack_steps(fn, r->bpack + s->b_off, s->Kp, s->B, r->b_esz, s->b_ks, s->N, s->K, 0, s->npan,
+                       r->items[i].i * TREX_GEMM_KU, min64(s->K, (r->items[i].i + r->items[i].n) * TREX_GEMM_KU));
+            continue;
+        }
         for (int64_t p = r->items[i].i; p < r->items[i].i + r->items[i].n; p++)
             if (s->brow)
                 pack_gathered(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
@@ -170,6 +202,11 @@ static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
         for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
             pack_gathered(fn, dst + ip * TREX_GEMM_MR * s->Kp, s->A, s->lda, s->arow, r->a_esz, s->a_byr,
                           m0 + ip * TREX_GEMM_MR, min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K);
+        return;
+    }
+    if (s->a_rs == 1 && mb > TREX_GEMM_MR) { /* A stored [K, M], more than one panel */
+        pack_steps(fn, dst, s->Kp, s->A + (size_t)m0 * r->a_esz, r->a_esz, s->a_ks, mb, s->K, 0,
+                   ceil_div(mb, TREX_GEMM_MR), 0, s->K);
         return;
     }
     for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
@@ -323,6 +360,22 @@ static int64_t sub_packed(const sub *s)
     return s->npan * TREX_GEMM_NR * s->Kp;
 }
 
+/* A unit of B packing work of s: PACK_UNIT panels, or (b_ksteps) about PACK_STEPS panel steps' worth
+ * of k steps of every panel. */
+static int64_t pack_unit(const sub *s)
+{
+    if (!b_ksteps(s))
+        return PACK_UNIT;
+    const int64_t u = PACK_STEPS / (s->npan > 0 ? s->npan : 1);
+    return u > 0 ? u : 1;
+}
+
+/* Units of B packing work of s. */
+static int64_t pack_items(const sub *s)
+{
+    return ceil_div(b_ksteps(s) ? s->Kp / TREX_GEMM_KU : s->npan, pack_unit(s));
+}
+
 /* Bytes of B panels a sub-problem needs in the workspace: none when B is pre-packed. */
 static int64_t sub_ws_packed(const sub *s, bool prepacked)
 {
@@ -361,6 +414,10 @@ static void pack_panels(void *arg, int64_t p0, int64_t p1, int tid)
      * [K, M] or B is stored [K, N]. */
     const bool rows_contig = p->a ? p->trans : !p->trans;
     const int64_t rs = rows_contig ? 1 : j->ldb, ks = rows_contig ? j->ldb : 1;
+    if (rows_contig && p1 - p0 > 1) {
+        pack_steps(fn, p->panels, p->Kp, j->B, f32 ? 4 : 2, ks, p->N, p->K, p0, p1, 0, p->K);
+        return;
+    }
     for (int64_t q = p0; q < p1; q++)
         fn(p->panels + q * TREX_GEMM_NR * p->Kp,
            j->B + (size_t)(q * TREX_GEMM_NR * rs) * (f32 ? 4 : 2), rs, ks,
@@ -555,18 +612,21 @@ void trex_gemm_pack_b_range_with(const trex_kernel_table *t, uint16_t *panels, i
     aligned_part(n0, n1, N, &na, &nb);
     aligned_part(k0, k1, K, &ka, &kb);
     /* Whole 32 x 32 steps (and the operand's last, zero-padded ones) with the level's packer, into a
-     * slab of the thread's that is then streamed to the panels. */
+     * slab of the thread's that is then streamed to the panels: panel by panel, RANGE_SLAB k at a time,
+     * or, for B stored by rows of k, a step at a time across the panels (see pack_steps). */
     if (na < nb && ka < kb) {
         const trex_pack_fn fn = f32 ? t->pack_b_f32 : t->pack_b_bf16;
-        for (int64_t n = na; n < nb; n += TREX_GEMM_NR)
-            for (int64_t k = ka; k < kb; k += RANGE_SLAB) {
-                const int64_t kc = min64(RANGE_SLAB, kb - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
-                fn(range_slab, src + (size_t)((n - n0) * rs + (k - k0) * ks) * es, rs, ks,
-                   min64(TREX_GEMM_NR, nb - n), kc, kcp);
-                /* a whole number of steps (32 x 32 bf16): an even count, copied as floats */
-                trex_fused()->copy_nt((float *)(void *)(panels + vnni_at(n, k, kp)),
-                                      (const float *)(const void *)range_slab, kcp * TREX_GEMM_NR / 2);
-            }
+        const int64_t slab = tb ? RANGE_SLAB : TREX_GEMM_KU;
+        const int64_t pn = ceil_div(nb - na, TREX_GEMM_NR), pk = ceil_div(kb - ka, slab);
+        for (int64_t i = 0; i < pn * pk; i++) {
+            const int64_t n = na + (tb ? i / pk : i % pn) * TREX_GEMM_NR, k = ka + (tb ? i % pk : i / pn) * slab;
+            const int64_t kc = min64(slab, kb - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
+            fn(range_slab, src + (size_t)((n - n0) * rs + (k - k0) * ks) * es, rs, ks, min64(TREX_GEMM_NR, nb - n),
+               kc, kcp);
+            /* a whole number of steps (32 x 32 bf16): an even count, copied as floats */
+            trex_fused()->copy_nt((float *)(void *)(panels + vnni_at(n, k, kp)),
+                                  (const float *)(const void *)range_slab, kcp * TREX_GEMM_NR / 2);
+        }
     }
     /* The rest element by element, rounded as the packers round. */
     for (int64_t n = n0; n < n1; n++) {
@@ -703,7 +763,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
         while (e < nsubs &&
                (e == b || 2 * (pack + sub_ws_packed(&subs[e], prepacked)) <= BATCH_LIMIT)) {
             pack += sub_ws_packed(&subs[e], prepacked);
-            items_p += prepacked ? 0 : ceil_div(subs[e].npan, PACK_UNIT);
+            items_p += prepacked ? 0 : pack_items(&subs[e]);
             items_c += subs[e].mblk;
             e++;
         }
@@ -742,10 +802,12 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
 
         int64_t n = 0;
         if (!prepacked) {
-            for (int64_t s = b; s < e; s++)
-                for (int64_t p = 0; p < subs[s].npan; p += PACK_UNIT)
+            for (int64_t s = b; s < e; s++) {
+                const int64_t steps = subs[s].Kp / TREX_GEMM_KU, u = pack_unit(&subs[s]);
+                for (int64_t p = 0; p < (b_ksteps(&subs[s]) ? steps : subs[s].npan); p += u)
                     items[n++] = (item){(int32_t)(s - b), (int32_t)p,
-                                        (int32_t)min64(PACK_UNIT, subs[s].npan - p)};
+                                        (int32_t)min64(u, (b_ksteps(&subs[s]) ? steps : subs[s].npan) - p)};
+            }
             r.nitems = n;
             atomic_init(&next, 0);
             trex_pool_for(pool, nslots, 1, pack_slots, &r);
