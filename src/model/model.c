@@ -253,6 +253,11 @@ struct trex_model {
     bool head3;   /* the heads run split on the bf16 GEMM (bf16x3, bf16x3g1, bf16x2g1) */
     int head_kt;  /* split heads: the terms of the logits' product, 3 or 2 (bf16x2g1) */
     uint16_t *w3; /* split heads: [V, kt d] split head weight of this forward (NULL until the first head) */
+    /* 1-term split heads with gradients: W_hi as d hn's B operand, packed with W3 once per forward, one
+     * trex_gemm_packed view per block of HEAD3_DHN_VOCAB1 vocabulary rows over panels in the arena
+     * (head3_dhn_weight); NULL when not made */
+    trex_gemm_packed **dhn_w;
+    int64_t dhn_nb;
     uint16_t *hnB; /* bf16x3: [3 pw, d] planes of one chunk's hn */
     bool head_g3;  /* bf16x3: the gradient products in three terms too (else hi x hi) */
     float *ce_max; /* bf16x3: [vocabulary blocks + 1, pw] partial and final column maxima */
@@ -353,6 +358,16 @@ fail:
     return rc;
 }
 
+/* Frees the views of d hn's packed weight (their panels are the arena's). */
+static void head3_dhn_weight_free(trex_model *m)
+{
+    for (int64_t i = 0; m->dhn_w && i < m->dhn_nb; i++)
+        trex_gemm_packed_free(m->dhn_w[i]);
+    free(m->dhn_w);
+    m->dhn_w = NULL;
+    m->dhn_nb = 0;
+}
+
 void trex_model_destroy(trex_model *m)
 {
     if (!m)
@@ -366,6 +381,7 @@ void trex_model_destroy(trex_model *m)
     free(m->eptr_g);
     free(m->bs);
     free(m->load);
+    head3_dhn_weight_free(m);
     free(m);
 }
 
@@ -608,8 +624,13 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  * one call over K = 3V would stream both operands' panels from memory for every block of C; blocks of
  * 256 (K = 768) measured 15-30x faster than K = 3V (docs/perf.md "LM head in bf16 mode"). */
 #define HEAD3_DHN_VOCAB 256
-/* Vocabulary rows per d hn GEMM with 1-term gradients (the same K as HEAD3_DHN_VOCAB in three terms). */
-#define HEAD3_DHN_VOCAB1 (3 * HEAD3_DHN_VOCAB)
+/* Vocabulary rows per d hn GEMM with 1-term gradients, whose W_hi operand is packed once per forward
+ * (head3_dhn_weight): d hn of a pair of chunks (2 048 x 1 024 over a quarter of the vocabulary, both
+ * threads) ran at 1.29 TFLOP/s in blocks of 768 rows with W_hi packed per call, 1.53 with it pre-packed,
+ * 1.71 pre-packed in blocks of 3 072 (1.67 at 1 536, 1.53 at 6 144): the fp32 C [rows, d] is read and
+ * written once per block (docs/perf.md "dsv4-bench, T = 4096, bf16: the eleventh sitting"). The sums
+ * are the same bits for any block size: each block's product continues C's fp32 sums in k order. */
+#define HEAD3_DHN_VOCAB1 3072
 /* Vocabulary rows per block of the cross-entropy (the fused table's ce_fwd / ce_grad): a task walks its
  * block of the transposed chunk row by row (contiguous reads) and leaves per-column block maxima and
  * sums of exp(l - block max), which are combined per column in block order: the results do not depend
@@ -762,10 +783,14 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, kd = m->head_kt * d;
     trex_pool *pool = m->ctx.pool;
     trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * kd, kd, 1.0f, dW, d);
-    for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1) {
+    for (int64_t v0 = 0, b = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1, b++) {
         const int64_t vn = V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1;
-        trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * ldl, ldl, W3 + v0 * kd, kd,
-                       v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
+        if (m->dhn_w)
+            trex_gemm_prepacked(pool, m->ctx.ws, TREX_BF16, true, rows, 1.0f, dl + v0 * ldl, ldl, m->dhn_w[b],
+                                v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
+        else
+            trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * ldl, ldl, W3 + v0 * kd,
+                           kd, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
     }
 }
 
@@ -1180,10 +1205,70 @@ static void split2(trex_model *m, uint16_t *dst, const float *src, int64_t rows,
     trex_pool_for(m->ctx.pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split2_rows, &j);
 }
 
+typedef struct dhn_pack_job {
+    trex_gemm_packed *const *blk;
+    const float *W;      /* head.weight [V, d] */
+    int64_t V, d;
+} dhn_pack_job;
+
+/* Items [i0, i1) of blocks x groups of DHN_PACK_COLS columns: that part of the block's panels. */
+#define DHN_PACK_COLS 128
+static void dhn_pack_items(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const dhn_pack_job *j = arg;
+    const int64_t ng = (j->d + DHN_PACK_COLS - 1) / DHN_PACK_COLS;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t b = i / ng, n0 = i % ng * DHN_PACK_COLS, v0 = b * HEAD3_DHN_VOCAB1;
+        const int64_t vn = j->V - v0 < HEAD3_DHN_VOCAB1 ? j->V - v0 : HEAD3_DHN_VOCAB1;
+        const int64_t n1 = j->d - n0 < DHN_PACK_COLS ? j->d : n0 + DHN_PACK_COLS;
+        trex_gemm_pack_b_range((uint16_t *)trex_gemm_packed_panels(j->blk[b]), j->d, vn, TREX_F32, false,
+                               j->W + v0 * j->d + n0, j->d, n0, n1, 0, vn);
+    }
+}
+
+/* d hn's weight operand for 1-term gradients: W_hi [V, d] (the bf16 rounding of head.weight, the bits
+ * of W3's W_hi) as packed B blocks of HEAD3_DHN_VOCAB1 rows, made once per forward: every pair of
+ * chunks then reads the panels instead of packing W_hi from W3 per product (by pairs of rows, the
+ * slowest packer path). V d bf16 (253 MiB at dsv4-bench) in the arena, with W3. */
+static trex_code head3_dhn_weight(trex_model *m, const trex_batch *b, trex_err *err)
+{
+    trex_code rc = TREX_OK;
+    const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
+    const int64_t nb = (V + HEAD3_DHN_VOCAB1 - 1) / HEAD3_DHN_VOCAB1;
+    size_t bytes = 0;
+    for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1)
+        bytes += trex_gemm_pack_b_bytes(d, V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1);
+    uint16_t *panels;
+    ALLOC_W(panels, bytes / sizeof *panels);
+    m->dhn_w = calloc((size_t)nb, sizeof *m->dhn_w);
+    if (!m->dhn_w) {
+        rc = trex_err_set(err, TREX_ENOMEM, "out of memory for the head's packed weight");
+        goto fail;
+    }
+    m->dhn_nb = nb;
+    for (int64_t i = 0, off = 0; i < nb; i++) {
+        const int64_t vn = V - i * HEAD3_DHN_VOCAB1 < HEAD3_DHN_VOCAB1 ? V - i * HEAD3_DHN_VOCAB1 : HEAD3_DHN_VOCAB1;
+        m->dhn_w[i] = trex_gemm_packed_view_b(d, vn, panels + off);
+        if (!m->dhn_w[i]) {
+            rc = trex_err_set(err, TREX_ENOMEM, "out of memory for the head's packed weight");
+            goto fail;
+        }
+        off += (int64_t)(trex_gemm_pack_b_bytes(d, vn) / sizeof *panels);
+    }
+    dhn_pack_job j = {m->dhn_w, m->w.head, V, d};
+    trex_pool_for(m->ctx.pool, nb * ((d + DHN_PACK_COLS - 1) / DHN_PACK_COLS), 1, dhn_pack_items, &j);
+    return rc;
+fail:
+    head3_dhn_weight_free(m);
+    return rc;
+}
+
 /* The split heads: W3, the split head weight, made once per forward by the first head (the MTP head
- * shares the weight), and hp->hn's split into rows [r0, r0 + R) of hnF: with 3 terms W3 [V, 3d] =
- * [W_hi | W_hi | W_lo], hnF [R, 3d] = [hn_hi | hn_lo | hn_hi]; with 2 (bf16x2g1) W3 [V, 2d] =
- * [W_hi | W_hi], hnF [R, 2d] = [hn_hi | hn_lo]. */
+ * shares the weight), with d hn's packed weight when 1-term gradients follow (head3_dhn_weight), and
+ * hp->hn's split into rows [r0, r0 + R) of hnF: with 3 terms W3 [V, 3d] = [W_hi | W_hi | W_lo],
+ * hnF [R, 3d] = [hn_hi | hn_lo | hn_hi]; with 2 (bf16x2g1) W3 [V, 2d] = [W_hi | W_hi],
+ * hnF [R, 2d] = [hn_hi | hn_lo]. */
 static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, int64_t r0, const trex_batch *b,
                              trex_err *err)
 {
@@ -1195,6 +1280,8 @@ static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, 
             trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
         else
             split2(m, m->w3, m->w.head, V, true); /* [hi | hi] */
+        if (m->grads && !m->head_g3)
+            TREX_TRY(head3_dhn_weight(m, b, err));
     }
     if (kt == 3)
         trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
@@ -1298,6 +1385,7 @@ static trex_code heads_run3(trex_model *m, float scale_main, float scale_mtp, co
     *sum_main = s1;
     *sum_mtp = s2;
     trex_arena_rewind(m->arena, mark);
+    head3_dhn_weight_free(m);
     m->w3 = NULL;
     m->chunk = NULL;
     m->ce_max = NULL;
@@ -1364,6 +1452,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     build_targets(m, b);
     m->chunk = NULL;
     m->w3 = m->hnB = NULL;
+    head3_dhn_weight_free(m);
     m->head_kt = trex_model_head_terms(&m->opts);
     m->head3 = m->head_kt > 0;
     m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
