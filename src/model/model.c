@@ -631,6 +631,13 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  * written once per block (docs/perf.md "dsv4-bench, T = 4096, bf16: the eleventh sitting"). The sums
  * are the same bits for any block size: each block's product continues C's fp32 sums in k order. */
 #define HEAD3_DHN_VOCAB1 3072
+
+/* Vocabulary rows of d hn's block starting at v0. */
+static int64_t dhn_block_rows(int64_t V, int64_t v0)
+{
+    return V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1;
+}
+
 /* Vocabulary rows per block of the cross-entropy (the fused table's ce_fwd / ce_grad): a task walks its
  * block of the transposed chunk row by row (contiguous reads) and leaves per-column block maxima and
  * sums of exp(l - block max), which are combined per column in block order: the results do not depend
@@ -784,7 +791,7 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
     trex_pool *pool = m->ctx.pool;
     trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * kd, kd, 1.0f, dW, d);
     for (int64_t v0 = 0, b = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1, b++) {
-        const int64_t vn = V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1;
+        const int64_t vn = dhn_block_rows(V, v0);
         if (m->dhn_w)
             trex_gemm_prepacked(pool, m->ctx.ws, TREX_BF16, true, rows, 1.0f, dl + v0 * ldl, ldl, m->dhn_w[b],
                                 v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
@@ -1211,19 +1218,18 @@ typedef struct dhn_pack_job {
     int64_t V, d;
 } dhn_pack_job;
 
-/* Items [i0, i1) of blocks x groups of DHN_PACK_COLS columns: that part of the block's panels. */
-#define DHN_PACK_COLS 128
-static void dhn_pack_items(void *arg, int64_t i0, int64_t i1, int tid)
+/* Steps [s0, s1) of 32 vocabulary rows, each across all d columns of its block's panels: W's rows are
+ * then read front to back, 32 at a time (as the GEMM packs a B stored by rows of k: docs/kernels.md
+ * round 11). Blocks are whole steps (HEAD3_DHN_VOCAB1 is a multiple of 32). */
+static void dhn_pack_steps(void *arg, int64_t s0, int64_t s1, int tid)
 {
     (void)tid;
     const dhn_pack_job *j = arg;
-    const int64_t ng = (j->d + DHN_PACK_COLS - 1) / DHN_PACK_COLS;
-    for (int64_t i = i0; i < i1; i++) {
-        const int64_t b = i / ng, n0 = i % ng * DHN_PACK_COLS, v0 = b * HEAD3_DHN_VOCAB1;
-        const int64_t vn = j->V - v0 < HEAD3_DHN_VOCAB1 ? j->V - v0 : HEAD3_DHN_VOCAB1;
-        const int64_t n1 = j->d - n0 < DHN_PACK_COLS ? j->d : n0 + DHN_PACK_COLS;
+    for (int64_t s = s0; s < s1; s++) {
+        const int64_t v = s * 32, b = v / HEAD3_DHN_VOCAB1, v0 = b * HEAD3_DHN_VOCAB1;
+        const int64_t vn = dhn_block_rows(j->V, v0), k1 = v - v0 + 32 < vn ? v - v0 + 32 : vn;
         trex_gemm_pack_b_range((uint16_t *)trex_gemm_packed_panels(j->blk[b]), j->d, vn, TREX_F32, false,
-                               j->W + v0 * j->d + n0, j->d, n0, n1, 0, vn);
+                               j->W + v * j->d, j->d, 0, j->d, v - v0, k1);
     }
 }
 
@@ -1238,7 +1244,7 @@ static trex_code head3_dhn_weight(trex_model *m, const trex_batch *b, trex_err *
     const int64_t nb = (V + HEAD3_DHN_VOCAB1 - 1) / HEAD3_DHN_VOCAB1;
     size_t bytes = 0;
     for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1)
-        bytes += trex_gemm_pack_b_bytes(d, V - v0 < HEAD3_DHN_VOCAB1 ? V - v0 : HEAD3_DHN_VOCAB1);
+        bytes += trex_gemm_pack_b_bytes(d, dhn_block_rows(V, v0));
     uint16_t *panels;
     ALLOC_W(panels, bytes / sizeof *panels);
     m->dhn_w = calloc((size_t)nb, sizeof *m->dhn_w);
@@ -1248,7 +1254,7 @@ static trex_code head3_dhn_weight(trex_model *m, const trex_batch *b, trex_err *
     }
     m->dhn_nb = nb;
     for (int64_t i = 0, off = 0; i < nb; i++) {
-        const int64_t vn = V - i * HEAD3_DHN_VOCAB1 < HEAD3_DHN_VOCAB1 ? V - i * HEAD3_DHN_VOCAB1 : HEAD3_DHN_VOCAB1;
+        const int64_t vn = dhn_block_rows(V, i * HEAD3_DHN_VOCAB1);
         m->dhn_w[i] = trex_gemm_packed_view_b(d, vn, panels + off);
         if (!m->dhn_w[i]) {
             rc = trex_err_set(err, TREX_ENOMEM, "out of memory for the head's packed weight");
@@ -1257,7 +1263,7 @@ static trex_code head3_dhn_weight(trex_model *m, const trex_batch *b, trex_err *
         off += (int64_t)(trex_gemm_pack_b_bytes(d, vn) / sizeof *panels);
     }
     dhn_pack_job j = {m->dhn_w, m->w.head, V, d};
-    trex_pool_for(m->ctx.pool, nb * ((d + DHN_PACK_COLS - 1) / DHN_PACK_COLS), 1, dhn_pack_items, &j);
+    trex_pool_for(m->ctx.pool, (V + 31) / 32, 8, dhn_pack_steps, &j);
     return rc;
 fail:
     head3_dhn_weight_free(m);

@@ -612,21 +612,18 @@ void trex_gemm_pack_b_range_with(const trex_kernel_table *t, uint16_t *panels, i
     aligned_part(n0, n1, N, &na, &nb);
     aligned_part(k0, k1, K, &ka, &kb);
     /* Whole 32 x 32 steps (and the operand's last, zero-padded ones) with the level's packer, into a
-     * slab of the thread's that is then streamed to the panels: panel by panel, RANGE_SLAB k at a time,
-     * or, for B stored by rows of k, a step at a time across the panels (see pack_steps). */
+     * slab of the thread's that is then streamed to the panels. */
     if (na < nb && ka < kb) {
         const trex_pack_fn fn = f32 ? t->pack_b_f32 : t->pack_b_bf16;
-        const int64_t slab = tb ? RANGE_SLAB : TREX_GEMM_KU;
-        const int64_t pn = ceil_div(nb - na, TREX_GEMM_NR), pk = ceil_div(kb - ka, slab);
-        for (int64_t i = 0; i < pn * pk; i++) {
-            const int64_t n = na + (tb ? i / pk : i % pn) * TREX_GEMM_NR, k = ka + (tb ? i % pk : i / pn) * slab;
-            const int64_t kc = min64(slab, kb - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
-            fn(range_slab, src + (size_t)((n - n0) * rs + (k - k0) * ks) * es, rs, ks, min64(TREX_GEMM_NR, nb - n),
-               kc, kcp);
-            /* a whole number of steps (32 x 32 bf16): an even count, copied as floats */
-            trex_fused()->copy_nt((float *)(void *)(panels + vnni_at(n, k, kp)),
-                                  (const float *)(const void *)range_slab, kcp * TREX_GEMM_NR / 2);
-        }
+        for (int64_t n = na; n < nb; n += TREX_GEMM_NR)
+            for (int64_t k = ka; k < kb; k += RANGE_SLAB) {
+                const int64_t kc = min64(RANGE_SLAB, kb - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
+                fn(range_slab, src + (size_t)((n - n0) * rs + (k - k0) * ks) * es, rs, ks,
+                   min64(TREX_GEMM_NR, nb - n), kc, kcp);
+                /* a whole number of steps (32 x 32 bf16): an even count, copied as floats */
+                trex_fused()->copy_nt((float *)(void *)(panels + vnni_at(n, k, kp)),
+                                      (const float *)(const void *)range_slab, kcp * TREX_GEMM_NR / 2);
+            }
     }
     /* The rest element by element, rounded as the packers round. */
     for (int64_t n = n0; n < n1; n++) {
