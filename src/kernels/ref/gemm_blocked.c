@@ -140,6 +140,27 @@ static void pack_gathered(trex_pack_fn fn, uint16_t *dst, const char *base, int6
     }
 }
 
+/* A row-listed operand whose listed rows are its k (X[r][k] = stored[idx[k]][r]): its rows [r0, r0 + R)
+ * (R <= 256, a block of A or a unit of B panels) a step of 32 k at a time across their panels, as
+ * pack_steps does for an operand stored by rows of k: each step copies the 32 listed rows' R-element
+ * pieces into the slab (one contiguous piece per row instead of one per row and panel), then packs
+ * every panel's step from there. The bytes of pack_gathered panel by panel. */
+static void pack_gathered_steps(trex_pack_fn fn, uint16_t *dst, int64_t Kp, const char *base, int64_t ld,
+                                const int32_t *idx, size_t esz, int64_t r0, int64_t R, int64_t K)
+{
+    char *slab = (char *)gather_slab;
+    TREX_ASSERT((size_t)R * TREX_GEMM_KU * esz <= sizeof gather_slab);
+    for (int64_t k = 0; k < K; k += TREX_GEMM_KU) {
+        const int64_t kc = min64(TREX_GEMM_KU, K - k);
+        for (int64_t j = 0; j < kc; j++)
+            memcpy(slab + (size_t)(j * R) * esz, base + (size_t)((int64_t)idx[k + j] * ld + r0) * esz,
+                   (size_t)R * esz);
+        for (int64_t p = 0; p * TREX_GEMM_NR < R; p++)
+            fn(dst + p * TREX_GEMM_NR * Kp + k * TREX_GEMM_NR, slab + (size_t)(p * TREX_GEMM_NR) * esz, 1, R,
+               min64(TREX_GEMM_NR, R - p * TREX_GEMM_NR), kc, TREX_GEMM_KU);
+    }
+}
+
 /* ---- phase 1: B panels, shared by every block ------------------------------------------------------- */
 
 /* Panels [p0, p1) of an operand whose packed rows are contiguous in its storage (A stored [K, M], B
@@ -180,6 +201,13 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
                        r->items[i].i * TREX_GEMM_KU, min64(s->K, (r->items[i].i + r->items[i].n) * TREX_GEMM_KU));
             continue;
         }
+        if (s->brow && !s->b_byr && r->items[i].n > 1) { /* the unit's panels step by step */
+            const int64_t p0 = r->items[i].i;
+            pack_gathered_steps(fn, r->bpack + s->b_off + p0 * TREX_GEMM_NR * s->Kp, s->Kp, s->B, s->ldb, s->brow,
+                                r->b_esz, s->b_n0 + p0 * TREX_GEMM_NR,
+                                min64(r->items[i].n * TREX_GEMM_NR, s->N - p0 * TREX_GEMM_NR), s->K);
+            continue;
+        }
         for (int64_t p = r->items[i].i; p < r->items[i].i + r->items[i].n; p++)
             if (s->brow)
                 pack_gathered(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
@@ -198,6 +226,10 @@ static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
 {
     const trex_pack_fn fn = r->a_f32 ? r->t->pack_a_f32 : r->t->pack_a_bf16;
     const int64_t m0 = bi * s->mb, mb = min64(s->mb, s->M - m0);
+    if (s->arow && !s->a_byr && mb > TREX_GEMM_MR) {
+        pack_gathered_steps(fn, dst, s->Kp, s->A, s->lda, s->arow, r->a_esz, m0, mb, s->K);
+        return;
+    }
     if (s->arow) {
         for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
             pack_gathered(fn, dst + ip * TREX_GEMM_MR * s->Kp, s->A, s->lda, s->arow, r->a_esz, s->a_byr,
