@@ -140,6 +140,25 @@ static void pack_gathered(trex_pack_fn fn, uint16_t *dst, const char *base, int6
     }
 }
 
+/* Panels [p0, p1) of an operand whose packed rows are contiguous in its storage (A stored [K, M], B
+ * stored [K, N]; A and B panels are both 32 wide), steps [k0, k1) of k (multiples of 32; k1 may be K),
+ * step by step across the panels: the operand's row r (op(A)'s row, op(B)'s column) and k at
+ * src + (r + k ks) esz, R rows in all; panel p at panels + p 32 Kp. A panel's step reads 32 source rows
+ * a page or more apart, 64 or 128 bytes of each: panel by panel over all of K, a row's next piece is
+ * read only when the next panel comes round, and the hardware prefetchers (which follow a page's lines)
+ * never get ahead. Step by step across the panels, each source row is read front to back, 32 rows at a
+ * time (docs/kernels.md "Round 11": packing a 4 096 x 4 096 operand from memory twice as fast). The
+ * same bytes either way. */
+static void pack_steps(trex_pack_fn fn, uint16_t *panels, int64_t Kp, const char *src, size_t esz, int64_t ks,
+                       int64_t R, int64_t K, int64_t p0, int64_t p1, int64_t k0, int64_t k1)
+{
+    for (int64_t k = k0; k < k1; k += TREX_GEMM_KU)
+        for (int64_t p = p0; p < p1; p++)
+            fn(panels + p * TREX_GEMM_NR * Kp + k * TREX_GEMM_NR,
+               src + (size_t)(p * TREX_GEMM_NR + k * ks) * esz, 1, ks, min64(TREX_GEMM_NR, R - p * TREX_GEMM_NR),
+               min64(TREX_GEMM_KU, K - k), TREX_GEMM_KU);
+}
+
 /* A row-listed operand whose listed rows are its k (X[r][k] = stored[idx[k]][r]): its rows [r0, r0 + R)
  * (R <= 256, a block of A or a unit of B panels) a step of 32 k at a time across their panels, as
  * pack_steps does for an operand stored by rows of k: each step copies the 32 listed rows' R-element
@@ -163,23 +182,6 @@ static void pack_gathered_steps(trex_pack_fn fn, uint16_t *dst, int64_t Kp, cons
 
 /* ---- phase 1: B panels, shared by every block ------------------------------------------------------- */
 
-/* Panels [p0, p1) of an operand whose packed rows are contiguous in its storage (A stored [K, M], B
- * stored [K, N]; A and B panels are both 32 wide), steps [k0, k1) of k (multiples of 32, k1 may be K), step by step across the panels:
- * the operand's row r (op(A)'s row, op(B)'s column) and k at src + (r + k ks) esz, R rows in all;
- * panel p at panels + p 32 Kp. A panel's step reads 32 source rows a page or more apart, 64 or 128
- * bytes of each: panel by panel over all of K, a row's next piece is read only when the next panel
- * comes round, and the hardware prefetchers (which follow a page's lines) never get ahead. Step by
- * step across the panels, each source row is read front to back, 32 rows at a time (docs/kernels.md
- * "Round 11": packing a 4 096 x 4 096 operand from memory twice as fast). The same bytes either way. */
-static void pack_steps(trex_pack_fn fn, uint16_t *panels, int64_t Kp, const char *src, size_t esz, int64_t ks,
-                       int64_t R, int64_t K, int64_t p0, int64_t p1, int64_t k0, int64_t k1)
-{
-    for (int64_t k = k0; k < k1; k += TREX_GEMM_KU)
-        for (int64_t p = p0; p < p1; p++)
-            fn(panels + p * TREX_GEMM_NR * Kp + k * TREX_GEMM_NR, src + (size_t)(p * TREX_GEMM_NR + k * ks) * esz,
-               1, ks, min64(TREX_GEMM_NR, R - p * TREX_GEMM_NR), min64(TREX_GEMM_KU, K - k), TREX_GEMM_KU);
-}
-
 /* Whether B's panels are packed in units of k steps across all of them (pack_steps): B stored by rows
  * of k ([K, N], not through a row list) in more than one panel. */
 static bool b_ksteps(const sub *s)
@@ -196,19 +198,19 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
     const trex_pack_fn fn = r->b_f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
     for (int64_t i; (i = next_item(r)) >= 0;) {
         const sub *s = &r->subs[r->items[i].s];
-        if (b_ksteps(s)) {
+        const int64_t u0 = r->items[i].i, un = r->items[i].n;
+        if (b_ksteps(s)) { /* steps [u0, u0 + un) of every panel */
             pack_steps(fn, r->bpack + s->b_off, s->Kp, s->B, r->b_esz, s->b_ks, s->N, s->K, 0, s->npan,
-                       r->items[i].i * TREX_GEMM_KU, min64(s->K, (r->items[i].i + r->items[i].n) * TREX_GEMM_KU));
+                       u0 * TREX_GEMM_KU, min64(s->K, (u0 + un) * TREX_GEMM_KU));
             continue;
         }
-        if (s->brow && !s->b_byr && r->items[i].n > 1) { /* the unit's panels step by step */
-            const int64_t p0 = r->items[i].i;
-            pack_gathered_steps(fn, r->bpack + s->b_off + p0 * TREX_GEMM_NR * s->Kp, s->Kp, s->B, s->ldb, s->brow,
-                                r->b_esz, s->b_n0 + p0 * TREX_GEMM_NR,
-                                min64(r->items[i].n * TREX_GEMM_NR, s->N - p0 * TREX_GEMM_NR), s->K);
+        if (s->brow && !s->b_byr && un > 1) { /* the unit's panels step by step */
+            pack_gathered_steps(fn, r->bpack + s->b_off + u0 * TREX_GEMM_NR * s->Kp, s->Kp, s->B, s->ldb,
+                                s->brow, r->b_esz, s->b_n0 + u0 * TREX_GEMM_NR,
+                                min64(un * TREX_GEMM_NR, s->N - u0 * TREX_GEMM_NR), s->K);
             continue;
         }
-        for (int64_t p = r->items[i].i; p < r->items[i].i + r->items[i].n; p++)
+        for (int64_t p = u0; p < u0 + un; p++)
             if (s->brow)
                 pack_gathered(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
                               r->b_esz, s->b_byr, s->b_n0 + p * TREX_GEMM_NR,
@@ -392,6 +394,12 @@ static int64_t sub_packed(const sub *s)
     return s->npan * TREX_GEMM_NR * s->Kp;
 }
 
+/* What B packing units of s are counted in: k steps of every panel (b_ksteps), else panels. */
+static int64_t pack_span(const sub *s)
+{
+    return b_ksteps(s) ? s->Kp / TREX_GEMM_KU : s->npan;
+}
+
 /* A unit of B packing work of s: PACK_UNIT panels, or (b_ksteps) about PACK_STEPS panel steps' worth
  * of k steps of every panel. */
 static int64_t pack_unit(const sub *s)
@@ -405,7 +413,7 @@ static int64_t pack_unit(const sub *s)
 /* Units of B packing work of s. */
 static int64_t pack_items(const sub *s)
 {
-    return ceil_div(b_ksteps(s) ? s->Kp / TREX_GEMM_KU : s->npan, pack_unit(s));
+    return ceil_div(pack_span(s), pack_unit(s));
 }
 
 /* Bytes of B panels a sub-problem needs in the workspace: none when B is pre-packed. */
@@ -832,10 +840,9 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
         int64_t n = 0;
         if (!prepacked) {
             for (int64_t s = b; s < e; s++) {
-                const int64_t steps = subs[s].Kp / TREX_GEMM_KU, u = pack_unit(&subs[s]);
-                for (int64_t p = 0; p < (b_ksteps(&subs[s]) ? steps : subs[s].npan); p += u)
-                    items[n++] = (item){(int32_t)(s - b), (int32_t)p,
-                                        (int32_t)min64(u, (b_ksteps(&subs[s]) ? steps : subs[s].npan) - p)};
+                const int64_t span = pack_span(&subs[s]), u = pack_unit(&subs[s]);
+                for (int64_t p = 0; p < span; p += u)
+                    items[n++] = (item){(int32_t)(s - b), (int32_t)p, (int32_t)min64(u, span - p)};
             }
             r.nitems = n;
             atomic_init(&next, 0);
