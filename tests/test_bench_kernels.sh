@@ -3,6 +3,7 @@
 # one run each, short peak loops):
 #   - --json gives the cases asked for, with positive FLOP rates, and says where the operands live
 #     (huge_pages false by default, true with --huge-pages: operands in transparent huge pages);
+#   - the .rows case (operands through row lists) is there beside its plain case, with the same FLOPs;
 #   - the text report names the page size; --help lists --huge-pages; a bad flag fails with status 2.
 # Env: TREX = the trex binary. Run from the repository root.
 . "$(dirname "$0")/lib.sh"
@@ -31,6 +32,16 @@ else:
 PY
   done
 done
+
+# --- the row-list case: the experts' dW with both operands through row lists (64 tokens over 24 experts) -------
+"$TREX" "${run[@]}" --filter experts.w1.bwd_dw --json >"$tmp/rows.json" 2>"$tmp/err" && ok || bad "rows case exit: $(head -c 300 "$tmp/err")"
+"$PY" - "$tmp/rows.json" <<'PY' && ok || bad "bench kernels: the .rows case"
+import json, sys
+k = {c["name"]: c for c in json.load(open(sys.argv[1]))["kernels"]}
+r, p = k["experts.w1.bwd_dw.rows"], k["experts.w1.bwd_dw"]
+assert r["rows"] is True and p["rows"] is False, (r["rows"], p["rows"])
+assert r["tflops"] > 0 and r["gflop"] == p["gflop"] and r["shape"] == p["shape"], (r, p)
+PY
 
 # --- text report names the page size ------------------------------------------------------------------------
 "$TREX" "${run[@]}" --huge-pages --filter pack.a.rows.bf16 >"$tmp/text" 2>&1 || bad "text report exit"

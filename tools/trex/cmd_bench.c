@@ -466,10 +466,12 @@ typedef struct kcase {
     int groups;
     bool grouped_k;     /* grouped over K (weight gradients: K = tokens of the expert) */
     int prepacked;      /* PRE_B: B (the weight) packed once outside the timing (trex_gemm_pack_b);
-                         * PRE_A: A packed once (trex_gemm_pack_a, one problem); 0: neither */
+                         * PRE_A: A packed once (trex_gemm_pack_a, one problem); ROWS: A and B read
+                         * through row lists, a random permutation of each operand's stored rows
+                         * (trex_gemm_grouped_rows, as the MoE reads tokens); 0: none of these */
     bool accumulate;    /* C += op(A) op(B) (beta 1, as the model's weight gradients); else beta 0 */
 } kcase;
-enum { PRE_B = 1, PRE_A = 2 };
+enum { PRE_B = 1, PRE_A = 2, ROWS = 3 };
 
 typedef struct kresult {
     double ms, tflops, dnnl_ms, dnnl_tflops, dnnlp_ms, dnnlp_tflops, roofline;
@@ -621,7 +623,8 @@ static int bench_kernels(int argc, char **argv)
         "over the routed tokens (uneven load), and the bf16x3 LM head's three products per chunk of "
         "512 rows (head3.*), and each packer path alone (pack.*); cases ending in .prepacked take "
         "B (the weight) packed once outside the timing (trex_gemm_pack_b), .prepacked_a its A "
-        "(trex_gemm_pack_a). For each: median time, "
+        "(trex_gemm_pack_a), .rows read both operands through row lists (a random permutation of "
+        "their rows, as the MoE reads its tokens; trex_gemm_grouped_rows). For each: median time, "
         "TFLOP/s, % of the measured "
         "peak of the level on the threads used, the roofline min(peak, copy bandwidth x FLOP/byte) "
         "and %, and oneDNN's bf16 matmul (fp32 output) on the same operands, with plain layouts and "
@@ -735,6 +738,8 @@ static int bench_kernels(int argc, char **argv)
          d, I, E, false, PRE_B, false},
         {"experts.w1.bwd_dw", "grouped da_e^T x_e, over tokens", true, false, false, I, d, 0, E,
          true, false, false},
+        {"experts.w1.bwd_dw.rows", "grouped da_e^T x_e, both through row lists", true, false, false, I, d,
+         0, E, true, ROWS, false},
         {"experts.w1.fwd.f32in", "grouped, fp32 inputs", false, true, true, 0, I, d, E, false, false, false},
         {"experts.w1.fwd.f32in.prepacked", "grouped, fp32 A, W1_e packed once", false, true, true, 0,
          I, d, E, false, PRE_B, false},
@@ -815,6 +820,26 @@ static int bench_kernels(int argc, char **argv)
         double v[1000], u[1000];
         trex_gemm_packed *packs[256] = {0};
         trex_gemm_problem pprobs[256];
+        int32_t *arows[256] = {0}, *brows[256] = {0};
+        for (int g = 0; g < ng && k->prepacked == ROWS && ok; g++) { /* each operand's rows, shuffled */
+            const int64_t ra = k->ta ? probs[g].K : probs[g].M, rb = k->tb ? probs[g].N : probs[g].K;
+            arows[g] = malloc((size_t)(ra > 0 ? ra : 1) * sizeof **arows);
+            brows[g] = malloc((size_t)(rb > 0 ? rb : 1) * sizeof **brows);
+            ok = arows[g] && brows[g];
+            uint64_t st = 3000 + (uint64_t)g;
+            for (int q = 0; q < 2 && ok; q++) {
+                int32_t *l = q ? brows[g] : arows[g];
+                const int64_t n = q ? rb : ra;
+                for (int64_t i = 0; i < n; i++)
+                    l[i] = (int32_t)i;
+                for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates with a 64-bit LCG */
+                    st = st * 6364136223846793005ull + 1442695040888963407ull;
+                    const int64_t j = (int64_t)((st >> 33) % (uint64_t)(i + 1));
+                    const int32_t t = l[i];
+                    l[i] = l[j], l[j] = t;
+                }
+            }
+        }
         if (k->prepacked == PRE_A) { /* one problem: its A packed once */
             const double t0 = trex_wall_s();
             packs[0] = trex_gemm_pack_a_with(c.t, c.pool, in, k->ta, probs[0].M, probs[0].K,
@@ -842,6 +867,9 @@ static int bench_kernels(int argc, char **argv)
                                            probs[0].B, probs[0].ldb, beta, probs[0].C, probs[0].ldc);
             else if (k->prepacked == PRE_B)
                 trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, beta, pprobs, ng);
+            else if (k->prepacked == ROWS)
+                trex_gemm_grouped_rows_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs,
+                                            (const int32_t *const *)arows, (const int32_t *const *)brows, ng);
             else
                 trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs, ng);
             if (r >= 0) {
@@ -849,8 +877,11 @@ static int bench_kernels(int argc, char **argv)
                 u[r] = trex_cpu_s() - c0;
             }
         }
-        for (int g = 0; g < ng; g++)
+        for (int g = 0; g < ng; g++) {
             trex_gemm_packed_free(packs[g]);
+            free(arows[g]);
+            free(brows[g]);
+        }
         if (!ok) {
             fprintf(stderr, "trex: bench: %s: out of memory, skipped\n", k->name);
             for (int g = 0; g < ng; g++) {
@@ -867,7 +898,7 @@ static int bench_kernels(int argc, char **argv)
         if (pk.copy_gbs > 0 && res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12 < res.roofline)
             res.roofline = res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12;
 #ifdef HAVE_DNNL_HEADER
-        if (have_dnnl && k->f32) {
+        if (have_dnnl && k->f32 && k->prepacked != ROWS) {
             /* fp32 inputs: oneDNN's fp32 GEMM (dnnl_sgemm, full fp32 arithmetic) on the same data. */
             bool ran = true;
             for (int r = -1; r < c.reps && ran; r++) {
@@ -889,7 +920,7 @@ static int bench_kernels(int argc, char **argv)
             struct timespec pause = {0, 20 * 1000 * 1000};
             nanosleep(&pause, NULL);
         }
-        if (have_dnnl && !k->f32) {
+        if (have_dnnl && !k->f32 && k->prepacked != ROWS) {
             for (int packed = 0; packed < 2; packed++) {
                 dnnl_mm mm[256];
                 bool created = true;
@@ -942,8 +973,9 @@ static int bench_kernels(int argc, char **argv)
             cJSON_AddStringToObject(o, "input", k->f32 ? "f32" : "bf16");
             cJSON_AddBoolToObject(o, "prepacked", k->prepacked == PRE_B);
             cJSON_AddBoolToObject(o, "prepacked_a", k->prepacked == PRE_A);
+            cJSON_AddBoolToObject(o, "rows", k->prepacked == ROWS);
             cJSON_AddNumberToObject(o, "beta", k->accumulate ? 1 : 0);
-            if (k->prepacked)
+            if (k->prepacked == PRE_A || k->prepacked == PRE_B)
                 cJSON_AddNumberToObject(o, "prepack_ms", res.prepack_ms);
             cJSON_AddNumberToObject(o, "gflop", res.flops / 1e9);
             cJSON_AddNumberToObject(o, "ms", res.ms);
