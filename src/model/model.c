@@ -1242,25 +1242,23 @@ static trex_code head3_dhn_weight(trex_model *m, const trex_batch *b, trex_err *
     trex_code rc = TREX_OK;
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size;
     const int64_t nb = (V + HEAD3_DHN_VOCAB1 - 1) / HEAD3_DHN_VOCAB1;
-    size_t bytes = 0;
-    for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1)
-        bytes += trex_gemm_pack_b_bytes(d, dhn_block_rows(V, v0));
+    /* the blocks, whole steps of 32 rows but the last, laid end to end: the panels of [V, d] in bytes */
+    _Static_assert(HEAD3_DHN_VOCAB1 % 32 == 0, "d hn's blocks are whole steps of the packed panels");
+    const int64_t blk = (int64_t)(trex_gemm_pack_b_bytes(d, HEAD3_DHN_VOCAB1) / sizeof(uint16_t));
     uint16_t *panels;
-    ALLOC_W(panels, bytes / sizeof *panels);
+    ALLOC_W(panels, trex_gemm_pack_b_bytes(d, V) / sizeof *panels);
     m->dhn_w = calloc((size_t)nb, sizeof *m->dhn_w);
     if (!m->dhn_w) {
         rc = trex_err_set(err, TREX_ENOMEM, "out of memory for the head's packed weight");
         goto fail;
     }
     m->dhn_nb = nb;
-    for (int64_t i = 0, off = 0; i < nb; i++) {
-        const int64_t vn = dhn_block_rows(V, i * HEAD3_DHN_VOCAB1);
-        m->dhn_w[i] = trex_gemm_packed_view_b(d, vn, panels + off);
+    for (int64_t i = 0; i < nb; i++) {
+        m->dhn_w[i] = trex_gemm_packed_view_b(d, dhn_block_rows(V, i * HEAD3_DHN_VOCAB1), panels + i * blk);
         if (!m->dhn_w[i]) {
             rc = trex_err_set(err, TREX_ENOMEM, "out of memory for the head's packed weight");
             goto fail;
         }
-        off += (int64_t)(trex_gemm_pack_b_bytes(d, vn) / sizeof *panels);
     }
     dhn_pack_job j = {m->dhn_w, m->w.head, V, d};
     trex_pool_for(m->ctx.pool, (V + 31) / 32, 8, dhn_pack_steps, &j);

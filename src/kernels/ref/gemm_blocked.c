@@ -111,32 +111,26 @@ static int64_t next_item(const run *r)
     return i < r->nitems ? (int64_t)i : -1;
 }
 
-/* An operand read through a row list (trex_gemm_grouped_rows): one panel (its rows [r0, r0 + rows)
- * over all K) GATHER_SLAB k at a time, the pieces of the listed rows copied into the thread's slab (in
- * cache) and packed from there with the level's packer. The stored matrix's row j is at base +
- * idx[j] * ld; by_r: those rows are the panel's rows (X[r][k] = stored[r][k]), else its k
- * (X[r][k] = stored[k][r]). A and B steps have the same size (32 x 32), so the slab of k goes to step
- * k / 32 of either format. */
+/* Operands read through a row list (trex_gemm_grouped_rows): the stored matrix's row j is at base +
+ * idx[j] * ld, and the pieces of the listed rows are copied into the thread's slab (in cache) and
+ * packed from there with the level's packer. When the listed rows are the operand's rows (X[r][k] =
+ * stored[idx[r]][k]), pack_gathered_rows does one panel (rows [r0, r0 + rows)) GATHER_SLAB k at a
+ * time; when they are its k (X[r][k] = stored[idx[k]][r]), pack_gathered_steps (below) does a block of
+ * panels a step of 32 k at a time. A and B steps have the same size (32 x 32), so a slab of k goes to
+ * step k / 32 of either format. */
 #define GATHER_SLAB 256
 static _Thread_local _Alignas(64) float gather_slab[TREX_GEMM_MR * GATHER_SLAB];
 
-static void pack_gathered(trex_pack_fn fn, uint16_t *dst, const char *base, int64_t ld, const int32_t *idx,
-                          size_t esz, bool by_r, int64_t r0, int64_t rows, int64_t K)
+static void pack_gathered_rows(trex_pack_fn fn, uint16_t *dst, const char *base, int64_t ld, const int32_t *idx,
+                               size_t esz, int64_t r0, int64_t rows, int64_t K)
 {
     char *slab = (char *)gather_slab;
     for (int64_t k = 0; k < K; k += GATHER_SLAB) {
         const int64_t kc = min64(GATHER_SLAB, K - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
-        if (by_r) {
-            for (int64_t i = 0; i < rows; i++)
-                memcpy(slab + (size_t)(i * kc) * esz, base + (size_t)((int64_t)idx[r0 + i] * ld + k) * esz,
-                       (size_t)kc * esz);
-            fn(dst + (k / TREX_GEMM_KU) * (TREX_GEMM_KU * TREX_GEMM_MR), slab, kc, 1, rows, kc, kcp);
-        } else {
-            for (int64_t j = 0; j < kc; j++)
-                memcpy(slab + (size_t)(j * TREX_GEMM_MR) * esz,
-                       base + (size_t)((int64_t)idx[k + j] * ld + r0) * esz, (size_t)rows * esz);
-            fn(dst + (k / TREX_GEMM_KU) * (TREX_GEMM_KU * TREX_GEMM_MR), slab, 1, TREX_GEMM_MR, rows, kc, kcp);
-        }
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(slab + (size_t)(i * kc) * esz, base + (size_t)((int64_t)idx[r0 + i] * ld + k) * esz,
+                   (size_t)kc * esz);
+        fn(dst + (k / TREX_GEMM_KU) * (TREX_GEMM_KU * TREX_GEMM_MR), slab, kc, 1, rows, kc, kcp);
     }
 }
 
@@ -162,8 +156,8 @@ static void pack_steps(trex_pack_fn fn, uint16_t *panels, int64_t Kp, const char
 /* A row-listed operand whose listed rows are its k (X[r][k] = stored[idx[k]][r]): its rows [r0, r0 + R)
  * (R <= 256, a block of A or a unit of B panels) a step of 32 k at a time across their panels, as
  * pack_steps does for an operand stored by rows of k: each step copies the 32 listed rows' R-element
- * pieces into the slab (one contiguous piece per row instead of one per row and panel), then packs
- * every panel's step from there. The bytes of pack_gathered panel by panel. */
+ * pieces into the slab (one contiguous piece per row, not one per row and panel: docs/kernels.md
+ * "Round 11"), then packs every panel's step from there. */
 static void pack_gathered_steps(trex_pack_fn fn, uint16_t *dst, int64_t Kp, const char *base, int64_t ld,
                                 const int32_t *idx, size_t esz, int64_t r0, int64_t R, int64_t K)
 {
@@ -204,7 +198,7 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
                        u0 * TREX_GEMM_KU, min64(s->K, (u0 + un) * TREX_GEMM_KU));
             continue;
         }
-        if (s->brow && !s->b_byr && un > 1) { /* the unit's panels step by step */
+        if (s->brow && !s->b_byr) { /* the unit's panels step by step */
             pack_gathered_steps(fn, r->bpack + s->b_off + u0 * TREX_GEMM_NR * s->Kp, s->Kp, s->B, s->ldb,
                                 s->brow, r->b_esz, s->b_n0 + u0 * TREX_GEMM_NR,
                                 min64(un * TREX_GEMM_NR, s->N - u0 * TREX_GEMM_NR), s->K);
@@ -212,9 +206,9 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
         }
         for (int64_t p = u0; p < u0 + un; p++)
             if (s->brow)
-                pack_gathered(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
-                              r->b_esz, s->b_byr, s->b_n0 + p * TREX_GEMM_NR,
-                              min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR), s->K);
+                pack_gathered_rows(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
+                                   r->b_esz, s->b_n0 + p * TREX_GEMM_NR, min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR),
+                                   s->K);
             else
                 fn(r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp,
                    s->B + (size_t)(p * TREX_GEMM_NR * s->b_rs) * r->b_esz, s->b_rs, s->b_ks,
@@ -228,14 +222,14 @@ static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
 {
     const trex_pack_fn fn = r->a_f32 ? r->t->pack_a_f32 : r->t->pack_a_bf16;
     const int64_t m0 = bi * s->mb, mb = min64(s->mb, s->M - m0);
-    if (s->arow && !s->a_byr && mb > TREX_GEMM_MR) {
+    if (s->arow && !s->a_byr) {
         pack_gathered_steps(fn, dst, s->Kp, s->A, s->lda, s->arow, r->a_esz, m0, mb, s->K);
         return;
     }
     if (s->arow) {
         for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
-            pack_gathered(fn, dst + ip * TREX_GEMM_MR * s->Kp, s->A, s->lda, s->arow, r->a_esz, s->a_byr,
-                          m0 + ip * TREX_GEMM_MR, min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K);
+            pack_gathered_rows(fn, dst + ip * TREX_GEMM_MR * s->Kp, s->A, s->lda, s->arow, r->a_esz,
+                               m0 + ip * TREX_GEMM_MR, min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K);
         return;
     }
     if (s->a_rs == 1 && mb > TREX_GEMM_MR) { /* A stored [K, M], more than one panel */
