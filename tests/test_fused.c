@@ -121,6 +121,100 @@ static void check_mhc(const trex_fused_table *t, const trex_fused_table *r, int 
     free(X), free(y), free(post), free(comb), free(o1), free(o2), free(dXo), free(dy1), free(dy2);
 }
 
+/* The compressor's pooling entries of table t against the reference: n candidates of c features whose
+ * rows are scattered over a buffer in a shuffled order, pooled values and accumulated gradients bit for
+ * bit, nothing written past c in any row. Scores of amplitude amp (large ones push exp into its
+ * clamp). */
+static void check_pool(const trex_fused_table *t, const trex_fused_table *r, int64_t n, int64_t c, float amp)
+{
+    const int64_t rows = n + 3, ld = c + 5;
+    float *kbuf = xmalloc_f(rows * ld), *zbuf = xmalloc_f(rows * ld), *dC = xmalloc_f(c);
+    float *g1 = xmalloc_f(2 * rows * ld), *g2 = xmalloc_f(2 * rows * ld), *C1 = xmalloc_f(c + 1), *C2 = xmalloc_f(c + 1);
+    const float **K = malloc((size_t)n * sizeof *K), **Z = malloc((size_t)n * sizeof *Z);
+    float **dK1 = malloc((size_t)n * sizeof *dK1), **dZ1 = malloc((size_t)n * sizeof *dZ1);
+    float **dK2 = malloc((size_t)n * sizeof *dK2), **dZ2 = malloc((size_t)n * sizeof *dZ2);
+    if (!K || !Z || !dK1 || !dZ1 || !dK2 || !dZ2) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    fill(kbuf, rows * ld, 2.0f);
+    fill(zbuf, rows * ld, amp);
+    fill(dC, c, 1.0f);
+    fill(g1, 2 * rows * ld, 1.0f);
+    memcpy(g2, g1, (size_t)(2 * rows * ld) * sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t rk = (j * 5 + 2) % rows, rz = (j * 3 + 1) % rows;
+        K[j] = kbuf + rk * ld;
+        Z[j] = zbuf + rz * ld;
+        dK1[j] = g1 + rk * ld, dZ1[j] = g1 + (rows + rz) * ld;
+        dK2[j] = g2 + rk * ld, dZ2[j] = g2 + (rows + rz) * ld;
+    }
+    C1[c] = C2[c] = 7.0f;
+    r->pool_fwd(C1, K, Z, n, c);
+    t->pool_fwd(C2, K, Z, n, c);
+    CHECK(same_bits(C1, C2, c + 1) && C1[c] == 7.0f, "%s pool_fwd n=%lld c=%lld amp %g", t->name, (long long)n,
+          (long long)c, (double)amp);
+    r->pool_bwd(dK1, dZ1, dC, K, Z, n, c);
+    t->pool_bwd(dK2, dZ2, dC, K, Z, n, c);
+    CHECK(same_bits(g1, g2, 2 * rows * ld), "%s pool_bwd n=%lld c=%lld amp %g", t->name, (long long)n,
+          (long long)c, (double)amp);
+    free(kbuf), free(zbuf), free(dC), free(g1), free(g2), free(C1), free(C2);
+    free(K), free(Z), free(dK1), free(dZ1), free(dK2), free(dZ2);
+}
+
+/* The reference pooling against the formulas in double (the softmax over the candidates per feature and
+ * its vector-Jacobian product), and against the fp32 mode's am_pool_* (libm's exp): relative errors in
+ * units of 2^-24 of each output's scale, bounded. */
+static void check_pool_accuracy(const trex_fused_table *r)
+{
+    const int64_t c = 37, ns[] = {1, 2, 8, 128};
+    double worst_f = 0.0, worst_b = 0.0, worst_am = 0.0;
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        const int64_t n = ns[i];
+        float *kb = xmalloc_f(n * c), *zb = xmalloc_f(n * c), *dC = xmalloc_f(c), *C = xmalloc_f(c);
+        float *Cam = xmalloc_f(c), *ws = xmalloc_f(3 * c), *g = xmalloc_f(2 * n * c);
+        const float **K = malloc((size_t)n * sizeof *K), **Z = malloc((size_t)n * sizeof *Z);
+        float **dK = malloc((size_t)n * sizeof *dK), **dZ = malloc((size_t)n * sizeof *dZ);
+        if (!K || !Z || !dK || !dZ) {
+            fprintf(stderr, "out of memory\n");
+            exit(2);
+        }
+        fill(kb, n * c, 2.0f);
+        fill(zb, n * c, 6.0f);
+        fill(dC, c, 1.0f);
+        memset(g, 0, (size_t)(2 * n * c) * sizeof(float));
+        for (int64_t j = 0; j < n; j++)
+            K[j] = kb + j * c, Z[j] = zb + j * c, dK[j] = g + j * c, dZ[j] = g + (n + j) * c;
+        r->pool_fwd(C, K, Z, n, c);
+        r->pool_bwd(dK, dZ, dC, K, Z, n, c);
+        am_pool_forward_f(Cam, K, Z, n, c, ws);
+        for (int64_t f = 0; f < c; f++) {
+            double mx = zb[f], den = 0.0, s = 0.0, kmax = 0.0;
+            for (int64_t j = 1; j < n; j++)
+                mx = zb[j * c + f] > mx ? zb[j * c + f] : mx;
+            for (int64_t j = 0; j < n; j++) {
+                const double e = exp((double)zb[j * c + f] - mx);
+                den += e, s += e * kb[j * c + f];
+                kmax = fabs(kb[j * c + f]) > kmax ? fabs(kb[j * c + f]) : kmax;
+            }
+            const double Cd = s / den, u = 0x1p-24 * (kmax > 0.0 ? kmax : 1.0);
+            worst_f = fmax(worst_f, fabs((double)C[f] - Cd) / u);
+            worst_am = fmax(worst_am, fabs((double)C[f] - (double)Cam[f]) / u);
+            for (int64_t j = 0; j < n; j++) {
+                const double p = exp((double)zb[j * c + f] - mx) / den, gd = p * dC[f];
+                const double dz = gd * ((double)kb[j * c + f] - Cd), ub = 0x1p-24 * (fabs(dC[f]) + 1e-30);
+                worst_b = fmax(worst_b, fabs((double)dK[j][f] - gd) / ub);
+                worst_b = fmax(worst_b, fabs((double)dZ[j][f] - dz) / (ub * 4.0 * (kmax > 0.0 ? kmax : 1.0)));
+            }
+        }
+        free(kb), free(zb), free(dC), free(C), free(Cam), free(ws), free(g), free(K), free(Z), free(dK), free(dZ);
+    }
+    printf("pool: error against double: forward %.1f, backward %.1f; against am_pool_forward (libm exp) %.1f "
+           "(units of 2^-24 of the scale)\n", worst_f, worst_b, worst_am);
+    CHECK(worst_f <= 512.0 && worst_b <= 512.0 && worst_am <= 512.0,
+          "pool error: forward %.1f backward %.1f vs libm %.1f units of 2^-24", worst_f, worst_b, worst_am);
+}
+
 /* bf16 values bit for bit, except that two NaNs count as equal: which NaN operand of a product
  * propagates follows the operand order, which the compiler may swap in scalar code (as in
  * tests/test_kernels.c). */
@@ -568,7 +662,13 @@ int main(int argc, char **argv)
             for (size_t j = 0; j < sizeof fd / sizeof fd[0]; j++)
                 for (size_t l = 0; l < sizeof fE / sizeof fE[0]; l++)
                     check_gate_fma(t, ref, fn_[i], fd[j], fE[l]);
+        const int64_t pn[] = {1, 2, 3, 8, 17, 128}, pc[] = {1, 15, 16, 17, 33, 128, 512};
+        for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++)
+            for (size_t j = 0; j < sizeof pc / sizeof pc[0]; j++)
+                check_pool(t, ref, pn[i], pc[j], 4.0f);
+        check_pool(t, ref, 8, 40, 200.0f); /* exp clamped at -104 and subnormal */
     }
     check_swiglu_accuracy(ref);
+    check_pool_accuracy(ref);
     return check_summary();
 }

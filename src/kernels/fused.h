@@ -368,6 +368,21 @@ typedef void (*trex_fused_split3_fn)(uint16_t *dst, const float *src, int64_t ro
 /* The bound tests/test_ce.c checks: ce_exp's error in ulp of the result, for results >= 2^-126. */
 #define TREX_CE_EXP_ULP 1
 
+/* Softmax pooling of the compressor in bf16 mode (model/attention.c; MODEL_SPEC §2; fp32 mode keeps
+ * am_pool_* of model/attention_math.h, whose exp is libm's): one compressed entry from n >= 1
+ * candidates, rows K[j] and Z[j] of c floats, independently for every feature f < c. kernels/ref/pool.c
+ * defines the bits (every step one IEEE float operation, nothing contracted); every level gives them.
+ *   pool_fwd  mx = Z_0[f], then mx = z > mx ? z : mx for z = Z_j[f], j ascending; e_j = ce_exp(Z_j[f] -
+ *             mx); den = +0 + e_0 + e_1 + ..., s = +0 + e_0 K_0[f] + e_1 K_1[f] + ... (rounded products,
+ *             j ascending); C[f] = s / den;
+ *   pool_bwd  with mx, den and C[f] as pool_fwd's: g = (e_j / den) dC[f], dK_j[f] = dK_j[f] + g,
+ *             dZ_j[f] = dZ_j[f] + g (K_j[f] - C[f]) for j ascending (the rows dK, dZ do not overlap
+ *             K, Z or each other). */
+typedef void (*trex_fused_pool_fwd_fn)(float *C, const float *const *K, const float *const *Z, int64_t n,
+                                       int64_t c);
+typedef void (*trex_fused_pool_bwd_fn)(float *const *dK, float *const *dZ, const float *dC,
+                                       const float *const *K, const float *const *Z, int64_t n, int64_t c);
+
 /* Router logits (the MoE router stays fp32 in every mode, MODEL_SPEC §12) of n rows of x [n, d]
  * against the gate transposed, gt [d, E]: z[t*E + e] = s with s = +0, then s = s + fl(x[t][k] gt[k][e])
  * for k increasing (no fused multiply-add): the fp32 GEMM's contract, so the bits of
@@ -471,6 +486,8 @@ typedef struct trex_fused_table {
     trex_fused_ce_fwd_fn ce_fwd;
     trex_fused_ce_grad_fn ce_grad;
     trex_fused_ce_exp_fn ce_exp;
+    trex_fused_pool_fwd_fn pool_fwd;
+    trex_fused_pool_bwd_fn pool_bwd;
     trex_fused_split3_fn split3;
     trex_fused_sumsq_fn sumsq;
     trex_fused_rmsnorm_fwd_fn rmsnorm_fwd;
@@ -578,6 +595,13 @@ void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int
 void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
                                int64_t cols, const float *c);
 float trex_fused_ce_exp_avx512(float x);
+void trex_fused_pool_fwd_ref(float *C, const float *const *K, const float *const *Z, int64_t n, int64_t c);
+void trex_fused_pool_bwd_ref(float *const *dK, float *const *dZ, const float *dC, const float *const *K,
+                             const float *const *Z, int64_t n, int64_t c);
+void trex_fused_pool_fwd_avx512(float *C, const float *const *K, const float *const *Z, int64_t n,
+                                int64_t c);
+void trex_fused_pool_bwd_avx512(float *const *dK, float *const *dZ, const float *dC, const float *const *K,
+                                const float *const *Z, int64_t n, int64_t c);
 void trex_fused_split3_ref(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
                            int64_t lo0, int64_t hi1, int nt);
 void trex_fused_split3_avx512(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,

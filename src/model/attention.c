@@ -553,6 +553,7 @@ typedef struct cmp_task {
     float *dkt, *dzt;      /* backward: [N, wm*cw], accumulated (rows are disjoint per block) */
     char *scr;
     size_t stride;
+    const trex_fused_table *fz; /* bf16 mode: its pool_fwd / pool_bwd; NULL: am_pool_* (libm's exp) */
 } cmp_task;
 
 static size_t cmp_scratch_bytes(int64_t m, int64_t cw)
@@ -563,6 +564,13 @@ static size_t cmp_scratch_bytes(int64_t m, int64_t cw)
         lay(&t, (size_t)(2 * m) * sizeof(float *));
     lay(&t, (size_t)(3 * cw) * sizeof(float));
     return t;
+}
+
+/* The pooling's entries in bf16 mode (an exp of their own, 16 features at a time at the AVX-512
+ * levels; kernels/fused.h pool_fwd); fp32 mode keeps the scalar am_pool_* with libm's expf. */
+static const trex_fused_table *pool_table(const trex_ctx *ctx)
+{
+    return ctx->compute == TREX_BF16 ? trex_fused() : NULL;
 }
 
 static void cmp_blocks(void *arg, int64_t e0, int64_t e1, int tid)
@@ -588,7 +596,12 @@ static void cmp_blocks(void *arg, int64_t e0, int64_t e1, int tid)
                 dK[j] = a->dkt + off[j];
                 dZ[j] = a->dzt + off[j];
             }
-            am_pool_backward_f(dK, dZ, a->dpooled + e * cw, K, Z, n, cw, ws);
+            if (a->fz)
+                a->fz->pool_bwd(dK, dZ, a->dpooled + e * cw, K, Z, n, cw);
+            else
+                am_pool_backward_f(dK, dZ, a->dpooled + e * cw, K, Z, n, cw, ws);
+        } else if (a->fz) {
+            a->fz->pool_fwd(a->s->pooled + e * cw, K, Z, n, cw);
         } else {
             am_pool_forward_f(a->s->pooled + e * cw, K, Z, n, cw, ws);
         }
@@ -667,7 +680,7 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
     AP(cw == dm->c ? AP_F_CMP_GEMM : AP_F_ICMP_GEMM);
     if (nc == 0)
         return true;
-    cmp_task a = {docs, s, m, wm, NULL, NULL, NULL, scr, stride};
+    cmp_task a = {docs, s, m, wm, NULL, NULL, NULL, scr, stride, pool_table(ctx)};
     int64_t work = 2 * m * cw;
     trex_pool_for(ctx->pool, nc, work >= 16384 ? 1 : 16384 / work, cmp_blocks, &a);
     trex_rmsnorm_forward(ctx->pool, s->out, s->rstd, s->pooled, norm, nc, cw, dm->eps);
@@ -695,7 +708,7 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
     float *dzt = trex_arena_xalloc(ctx->arena, (size_t)(N * wc) * sizeof(float));
     size_t stride = cmp_scratch_bytes(m, cw);
     char *scr = trex_arena_xalloc(ctx->arena, stride * (size_t)nthreads(ctx));
-    cmp_task a = {docs, s, m, wm, dpooled, dkt, dzt, scr, stride};
+    cmp_task a = {docs, s, m, wm, dpooled, dkt, dzt, scr, stride, pool_table(ctx)};
     int64_t work = 2 * m * cw;
     trex_pool_for(ctx->pool, nc, work >= 16384 ? 1 : 16384 / work, cmp_blocks, &a);
     /* ape[j] collects the Z gradients of every token at offset j (documents, then tokens, in order) */

@@ -4,7 +4,7 @@
  *
  * The head holds a chunk of logits transposed ([V, rows]: row v = vocabulary entry v, column i =
  * token i), so these entries walk rows (contiguous) and keep one running value per column. The exp is
- * our own (ce_exp_ref below) instead of libm's, so that the AVX-512 leaves (kernels/x86/avx512/ce.c)
+ * our own (trex_exp_nonpos, kernels/ref/exp_poly.h) instead of libm's, so that the AVX-512 leaves (kernels/x86/avx512/ce.c)
  * give the same bits: every step here is one IEEE-rounded float operation (the build is ISO C: no
  * contraction into fused multiply-adds) and the leaves do the same operations in the same order, 16
  * columns at a time. The per-column sums are double and run over the rows in order at every level. */
@@ -22,29 +22,9 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
-/* exp(x) for x <= 0 (the argument is a logit minus its column's max): x clamped to [-104, 0] (a NaN
- * passes through), n = nearest-even(x log2 e) by adding and subtracting 1.5 * 2^23, r = (x - n C1) -
- * n C2 (C1 = 0.693359375 has 9 bits, so n C1 and x - n C1 are exact), Cephes' degree-6 polynomial
- * for e^r - 1 - r, then p * 2^n rounded once: for n < -126 (a subnormal result) as (p * 2^(n+64)) *
- * 2^-64, whose first product is exact. Error: tests/test_ce.c measures it against libm's double exp
- * over the whole range (TREX_CE_EXP_ULP for normal results). */
-static float ce_exp_ref(float x)
-{
-    if (x != x)
-        return x;
-    x = x < -104.0f ? -104.0f : x;
-    x = x > 0.0f ? 0.0f : x;
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    const float p = trex_exp_reduced(x, n);
-    const int ni = (int)n;
-    if (ni >= -126)
-        return p * bits_f32((uint32_t)(ni + 127) << 23);
-    return (p * bits_f32((uint32_t)(ni + 64 + 127) << 23)) * 0x1p-64f;
-}
-
 float trex_fused_ce_exp_ref(float x)
 {
-    return ce_exp_ref(x);
+    return trex_exp_nonpos(x);
 }
 
 void trex_fused_ce_fwd_ref(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
@@ -61,7 +41,7 @@ void trex_fused_ce_fwd_ref(float *L, int64_t ld, int64_t n, int64_t cols, int ke
     for (int64_t v = 0; v < n; v++) {
         float *l = L + v * ld;
         for (int64_t i = 0; i < cols; i++) {
-            const float e = ce_exp_ref(l[i] - mx[i]);
+            const float e = trex_exp_nonpos(l[i] - mx[i]);
             sum[i] += (double)e;
             if (keep)
                 l[i] = e;

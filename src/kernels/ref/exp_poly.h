@@ -8,6 +8,9 @@
 #ifndef TREX_KERNELS_REF_EXP_POLY_H
 #define TREX_KERNELS_REF_EXP_POLY_H
 
+#include <stdint.h>
+#include <string.h>
+
 static inline float trex_exp_reduced(float x, float n)
 {
     float r = x - n * 0.693359375f;
@@ -20,6 +23,27 @@ static inline float trex_exp_reduced(float x, float n)
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r;
     return p + 1.0f;
+}
+
+/* exp(x) for x <= 0 (an argument minus the max of its set: the cross-entropy's logits, the
+ * compressor's pooling scores): x clamped to [-104, 0] (a NaN passes through), n = nearest-even(x
+ * log2 e) by adding and subtracting 1.5 * 2^23, trex_exp_reduced, then p * 2^n rounded once: for
+ * n < -126 (a subnormal result) as (p * 2^(n+64)) * 2^-64, whose first product is exact. This is the
+ * fused table's ce_exp (kernels/fused.h); tests/test_ce.c bounds its error against libm's double exp
+ * over the whole range (TREX_CE_EXP_ULP for normal results). */
+static inline float trex_exp_nonpos(float x)
+{
+    if (x != x)
+        return x;
+    x = x < -104.0f ? -104.0f : x;
+    x = x > 0.0f ? 0.0f : x;
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float p = trex_exp_reduced(x, n);
+    const int ni = (int)n;
+    const uint32_t scale = (uint32_t)(ni >= -126 ? ni + 127 : ni + 64 + 127) << 23;
+    float s;
+    memcpy(&s, &scale, sizeof s);
+    return ni >= -126 ? p * s : (p * s) * 0x1p-64f;
 }
 
 #endif

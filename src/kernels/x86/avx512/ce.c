@@ -33,21 +33,9 @@ static inline __mmask16 tail_mask(int64_t left)
     return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
-/* ce_exp_ref of 16 lanes (x <= 0 or NaN). */
-static inline __m512 ce_exp16(__m512 x)
-{
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* the second operand passes when unordered: NaN stays */
-    x = _mm512_min_ps(_mm512_setzero_ps(), x);
-    const __m512 big = _mm512_set1_ps(12582912.0f);
-    const __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), big),
-                                   big);
-    const __m512 p = trex_exp_reduced16(x, n);
-    return _mm512_scalef_ps(p, n);
-}
-
 float trex_fused_ce_exp_avx512(float x)
 {
-    return _mm_cvtss_f32(_mm512_castps512_ps128(ce_exp16(_mm512_set1_ps(x))));
+    return _mm_cvtss_f32(_mm512_castps512_ps128(trex_exp_nonpos16(_mm512_set1_ps(x))));
 }
 
 /* trex_f32_to_bf16 of 16 lanes. */
@@ -99,7 +87,7 @@ void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int
             _mm_prefetch(next + 4 * i, _MM_HINT_T1);
             const __mmask16 m = tail_mask(cols - i);
             const __mmask8 mlo = (__mmask8)m, mhi = (__mmask8)(m >> 8);
-            const __m512 e = ce_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, l + i), _mm512_maskz_loadu_ps(m, mx + i)));
+            const __m512 e = trex_exp_nonpos16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, l + i), _mm512_maskz_loadu_ps(m, mx + i)));
             if (keep)
                 _mm512_mask_storeu_ps(l + i, m, e);
             const __m512d elo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
