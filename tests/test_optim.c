@@ -635,15 +635,16 @@ static double sumsq_def(const float *x, int64_t n, int64_t *bad)
  * place first (a float multiply), as trex_optimizer_clip does. */
 static void adamw_def(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c)
 {
+    const float b1 = (float)c->b1, c1 = (float)(1.0 - c->b1), b2 = (float)c->b2, c2 = (float)(1.0 - c->b2);
+    const float eps = (float)c->eps, ss = (float)c->step_size, q = (float)c->bc2_sqrt, decay = (float)c->decay;
     for (int64_t k = 0; k < n; k++) {
-        const float gc = g[k] * c->gscale;
-        const double gk = gc;
-        const float mk = (float)(c->b1 * (double)m[k] + (1.0 - c->b1) * gk);
-        const float vk = (float)(c->b2 * (double)v[k] + (1.0 - c->b2) * gk * gk);
+        const float gk = g[k] * c->gscale;
+        const float mk = b1 * m[k] + c1 * gk;
+        const float vk = b2 * v[k] + (c2 * gk) * gk;
         m[k] = mk;
         v[k] = vk;
-        const double denom = sqrt((double)vk) / c->bc2_sqrt + c->eps;
-        w[k] = (float)((double)w[k] * c->decay - c->step_size * (double)mk / denom);
+        const float denom = sqrtf(vk) / q + eps;
+        w[k] = w[k] * decay - (ss * mk) / denom;
     }
 }
 

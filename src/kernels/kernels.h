@@ -260,6 +260,25 @@ typedef struct trex_adamw_consts {
     double decay;     /* 1 - lr wd, or 1 */
     float gscale;     /* clip factor of the gradients, 1 when not clipped */
 } trex_adamw_consts;
+/* The constants of trex_adamw_consts as the kernels use them: floats (1 - b1 and 1 - b2 taken in
+ * double, then rounded). Per element, with gk = g gscale:
+ *   m = b1 m + c1 gk,   v = b2 v + (c2 gk) gk,   w = w decay - (step_size m) / (sqrt(v) / bc2_sqrt + eps)
+ * each operation one IEEE float operation in this order (docs/optim.md). */
+typedef struct trex_adamw_f32 {
+    float b1, c1, b2, c2, eps, step_size, bc2_sqrt, decay, gscale;
+} trex_adamw_f32;
+static inline void trex_adamw_consts_f32(trex_adamw_f32 *k, const trex_adamw_consts *c)
+{
+    k->b1 = (float)c->b1;
+    k->c1 = (float)(1.0 - c->b1);
+    k->b2 = (float)c->b2;
+    k->c2 = (float)(1.0 - c->b2);
+    k->eps = (float)c->eps;
+    k->step_size = (float)c->step_size;
+    k->bc2_sqrt = (float)c->bc2_sqrt;
+    k->decay = (float)c->decay;
+    k->gscale = c->gscale;
+}
 typedef double (*trex_sumsq_fn)(const float *x, int64_t n, int64_t *nonfinite);
 typedef void (*trex_adamw_fn)(float *w, float *m, float *v, const float *g, int64_t n,
                               const trex_adamw_consts *c);

@@ -4,11 +4,9 @@
  * sumsq (gradient norm and NaN/Inf count) sums in TREX_SUMSQ_LANES fixed lanes, so the AVX-512 leaf
  * (two registers of 8 doubles) gives the same bits and no sum is one long dependency chain (here: SSE2
  * pairs of lanes where the compiler targets x86-64, scalar lanes elsewhere and for the tail). adamw is the
- * fused AdamW pass: in SSE2 lanes of 2 doubles where the compiler targets x86-64 (SSE2 is part of
- * every x86-64: no ISA flag), in scalar code elsewhere and for the tail; every lane does the scalar
- * code's IEEE double operations in its order (no FMA contraction under -std=c11), so the bits are the
- * same wherever the lanes fall. Its cost is the double divider (two divisions and a square root per
- * element); the AVX-512 leaf runs the same operations 8 wide. */
+ * fused AdamW pass in float arithmetic on the fp32 state (as PyTorch's and Megatron's AdamW compute it):
+ * each element a fixed sequence of IEEE float operations (no FMA contraction under -std=c11), which the
+ * AVX-512 leaf runs 16 wide, so every level gives the same bits (docs/optim.md). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -60,61 +58,19 @@ double trex_sumsq_ref(const float *x, int64_t n, int64_t *nonfinite)
     return trex_lanes_sum16(lane);
 }
 
-#if defined(__SSE2__)
-/* Two floats widened to two doubles, and two floats stored (any alignment). */
-static inline __m128d load2(const float *p)
-{
-    double d;
-    memcpy(&d, p, sizeof d);
-    return _mm_cvtps_pd(_mm_castpd_ps(_mm_set_sd(d)));
-}
-
-static inline void store2(float *p, __m128 x)
-{
-    const double d = _mm_cvtsd_f64(_mm_castps_pd(x));
-    memcpy(p, &d, sizeof d);
-}
-
-/* Two floats times a float scale (one float multiply each), widened to two doubles. */
-static inline __m128d load2_scaled(const float *p, __m128 s)
-{
-    double d;
-    memcpy(&d, p, sizeof d);
-    return _mm_cvtps_pd(_mm_mul_ps(_mm_castpd_ps(_mm_set_sd(d)), s));
-}
-#endif
-
 void trex_adamw_ref(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, int64_t n,
                     const trex_adamw_consts *c)
 {
-    const double b1 = c->b1, b2 = c->b2, eps = c->eps, step_size = c->step_size, bc2_sqrt = c->bc2_sqrt,
-                 decay = c->decay;
-    const float gs = c->gscale;
-    int64_t k = 0;
-#if defined(__SSE2__)
-    const __m128d B1 = _mm_set1_pd(b1), C1 = _mm_set1_pd(1.0 - b1), B2 = _mm_set1_pd(b2), C2 = _mm_set1_pd(1.0 - b2),
-                  EPS = _mm_set1_pd(eps), SS = _mm_set1_pd(step_size), Q = _mm_set1_pd(bc2_sqrt),
-                  D = _mm_set1_pd(decay);
-    const __m128 GS = _mm_set1_ps(gs);
-    for (; k + 2 <= n; k += 2) {
-        const __m128d gk = load2_scaled(g + k, GS), mk = load2(m + k), vk = load2(v + k), wk = load2(w + k);
-        const __m128 mf = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(B1, mk), _mm_mul_pd(C1, gk)));
-        const __m128 vf = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(B2, vk), _mm_mul_pd(_mm_mul_pd(C2, gk), gk)));
-        store2(m + k, mf);
-        store2(v + k, vf);
-        const __m128d den = _mm_add_pd(_mm_div_pd(_mm_sqrt_pd(_mm_cvtps_pd(vf)), Q), EPS);
-        const __m128d up = _mm_div_pd(_mm_mul_pd(SS, _mm_cvtps_pd(mf)), den);
-        store2(w + k, _mm_cvtpd_ps(_mm_sub_pd(_mm_mul_pd(wk, D), up)));
-    }
-#endif
-    for (; k < n; k++) {
-        const double gk = (float)(g[k] * gs);
-        const float mk = (float)(b1 * (double)m[k] + (1.0 - b1) * gk);
-        const float vk = (float)(b2 * (double)v[k] + (1.0 - b2) * gk * gk);
-        m[k] = mk;
-        v[k] = vk;
-        const double denom = sqrt((double)vk) / bc2_sqrt + eps;
-        w[k] = (float)((double)w[k] * decay - step_size * (double)mk / denom);
+    trex_adamw_f32 k;
+    trex_adamw_consts_f32(&k, c);
+    for (int64_t i = 0; i < n; i++) {
+        const float gk = g[i] * k.gscale;
+        const float mk = k.b1 * m[i] + k.c1 * gk;
+        const float vk = k.b2 * v[i] + (k.c2 * gk) * gk;
+        m[i] = mk;
+        v[i] = vk;
+        const float den = sqrtf(vk) / k.bc2_sqrt + k.eps;
+        w[i] = w[i] * k.decay - (k.step_size * mk) / den;
     }
 }
 
