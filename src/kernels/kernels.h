@@ -235,11 +235,10 @@ void trex_linear_backward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compu
  *   (double)x[k] * (double)x[k] (exact) for k = j mod 16, k ascending, from +0; then
  *   s_j = lane_j + lane_{j+8}, t_j = s_j + s_{j+4}, u_j = t_j + t_{j+2}, result u_0 + u_1.
  *   *nonfinite gets the count of NaN/Inf elements. n may be 0 (result +0).
- * adamw: one fused AdamW pass over n elements, per element in double on fp32 values, g' = (float)(g *
- *   gscale) (a float multiply: exactly a gradient clipped in place beforehand):
- *     m = (float)(b1 m + (1-b1) g');  v = (float)(b2 v + ((1-b2) g') g')
- *     w = (float)(w decay - (step_size m) / (sqrt(v) / bc2_sqrt + eps))
- *   each operation one IEEE-rounded double operation, no fused multiply-add. */
+ * adamw: one fused AdamW pass over n elements in float arithmetic, g' = g gscale (a float multiply:
+ *   exactly a gradient clipped in place beforehand), with the constants as floats (trex_adamw_f32):
+ *     m = b1 m + c1 g';  v = b2 v + (c2 g') g';  w = w decay - (step_size m) / (sqrt(v) / bc2_sqrt + eps)
+ *   each operation one IEEE-rounded float operation, no fused multiply-add. */
 #define TREX_SUMSQ_LANES 16
 /* The lanes' tree above (l[TREX_SUMSQ_LANES] is overwritten): s_j, t_j, u_j, then u_0 + u_1. Every
  * fixed-lane sum of the kernels and of mHC combines its lanes with it. */
