@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx512/mask.h"
 
 /* heads h0 .. h0 + 15 of ia's column i (masked by hm), as a vector; idx: 16 lanes of h * n */
 static inline __m512 head_col(const float *ia, int64_t h0, int64_t n, int64_t i, __m512i idx,
@@ -21,11 +22,6 @@ static inline __m512 head_col(const float *ia, int64_t h0, int64_t n, int64_t i,
 }
 
 /* the first min(left, 16) lanes */
-static inline __mmask16 tail_mask(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << left) - 1u);
-}
-
 /* kl_kgrad: the heads of group h0 active for entry i (score > 0) as a mask, and every head's
  * coefficient d * hw[h] into cf */
 static inline __mmask16 group_coefs(float *cf, const float *ia, const float *hw, __m512 d, int64_t h0,

@@ -21,16 +21,12 @@
 
 #include "kernels/fused.h"
 #include "kernels/x86/avx512/exp_poly.h"
+#include "kernels/x86/avx512/mask.h"
 
 /* The address `floats` floats past p, for a prefetch hint only (it may lie past p's buffer). */
 static inline const char *hint_addr(const float *p, int64_t floats)
 {
     return (const char *)((uintptr_t)p + (uintptr_t)floats * sizeof(float));
-}
-
-static inline __mmask16 tail_mask(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
 float trex_fused_ce_exp_avx512(float x)

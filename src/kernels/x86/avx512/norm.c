@@ -14,11 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/fused.h"
-
-static inline __mmask16 tail_mask(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-}
+#include "kernels/x86/avx512/mask.h"
 
 static inline __m512d lo_pd(__m512 v)
 {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512/mask.h"
 
 /* 16 fp32 -> 16 bf16, bit-exact with trex_f32_to_bf16. */
 static inline __m256i f32_to_bf16(__m512 x)
@@ -65,17 +66,13 @@ static inline __mmask32 mask32(int64_t n)
     return n >= 32 ? 0xffffffffu : n <= 0 ? 0u : (__mmask32)((1u << n) - 1u);
 }
 
-static inline __mmask16 mask16(int64_t n)
-{
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
-}
 
 /* n (<= 16) values from p as 16 bf16, zeros past n. */
 static inline __m256i load16(const void *p, bool f32, int64_t n)
 {
     if (f32)
-        return f32_to_bf16(_mm512_maskz_loadu_ps(mask16(n), p));
-    return _mm256_maskz_loadu_epi16(mask16(n), p);
+        return f32_to_bf16(_mm512_maskz_loadu_ps(tail_mask(n), p));
+    return _mm256_maskz_loadu_epi16(tail_mask(n), p);
 }
 
 /* n (<= 32) values from p as 32 bf16, zeros past n. */
@@ -84,8 +81,8 @@ static inline __m512i load32(const void *p, bool f32, int64_t n)
     if (!f32)
         return _mm512_maskz_loadu_epi16(mask32(n), p);
     const float *q = p;
-    const __m512i lo = f32_round_hi(_mm512_maskz_loadu_ps(mask16(n), q));
-    const __m512i hi = n > 16 ? f32_round_hi(_mm512_maskz_loadu_ps(mask16(n - 16), q + 16))
+    const __m512i lo = f32_round_hi(_mm512_maskz_loadu_ps(tail_mask(n), q));
+    const __m512i hi = n > 16 ? f32_round_hi(_mm512_maskz_loadu_ps(tail_mask(n - 16), q + 16))
                               : _mm512_setzero_si512();
     return hi_halves(lo, hi);
 }
@@ -157,7 +154,7 @@ static inline void load_tile(const view *x, int64_t rr, int64_t kk, bool want_ro
             _mm_prefetch(q + 64, _MM_HINT_T0);
         }
     if (x->f32) {
-        const __mmask16 m = mask16(nr);
+        const __mmask16 m = tail_mask(nr);
         for (int p = 0; p < 16; p++) {
             const int64_t k = kk + 2 * p;
             const float *e = (const float *)(const void *)x->src + k * x->ks + rr;
@@ -274,7 +271,7 @@ PACK_ENTRY(trex_pack_b_f32_avx512, pack_b, true, trex_pack_b_f32_ref)
 void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = mask16(n - i);
+        const __mmask16 m = tail_mask(n - i);
         _mm256_mask_storeu_epi16(dst + i, m, f32_to_bf16(_mm512_maskz_loadu_ps(m, src + i)));
     }
 }
@@ -282,7 +279,7 @@ void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 void trex_cvt_bf16_f32_avx512(float *dst, const uint16_t *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = mask16(n - i);
+        const __mmask16 m = tail_mask(n - i);
         __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
         _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
     }

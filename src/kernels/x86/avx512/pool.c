@@ -10,11 +10,7 @@
 
 #include "kernels/fused.h"
 #include "kernels/x86/avx512/exp_poly.h"
-
-static inline __mmask16 tail_mask(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-}
+#include "kernels/x86/avx512/mask.h"
 
 /* Features [f, f + 16) under mask m: their max and denominator, and the pooled values. */
 static inline __m512 pool16(const float *const *K, const float *const *Z, int64_t n, int64_t f, __mmask16 m,

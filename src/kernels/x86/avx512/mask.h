@@ -1,0 +1,15 @@
+/* kernels/x86/avx512/mask.h — the lane mask of a vector's tail, shared by the AVX-512 leaves. Only for
+ * files of this folder (AVX-512 flags). */
+#ifndef TREX_KERNELS_AVX512_MASK_H
+#define TREX_KERNELS_AVX512_MASK_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+/* The first `left` of 16 lanes: all for left >= 16, none for left <= 0. */
+static inline __mmask16 tail_mask(int64_t left)
+{
+    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+}
+
+#endif
