@@ -33,6 +33,7 @@
 #include "kernels/kernels.h"
 #include "opts.h"
 #include "trex/pool.h"
+#include "trex/rng.h"
 #include "trex/tensor.h"
 #include "trex/prof.h"
 
@@ -826,15 +827,14 @@ static int bench_kernels(int argc, char **argv)
             arows[g] = malloc((size_t)(ra > 0 ? ra : 1) * sizeof **arows);
             brows[g] = malloc((size_t)(rb > 0 ? rb : 1) * sizeof **brows);
             ok = arows[g] && brows[g];
-            uint64_t st = 3000 + (uint64_t)g;
             for (int q = 0; q < 2 && ok; q++) {
                 int32_t *l = q ? brows[g] : arows[g];
                 const int64_t n = q ? rb : ra;
+                trex_rng rng = trex_rng_make(3000 + (uint64_t)g, (uint64_t)q);
                 for (int64_t i = 0; i < n; i++)
                     l[i] = (int32_t)i;
-                for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates with a 64-bit LCG */
-                    st = st * 6364136223846793005ull + 1442695040888963407ull;
-                    const int64_t j = (int64_t)((st >> 33) % (uint64_t)(i + 1));
+                for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+                    const int64_t j = (int64_t)trex_rng_below(&rng, (uint64_t)(i + 1));
                     const int32_t t = l[i];
                     l[i] = l[j], l[j] = t;
                 }
