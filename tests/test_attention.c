@@ -1209,6 +1209,81 @@ static void test_sparse_is_dense(trex_arena *ar)
     free(dy);
 }
 
+/* A kept core (trex_attn_forward_core, recompute full-keep-core): the forward that makes it gives the
+ * plain forward's y and indexer loss; a second forward that takes it, and the backward from that pass,
+ * give the plain pass's bits; and the second forward really reads the core: on another input it still
+ * gives the first input's y (the output projections of the kept o), where running the loop would not. */
+static void test_kept_core(trex_arena *ar, trex_pool *pool)
+{
+    trex_config cfg = small_cfg();
+    cfg.sliding_window = 6;
+    cfg.index_topk = 3;
+    const int64_t lens[] = {30, 20, 50}, T = 50, N = 100, d = cfg.hidden_size;
+    tseq sq;
+    make_seq(&sq, 2, T, lens, 3);
+    const char *md = run_dtype == TREX_BF16 ? "bf16" : "fp32";
+    for (int k = 0; k < NCASES; k++) {
+        const int layer = CASES[k].layer;
+        rng r = {700 + (uint64_t)k};
+        float *x = malloc(sizeof(float) * N * d), *x2 = malloc(sizeof(float) * N * d);
+        float *dy = malloc(sizeof(float) * N * d), *y1 = malloc(sizeof(float) * N * d);
+        float *y2 = malloc(sizeof(float) * N * d), *dx = malloc(sizeof(float) * N * d);
+        fill_f(x, N * d, 1.0, &r);
+        fill_f(x2, N * d, 1.0, &r);
+        fill_f(dy, N * d, 1.0, &r);
+        trex_attn_w w, g;
+        weights_make(&w, &cfg, layer, &r);
+        weights_make(&g, &cfg, layer, NULL);
+        run_out A;
+        run_full(&A, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, pool, ar, 0.1);
+
+        trex_ctx ctx = make_ctx(pool, ar);
+        ctx.compute = run_dtype;
+        trex_arena_reset(ar);
+        trex_err err = {0};
+        trex_attn_core *core = trex_attn_core_reserve(&ctx, &cfg, layer, N, CASES[k].sparse, true);
+        CHECK(core && trex_attn_core_bytes(core) >= sizeof(float) * (size_t)(N * cfg.num_attention_heads),
+              "%s %s: a core is reserved", md, CASES[k].name);
+        if (!core)
+            break;
+        trex_indexer_loss il1, il2;
+        const trex_arena_mark mk = trex_arena_mark_get(ar);
+        trex_code rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y1, x, &w, CASES[k].sparse, NULL, &il1,
+                                              core, &err);
+        CHECK(rc == TREX_OK && memcmp(y1, A.y, sizeof(float) * N * d) == 0 && il1.kl_sum == A.kl &&
+                  il1.count == A.count,
+              "%s %s: the forward that keeps the core gives the plain forward's y and indexer loss", md,
+              CASES[k].name);
+        trex_arena_rewind(ar, mk);
+        trex_attn_cache *cache = NULL;
+        rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y2, x, &w, CASES[k].sparse, &cache, &il2, core,
+                                    &err);
+        TREX_ASSERT(rc == TREX_OK);
+        trex_attn_backward(&ctx, &cfg, layer, &sq.s, dx, dy, x, &w, &g, cache, 0.1);
+        bool bw;
+        grads_diff(&g, &A.g, &cfg, layer, &bw);
+        CHECK(memcmp(y2, A.y, sizeof(float) * N * d) == 0 && memcmp(dx, A.dx, sizeof(float) * N * d) == 0 &&
+                  bw && il2.kl_sum == A.kl && il2.count == A.count,
+              "%s %s: the pass that takes the kept core gives the plain pass's y, dx, gradients and indexer "
+              "loss", md, CASES[k].name);
+        trex_arena_rewind(ar, mk);
+        rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y2, x2, &w, CASES[k].sparse, NULL, &il2, core,
+                                    &err);
+        CHECK(rc == TREX_OK && memcmp(y2, A.y, sizeof(float) * N * d) == 0,
+              "%s %s: a forward given the kept core reads it instead of running the core loop", md,
+              CASES[k].name);
+        run_free(&A, &cfg, layer);
+        weights_free(&w, &cfg, layer);
+        weights_free(&g, &cfg, layer);
+        free(x);
+        free(x2);
+        free(dy);
+        free(y1);
+        free(y2);
+        free(dx);
+    }
+}
+
 /* ---- 7. threads ------------------------------------------------------------------------------- */
 
 static void test_threads(trex_arena *ar)
@@ -1669,8 +1744,12 @@ int main(int argc, char **argv)
         test_documents(ar);
         test_sparse_is_dense(ar);
         test_threads(ar);
+        test_kept_core(ar, NULL);
         run_dtype = TREX_BF16;
         test_threads(ar);
+        trex_pool *p2 = trex_pool_create(2);
+        test_kept_core(ar, p2);
+        trex_pool_destroy(p2);
         run_dtype = TREX_F32;
         test_axpy_levels();
         test_axpy_rows_levels();

@@ -408,13 +408,13 @@ static void test_head_pairs(fixture *f)
     free(g2);
 }
 
-/* Every recompute policy (full, attention, moe) gives the same bits as keeping everything: the
+/* Every recompute policy (full, attention, moe, full-keep-core) gives the same bits as keeping everything: the
  * losses and every gradient (dense and sparse, fp32 and bf16 compute, 1 and 2 threads); each holds less in the activation
  * arena after the backward, and leaves the expert loads of the forward untouched (counted once). */
 static void test_recompute(fixture *f)
 {
     static const trex_model_recompute pol[] = {TREX_MODEL_RECOMPUTE_FULL, TREX_MODEL_RECOMPUTE_ATTENTION,
-                                               TREX_MODEL_RECOMPUTE_MOE};
+                                               TREX_MODEL_RECOMPUTE_MOE, TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE};
     const int64_t n = f->w.layout.n_float;
     const int64_t nb = f->cfg.num_hidden_layers + f->cfg.num_nextn_predict_layers;
     float *g1 = calloc((size_t)n, sizeof *g1), *g2 = calloc((size_t)n, sizeof *g2);
@@ -500,6 +500,7 @@ static void test_stale_arena(fixture *f, trex_mem *mem)
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE, true},
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_FULL, true},
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_ATTENTION, true},
+                {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE, true},
                 {TREX_BF16, TREX_HEAD_BF16X3, TREX_MODEL_RECOMPUTE_NONE, true},
                 {TREX_BF16, TREX_HEAD_BF16X3_G1, TREX_MODEL_RECOMPUTE_NONE, true},
                 {TREX_BF16, TREX_HEAD_BF16X2_G1, TREX_MODEL_RECOMPUTE_NONE, true},

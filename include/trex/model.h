@@ -57,8 +57,11 @@ typedef enum trex_model_recompute {
                                        internals (trex_attn_cache) and runs that sub-layer's forward
                                        again right before its backward; mHC state and output stay */
     TREX_MODEL_RECOMPUTE_MOE,       /* the same for the MoE sub-layer (trex_moe_cache) */
+    TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE, /* FULL, but each main block also keeps its attention core's
+                                            results (the output o, lse, the top-k selection): the
+                                            backward's forward skips the core loop */
 } trex_model_recompute;
-/* "none" / "attention" / "moe" / "full" -> *out; false for any other name. */
+/* "none" / "attention" / "moe" / "full" / "full-keep-core" -> *out; false for any other name. */
 bool trex_model_recompute_parse(const char *name, trex_model_recompute *out);
 const char *trex_model_recompute_name(trex_model_recompute r);
 

@@ -2025,10 +2025,86 @@ static bool docs_init(attn_docs *dc, trex_arena *ar, const trex_seqinfo *seq, in
  * per dsv4-bench layer at T = 4096, mostly q and o (128 MiB each). */
 #define FALLOC_W(p, count) FALLOC_FROM(trex_arena_alloc_uninit, p, count)
 
+struct trex_attn_core {
+    int layer;
+    int64_t N;
+    bool sparse, kl, bf16;
+    bool made;             /* written by a forward: the next one reads it */
+    float *lse;            /* [N*H] */
+    float *o;              /* [N, H*c] fp32 mode */
+    uint16_t *ob;          /* [N, H*c] bf16 mode */
+    float *ilse, *mass;    /* [N] (kl) */
+    int32_t *sel, *nsel;   /* [N, topk] (zeroed: a query writes its first nsel), [N] (sparse) */
+    trex_indexer_loss il;  /* the forward's KL sum and count (kl) */
+    size_t bytes;
+};
+
+/* Carves the core loop's outputs for dm's N tokens into k (not zeroed: the loop writes lse, o, and (kl)
+ * ilse, mass, and (sparse) nsel of every query; sel is zeroed: a query writes only its first nsel). */
+static bool core_carve(trex_arena *ar, const attn_dims *dm, bool sparse, bool kl, bool bf16,
+                       trex_attn_core *k)
+{
+    const int64_t N = dm->N, nh = N * dm->H, nhc = nh * dm->c;
+    memset(k, 0, sizeof *k);
+    k->N = N;
+    k->sparse = sparse;
+    k->kl = kl;
+    k->bf16 = bf16;
+    k->lse = trex_arena_alloc_uninit(ar, (size_t)(nh + 1) * sizeof(float));
+    if (bf16)
+        k->ob = trex_arena_alloc_uninit(ar, (size_t)(nhc + 1) * sizeof(uint16_t));
+    else
+        k->o = trex_arena_alloc_uninit(ar, (size_t)(nhc + 1) * sizeof(float));
+    if (!k->lse || !(k->ob || k->o))
+        return false;
+    if (kl) {
+        k->ilse = trex_arena_alloc_uninit(ar, (size_t)(N + 1) * sizeof(float));
+        k->mass = trex_arena_alloc_uninit(ar, (size_t)(N + 1) * sizeof(float));
+        if (!k->ilse || !k->mass)
+            return false;
+    }
+    if (sparse) {
+        k->sel = trex_arena_alloc(ar, (size_t)(N * dm->topk + 1) * sizeof(int32_t));
+        k->nsel = trex_arena_alloc_uninit(ar, (size_t)(N + 1) * sizeof(int32_t));
+        if (!k->sel || !k->nsel)
+            return false;
+    }
+    return true;
+}
+
+trex_attn_core *trex_attn_core_reserve(const trex_ctx *ctx, const trex_config *cfg, int layer, int64_t N,
+                                       bool sparse, bool kl)
+{
+    attn_dims dm;
+    if (dims_init(&dm, cfg, layer, N, NULL) != TREX_OK)
+        return NULL;
+    trex_arena *ar = ctx->arena;
+    const size_t before = trex_arena_used(ar);
+    trex_attn_core *k = trex_arena_alloc(ar, sizeof *k);
+    if (!k || !core_carve(ar, &dm, dm.csa && sparse, dm.csa && kl, ctx->compute == TREX_BF16, k))
+        return NULL;
+    k->layer = layer;
+    k->bytes = trex_arena_used(ar) - before;
+    return k;
+}
+
+size_t trex_attn_core_bytes(const trex_attn_core *core)
+{
+    return core ? core->bytes : 0;
+}
+
 trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                             const trex_seqinfo *seq, float *y, const float *x, const trex_attn_w *w,
                             bool sparse, trex_attn_cache **cache, trex_indexer_loss *il,
                             trex_err *err)
+{
+    return trex_attn_forward_core(ctx, cfg, layer, seq, y, x, w, sparse, cache, il, NULL, err);
+}
+
+trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, int layer,
+                                 const trex_seqinfo *seq, float *y, const float *x, const trex_attn_w *w,
+                                 bool sparse, trex_attn_cache **cache, trex_indexer_loss *il,
+                                 trex_attn_core *core, trex_err *err)
 {
     TREX_ASSERT(ctx && ctx->arena && cfg && seq && y && x && w);
     TREX_ASSERT(ctx->par.tp_size <= 1 && ctx->par.cp_size <= 1); /* no sharded attention yet */
@@ -2129,27 +2205,25 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     }
 
     AP_SKIP;
-    /* core attention, query by query */
-    /* not zeroed: the core loop writes lse, o, and (kl) ilse, mass, kl_t and (sparse) nsel of every
-     * query; sel is zeroed (a query writes only its first nsel entries) */
-    FALLOC_W(C->lse, N * H);
-    if (gdt == TREX_BF16) {
-        C->ob = trex_arena_alloc_uninit(ar, (size_t)(N * hc) * sizeof *C->ob);
-        if (!C->ob)
-            goto oom;
-    } else {
-        FALLOC_W(C->o, N * hc);
-    }
+    /* core attention, query by query: its outputs in a core of this call's or the caller's */
+    const bool reuse = core && core->made; /* the core's results are there: no core loop */
+    trex_attn_core own;
+    if (core)
+        TREX_ASSERT(core->layer == layer && core->N == N && core->sparse == C->sparse &&
+                    core->kl == C->kl && core->bf16 == (gdt == TREX_BF16));
+    else if (!core_carve(ar, dm, C->sparse, C->kl, gdt == TREX_BF16, &own))
+        goto oom;
+    const trex_attn_core *kc = core ? core : &own;
+    C->lse = kc->lse;
+    C->o = kc->o;
+    C->ob = kc->ob;
+    C->ilse = kc->ilse;
+    C->mass = kc->mass;
+    C->sel = kc->sel;
+    C->nsel = kc->nsel;
     double *kl_t = NULL;
-    if (C->kl) {
-        FALLOC_W(C->ilse, N);
-        FALLOC_W(C->mass, N);
+    if (C->kl && !reuse)
         FALLOC_W(kl_t, N);
-    }
-    if (C->sparse) {
-        FALLOC(C->sel, N * dm->topk);
-        FALLOC_W(C->nsel, N);
-    }
     qtask qa = {0};
     qa.dm = dm;
     qa.docs = docs;
@@ -2217,8 +2291,10 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     trex_pool_for(pool, N, QPREP_TOKENS, qprep_rows, &qp);
     AP(AP_F_QPREP);
     qa.qb = qb;
-    FALLOC(qa.scr, qa.stride * (size_t)nthreads(ctx));
-    trex_pool_for(pool, qa.nqb, 1, qfwd_items, &qa);
+    if (!reuse) {
+        FALLOC(qa.scr, qa.stride * (size_t)nthreads(ctx));
+        trex_pool_for(pool, qa.nqb, 1, qfwd_items, &qa);
+    }
     trex_arena_rewind(ar, core_mark);
     AP(AP_F_CORE);
 
@@ -2236,14 +2312,25 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
     trex_linear_forward_ex(pool, gws, gdt, y, C->u, w->wo_b, N, G * dg, d);
     AP(AP_F_OUT);
 
-    if (il && C->kl) {
-        /* queries ascending: a fixed order whatever the thread count */
-        for (int64_t t = 0; t < N; t++) {
-            il->kl_sum += kl_t[t];
-            if (docs->tpos[t] + 1 >= 4)
-                il->count++;
+    if (C->kl) {
+        trex_indexer_loss sum = {0.0, 0};
+        if (reuse) {
+            sum = core->il;
+        } else {
+            /* queries ascending: a fixed order whatever the thread count */
+            for (int64_t t = 0; t < N; t++) {
+                sum.kl_sum += kl_t[t];
+                if (docs->tpos[t] + 1 >= 4)
+                    sum.count++;
+            }
         }
+        if (il)
+            *il = sum;
+        if (core)
+            core->il = sum;
     }
+    if (core)
+        core->made = true;
     if (cache)
         *cache = C;
     return TREX_OK;

@@ -205,6 +205,7 @@ typedef struct sub_saved {
 typedef struct block_saved {
     sub_saved s[2];
     trex_indexer_loss il;
+    trex_attn_core *core; /* recompute full-keep-core: the attention core's results (main blocks) */
 } block_saved;
 
 typedef struct seq_buf {
@@ -282,6 +283,8 @@ bool trex_model_recompute_parse(const char *name, trex_model_recompute *out)
         *out = TREX_MODEL_RECOMPUTE_MOE;
     else if (strcmp(name, "full") == 0)
         *out = TREX_MODEL_RECOMPUTE_FULL;
+    else if (strcmp(name, "full-keep-core") == 0)
+        *out = TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE;
     else
         return false;
     return true;
@@ -292,6 +295,8 @@ const char *trex_model_recompute_name(trex_model_recompute r)
     switch (r) {
     case TREX_MODEL_RECOMPUTE_FULL:
         return "full";
+    case TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE:
+        return "full-keep-core";
     case TREX_MODEL_RECOMPUTE_ATTENTION:
         return "attention";
     case TREX_MODEL_RECOMPUTE_MOE:
@@ -299,6 +304,12 @@ const char *trex_model_recompute_name(trex_model_recompute r)
     default:
         return "none";
     }
+}
+
+/* Whether the main blocks keep only their input streams and run their forward again in the backward. */
+static bool blocks_recomputed(trex_model_recompute r)
+{
+    return r == TREX_MODEL_RECOMPUTE_FULL || r == TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE;
 }
 
 /* Whether sub-layer s (0 attention, 1 MoE) of every block drops its saved internals under policy r. */
@@ -920,11 +931,12 @@ typedef struct fwd_tmp {
 } fwd_tmp;
 
 /* One block over N tokens: Xin -> Xmid -> Xout. bs: where to keep what the backward needs (NULL:
- * forward only, then y and state come from tmp). Adds the balance loss into *bal. */
+ * forward only, then y and state come from tmp). Adds the balance loss into *bal. core: the attention
+ * core's results to make or to take (trex_attn_forward_core), or NULL. */
 static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq, int64_t N,
                                const float *Xin, float *Xmid, float *Xout, block_saved *bs,
                                const fwd_tmp *tmp, double *bal, trex_indexer_loss *il, int64_t *load,
-                               trex_err *err)
+                               trex_attn_core *core, trex_err *err)
 {
     const trex_config *cfg = m->cfg;
     const block_w *w = &m->w.blk[l];
@@ -958,8 +970,8 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
         trex_rmsnorm_forward(m->ctx.pool, tmp->xn, NULL, tmp->x_in, w->norm[s], N, d,
                              (float)cfg->rms_norm_eps);
         if (s == 0) {
-            TREX_TRY(trex_attn_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->attn, m->opts.sparse,
-                                       bs ? &bs->s[0].ac : NULL, il, err));
+            TREX_TRY(trex_attn_forward_core(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->attn,
+                                            m->opts.sparse, bs ? &bs->s[0].ac : NULL, il, core, err));
         } else {
             trex_moe_stats st = {0.0, load};
             TREX_TRY(trex_moe_forward(&m->ctx, cfg, (int)l, seq, y, tmp->xn, &w->moe,
@@ -1411,8 +1423,10 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         return trex_err_set(err, TREX_EINVAL, "model options: compute: %s — use F32 or BF16",
                             trex_dtype_name(opts->compute));
     if (opts && opts->recompute != TREX_MODEL_RECOMPUTE_NONE && opts->recompute != TREX_MODEL_RECOMPUTE_FULL &&
-        opts->recompute != TREX_MODEL_RECOMPUTE_ATTENTION && opts->recompute != TREX_MODEL_RECOMPUTE_MOE)
-        return trex_err_set(err, TREX_EINVAL, "model options: recompute: %d — use NONE, ATTENTION, MOE or FULL",
+        opts->recompute != TREX_MODEL_RECOMPUTE_ATTENTION && opts->recompute != TREX_MODEL_RECOMPUTE_MOE &&
+        opts->recompute != TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE)
+        return trex_err_set(err, TREX_EINVAL,
+                            "model options: recompute: %d — use NONE, ATTENTION, MOE, FULL or FULL_KEEP_CORE",
                             (int)opts->recompute);
     if (opts && opts->head_precision != TREX_HEAD_AUTO && opts->head_precision != TREX_HEAD_FP32 &&
         opts->head_precision != TREX_HEAD_BF16X3 && opts->head_precision != TREX_HEAD_BF16X3_G1 &&
@@ -1473,7 +1487,8 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     ALLOC_W(tmp.x_in, N * d);
     ALLOC_W(tmp.xn, N * d);
     tmp.y = tmp.state = NULL;
-    const bool recompute = backward && m->opts.recompute == TREX_MODEL_RECOMPUTE_FULL;
+    const bool recompute = backward && blocks_recomputed(m->opts.recompute);
+    const bool keep_core = recompute && m->opts.recompute == TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE;
     if (!backward) {
         ALLOC(tmp.y, N * d);
         ALLOC(tmp.state, N * trex_mhc_state_size(n));
@@ -1499,16 +1514,23 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         }
         Xa = X;
         int64_t *load = m->load + l * cfg->n_routed_experts;
-        if (recompute) { /* keep only the input streams: the backward runs this forward again */
+        if (recompute) { /* keep only the input streams (and the core): the backward runs this forward again */
+            if (keep_core && !(m->bs[l].core = trex_attn_core_reserve(&m->ctx, cfg, (int)l, N, m->opts.sparse,
+                                                                      true))) {
+                rc = trex_err_set(err, TREX_ENOMEM,
+                                  "block %" PRId64 ": out of memory keeping the attention core for %" PRId64
+                                  " tokens — use --recompute full or a smaller batch", l, N);
+                goto fail;
+            }
             block_saved scratch = {0};
             const trex_arena_mark mk = trex_arena_mark_get(m->arena);
             rc = block_forward(m, l, &m->seq.info, N, Xa, Xb, Xout, &scratch, &tmp, &bal, &m->bs[l].il, load,
-                               err);
+                               m->bs[l].core, err);
             trex_arena_rewind(m->arena, mk);
             m->bs[l].s[0].X = Xa;
         } else {
             rc = block_forward(m, l, &m->seq.info, N, Xa, Xb, Xout, backward ? &m->bs[l] : NULL, &tmp, &bal,
-                               &m->bs[l].il, load, err);
+                               &m->bs[l].il, load, NULL, err);
         }
         if (rc != TREX_OK)
             goto fail;
@@ -1552,7 +1574,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         float *Zmid = Xb, *ZL; /* Xb: free scratch of at least Nm * nd floats */
         ALLOC_W(ZL, Nm * nd);
         rc = block_forward(m, L, &m->seqm.info, Nm, m->Z0, Zmid, ZL, backward ? &m->bs[L] : NULL, &tmp, &bal,
-                           &m->bs[L].il, m->load + L * cfg->n_routed_experts, err);
+                           &m->bs[L].il, m->load + L * cfg->n_routed_experts, NULL, err);
         if (rc != TREX_OK)
             goto fail;
         m->ZL = ZL;
@@ -1729,9 +1751,10 @@ void trex_model_backward(trex_model *m)
                            dXL, &t);
     trex_prof_end(TREX_PROF_HEAD);
     t.dA = dXL; /* dL/dXout of the last block (dA's buffer is free: the MTP part is done) */
-    if (m->opts.recompute == TREX_MODEL_RECOMPUTE_FULL) {
-        /* each main block's forward again from its kept input, then its backward; the copy's losses,
-         * expert counts and outputs go to scratch (they equal the first forward's, bit for bit) */
+    if (blocks_recomputed(m->opts.recompute)) {
+        /* each main block's forward again from its kept input (and attention core), then its backward;
+         * the copy's losses, expert counts and outputs go to scratch (they equal the first forward's,
+         * bit for bit) */
         float *Xout = scratch_floats(ar, N * nd);
         int64_t *load = trex_arena_xalloc(ar, (size_t)cfg->n_routed_experts * sizeof *load);
         const fwd_tmp ftmp = {.x_in = t.x_in, .xn = t.xn, .y = NULL, .state = NULL};
@@ -1740,12 +1763,13 @@ void trex_model_backward(trex_model *m)
             block_saved *bs = &m->bs[l];
             const float *Xin = bs->s[0].X;
             const trex_indexer_loss il = bs->il;
+            trex_attn_core *core = bs->core;
             trex_indexer_loss il_again;
             double bal = 0.0;
             trex_err err = {0};
             memset(bs, 0, sizeof *bs);
             if (block_forward(m, l, &m->seq.info, N, Xin, t.Xmid, Xout, bs, &ftmp, &bal, &il_again, load,
-                              &err) != TREX_OK) {
+                              core, &err) != TREX_OK) {
                 fprintf(stderr, "trex: recomputing block %" PRId64 " in the backward: %s\n", l, err.msg);
                 abort(); /* the same forward fitted a moment ago: only a broken invariant gets here */
             }
