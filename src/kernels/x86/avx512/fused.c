@@ -457,6 +457,52 @@ static inline __attribute__((always_inline)) void post_sums(int n, int64_t d, co
     }
 }
 
+/* A masked 8-float load widened to 8 doubles (VCVTPS2PD from memory: no shuffle for the upper half). */
+static inline __m512d wide8(const float *p, __mmask8 m)
+{
+    return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p));
+}
+
+/* post_sums for n = 4 (dsv4's hc_mult), two destination streams per pass over i: each float is widened
+ * once per pair of streams instead of once per stream, straight from memory, and the pair's 20 sums stay
+ * in registers. The same lanes (value i in lane i mod 16: 8-element halves in two registers) and order,
+ * so the same bits as post_sums. */
+static void post_sums4(int64_t d, const float *y, const float *X, const float *dXo, float *dpost,
+                       float *dcomb)
+{
+    for (int k0 = 0; k0 < 4; k0 += 2) {
+        const float *ga = dXo + (int64_t)k0 * d, *gb = ga + d;
+        __m512d pa[2], pb[2], aa[4][2], ab[4][2];
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            pa[h] = pb[h] = _mm512_setzero_pd();
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+                aa[j][h] = ab[j][h] = _mm512_setzero_pd();
+        }
+        for (int64_t i = 0; i < d; i += 16) {
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                const int64_t o = i + 8 * h, left = d - o;
+                const __mmask8 m = left >= 8  ? (__mmask8)0xff
+                                   : left <= 0 ? (__mmask8)0
+                                               : (__mmask8)((1u << left) - 1u);
+                const __m512d yv = wide8(y + o, m), va = wide8(ga + o, m), vb = wide8(gb + o, m);
+                pa[h] = _mm512_fmadd_pd(va, yv, pa[h]);
+                pb[h] = _mm512_fmadd_pd(vb, yv, pb[h]);
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+                    const __m512d xv = wide8(X + (int64_t)j * d + o, m);
+                    aa[j][h] = _mm512_fmadd_pd(xv, va, aa[j][h]);
+                    ab[j][h] = _mm512_fmadd_pd(xv, vb, ab[j][h]);
+                }
+            }
+        }
+        dpost[k0] = (float)lanes_tree(pa[0], pa[1]);
+        dpost[k0 + 1] = (float)lanes_tree(pb[0], pb[1]);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            dcomb[j * 4 + k0] = (float)lanes_tree(aa[j][0], aa[j][1]);
+            dcomb[j * 4 + k0 + 1] = (float)lanes_tree(ab[j][0], ab[j][1]);
+        }
+    }
+}
+
 void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const float *comb,
                                     const float *y, const float *X, const float *dXo, float *dy,
                                     float *dX, float *dpost, float *dcomb)
@@ -479,8 +525,8 @@ void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const f
             _mm512_mask_storeu_ps(dX + (int64_t)j * d + i, m, t);
         }
     }
-    if (n == 4) /* dsv4's hc_mult: the stream loops unrolled, the sums in registers */
-        post_sums(4, d, y, X, dXo, dpost, dcomb);
+    if (n == 4) /* dsv4's hc_mult */
+        post_sums4(d, y, X, dXo, dpost, dcomb);
     else
         post_sums(n, d, y, X, dXo, dpost, dcomb);
 }
