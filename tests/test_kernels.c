@@ -1401,6 +1401,37 @@ static void test_split3(trex_pool *pool)
     }
 }
 
+/* trex_split_bf16x2_rows: [hi | lo] rows with trex_split_bf16's bits, or with weight [hi | hi]; the last
+ * shape's weight output is 64 MiB, which takes the streaming stores. */
+static void test_split2(trex_pool *pool)
+{
+    const int64_t shapes[][2] = {{1, 1}, {3, 5}, {7, 300}, {2, 1031}, {2048, 8192}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], n = shapes[si][1];
+        float *x = malloc((size_t)(rows * n) * sizeof *x);
+        uint16_t *d = malloc((size_t)(rows * 2 * n) * sizeof *d);
+        TREX_ASSERT(x && d);
+        for (int64_t i = 0; i < rows * n; i++)
+            x[i] = (float)((i * 7919 % 1999) - 999) / 37.0f + (i % 5 == 0 ? 1e-30f : 0.0f);
+        for (int weight = 0; weight < 2; weight++) {
+            memset(d, 0xff, (size_t)(rows * 2 * n) * sizeof *d);
+            trex_split_bf16x2_rows(pool, d, x, rows, n, weight);
+            int64_t bad = 0;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t k = 0; k < n; k++) {
+                    const float v = x[r * n + k];
+                    const uint16_t hi = trex_f32_to_bf16(v), lo = trex_f32_to_bf16(v - trex_bf16_to_f32(hi));
+                    const uint16_t *row = d + r * 2 * n;
+                    bad += row[k] != hi || row[n + k] != (weight ? hi : lo);
+                }
+            CHECK(bad == 0, "split2 %" PRId64 "x%" PRId64 " %s: %" PRId64 " values wrong", rows, n,
+                  weight ? "[hi | hi]" : "[hi | lo]", bad);
+        }
+        free(x);
+        free(d);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--child"))
@@ -1445,6 +1476,7 @@ int main(int argc, char **argv)
     test_prepacked_a_public(pool);
     test_linear_ex(pool);
     test_split3(pool);
+    test_split2(pool);
     test_gemm_f32(lv, n, pool);
     CHECK(trex_gemm_ws_bytes(shared_ws) > 0, "the shared workspace was used");
     trex_gemm_ws_destroy(shared_ws);

@@ -614,26 +614,27 @@ static int64_t nthreads(const trex_ctx *ctx)
 }
 
 /* Projections, pooling, norm and RoPE of one compressor. Returns false when out of memory. */
-/* bf16 mode's compressor products kt = x wkv^T, zt = x wgate^T in bf16x3: three bf16 terms side by
- * side over K = 3d (x as [hi | lo | hi], each weight as [hi | hi | lo]: kernels.h trex_split_bf16x3_rows),
- * so the compressor keeps about fp32 accuracy (MODEL_SPEC §12 keeps it out of plain bf16) on the AMX
- * GEMM instead of the fp32 one; docs/precision.md "The compressor". The splits are scratch. */
-static bool compressor_products_x3(const trex_ctx *ctx, cmp_state *s, const float *x, const float *wkv,
+/* bf16 mode's compressor products kt = x wkv^T, zt = x wgate^T in bf16x2, as the LM head's logits: the
+ * weight's bf16 rounding (what the checkpoint stores, MODEL_SPEC §7.2) against x at fp32 level, one bf16
+ * GEMM over K = 2d (x as [hi | lo], each weight as [hi | hi]: kernels.h trex_split_bf16x2_rows) with fp32
+ * sums, so the compressor is computed in fp32 on its bf16 weights (MODEL_SPEC §3.4, §12 item 9 keeps it
+ * out of plain bf16) on the AMX GEMM; docs/precision.md "The compressor". The splits are scratch. */
+static bool compressor_products_x2(const trex_ctx *ctx, cmp_state *s, const float *x, const float *wkv,
                                    const float *wgate, int64_t N, int64_t d, int64_t wc)
 {
     const trex_arena_mark mk = trex_arena_mark_get(ctx->arena);
-    uint16_t *x3 = trex_arena_alloc_uninit(ctx->arena, (size_t)(N * 3 * d) * sizeof *x3);
-    uint16_t *w3 = trex_arena_alloc_uninit(ctx->arena, (size_t)(wc * 3 * d) * sizeof *w3);
-    if (!x3 || !w3) {
+    uint16_t *x2 = trex_arena_alloc_uninit(ctx->arena, (size_t)(N * 2 * d) * sizeof *x2);
+    uint16_t *w2 = trex_arena_alloc_uninit(ctx->arena, (size_t)(wc * 2 * d) * sizeof *w2);
+    if (!x2 || !w2) {
         trex_arena_rewind(ctx->arena, mk);
         return false;
     }
-    trex_split_bf16x3_rows(ctx->pool, x3, x, N, d, 0, d, 2 * d);
+    trex_split_bf16x2_rows(ctx->pool, x2, x, N, d, false);
     const float *W[2] = {wkv, wgate};
     float *Y[2] = {s->kt, s->zt};
     for (int k = 0; k < 2; k++) {
-        trex_split_bf16x3_rows(ctx->pool, w3, W[k], wc, d, 0, 2 * d, d);
-        trex_gemm_bf16(ctx->pool, ctx->ws, false, true, N, wc, 3 * d, 1.0f, x3, 3 * d, w3, 3 * d, 0.0f,
+        trex_split_bf16x2_rows(ctx->pool, w2, W[k], wc, d, true);
+        trex_gemm_bf16(ctx->pool, ctx->ws, false, true, N, wc, 2 * d, 1.0f, x2, 2 * d, w2, 2 * d, 0.0f,
                        Y[k], wc);
     }
     trex_arena_rewind(ctx->arena, mk);
@@ -661,7 +662,7 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
         return false;
     AP_START;
     if (ctx->compute == TREX_BF16) {
-        if (!compressor_products_x3(ctx, s, x, wkv, wgate, N, dm->d, wc))
+        if (!compressor_products_x2(ctx, s, x, wkv, wgate, N, dm->d, wc))
             return false;
     } else {
         trex_linear_forward(ctx->pool, s->kt, x, wkv, N, dm->d, wc);

@@ -1182,48 +1182,6 @@ static void head_collapse(trex_model *m, head_pass *hp, const float *X, const tr
     trex_rmsnorm_forward(m->ctx.pool, hp->hn, hp->rstd, hp->h, normw, R, d, (float)m->cfg->rms_norm_eps);
 }
 
-/* bf16x2g1's operands: rows of n floats of src to rows of 2n bf16 of dst, [hi | hi] (weight: the
- * bf16 rounding twice, written around the cache when nt) or [hi | lo] (hn: trex_split_bf16). */
-typedef struct split2_job {
-    uint16_t *dst;
-    const float *src;
-    int64_t n;
-    bool weight;
-    trex_fused_cvt_bf16_nt_fn cvt_nt; /* weight: NULL, or the streaming conversion */
-} split2_job;
-
-static void split2_rows(void *arg, int64_t i0, int64_t i1, int tid)
-{
-    (void)tid;
-    const split2_job *j = arg;
-    const int64_t n = j->n;
-    for (int64_t i = i0; i < i1; i++) {
-        uint16_t *row = j->dst + i * 2 * n;
-        const float *x = j->src + i * n;
-        if (!j->weight) {
-            trex_split_bf16(row, row + n, x, n);
-        } else if (j->cvt_nt) {
-            j->cvt_nt(row, x, n);
-            j->cvt_nt(row + n, x, n);
-        } else {
-            trex_cvt_f32_bf16(row, x, n);
-            memcpy(row + n, row, (size_t)n * sizeof *row);
-        }
-    }
-}
-
-/* Outputs of at least this many bytes are written around the cache (as trex_split_bf16x3_rows does):
- * the weight's [V, 2d] copy (505 MiB at dsv4-bench) is read back only by the logits GEMM's packing. */
-#define HEAD2_STREAM_BYTES ((int64_t)64 << 20)
-
-static void split2(trex_model *m, uint16_t *dst, const float *src, int64_t rows, bool weight)
-{
-    const int64_t n = m->cfg->hidden_size;
-    split2_job j = {dst, src, n, weight,
-                    weight && rows * 2 * n * 2 >= HEAD2_STREAM_BYTES ? trex_fused()->cvt_bf16_nt : NULL};
-    trex_pool_for(m->ctx.pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split2_rows, &j);
-}
-
 typedef struct dhn_pack_job {
     trex_gemm_packed *const *blk;
     const float *W;      /* head.weight [V, d] */
@@ -1295,14 +1253,14 @@ static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, 
         if (kt == 3)
             trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
         else
-            split2(m, m->w3, m->w.head, V, true); /* [hi | hi] */
+            trex_split_bf16x2_rows(m->ctx.pool, m->w3, m->w.head, V, d, true); /* [hi | hi] */
         if (m->grads && !m->head_g3)
             TREX_TRY(head3_dhn_weight(m, b, err));
     }
     if (kt == 3)
         trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
     else
-        split2(m, hnF + r0 * 2 * d, hp->hn, hp->R, false); /* [hi | lo] */
+        trex_split_bf16x2_rows(m->ctx.pool, hnF + r0 * 2 * d, hp->hn, hp->R, d, false); /* [hi | lo] */
 fail:
     return rc;
 }

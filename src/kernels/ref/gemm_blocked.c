@@ -1044,6 +1044,43 @@ static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
  * has turned over, and streaming stores skip the read for ownership of every line. */
 #define SPLIT_STREAM_BYTES ((int64_t)64 << 20)
 
+typedef struct split2_job {
+    uint16_t *dst;
+    const float *src;
+    int64_t n;
+    bool weight;
+    trex_fused_cvt_bf16_nt_fn cvt_nt; /* weight: NULL, or the streaming conversion */
+} split2_job;
+
+static void split2_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const split2_job *j = arg;
+    const int64_t n = j->n;
+    for (int64_t i = i0; i < i1; i++) {
+        uint16_t *row = j->dst + i * 2 * n;
+        const float *x = j->src + i * n;
+        if (!j->weight) {
+            trex_split_bf16(row, row + n, x, n);
+        } else if (j->cvt_nt) {
+            j->cvt_nt(row, x, n);
+            j->cvt_nt(row + n, x, n);
+        } else {
+            trex_cvt_f32_bf16(row, x, n);
+            memcpy(row + n, row, (size_t)n * sizeof *row);
+        }
+    }
+}
+
+void trex_split_bf16x2_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
+                            bool weight)
+{
+    TREX_ASSERT(rows >= 0 && n >= 0);
+    split2_job j = {dst, src, n, weight,
+                    weight && rows * 2 * n * 2 >= SPLIT_STREAM_BYTES ? trex_fused()->cvt_bf16_nt : NULL};
+    trex_pool_for(pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split2_rows, &j);
+}
+
 /* One pass of the fused table's split3 per block of rows (hi, x - hi and lo in registers; the same bits
  * as trex_split_bf16), rows over the pool. */
 void trex_split_bf16x3_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
