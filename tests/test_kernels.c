@@ -1371,6 +1371,13 @@ static void test_linear_ex(trex_pool *pool)
     free(dy);
 }
 
+/* Inputs of the split tests: values of many magnitudes, tiny ones (1e-30 added) every fifth. */
+static void split_fill(float *x, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        x[i] = (float)((i * 7919 % 1999) - 999) / 37.0f + (i % 5 == 0 ? 1e-30f : 0.0f);
+}
+
 /* trex_split_bf16x3_rows: each dst row holds hi = bf16(x) at hi0 and hi1 and lo = bf16(x - hi) at lo0,
  * for any row count and length (the bf16x3 operands of the LM head and the compressor). */
 static void test_split3(trex_pool *pool)
@@ -1380,8 +1387,7 @@ static void test_split3(trex_pool *pool)
         const int64_t rows = shapes[si][0], n = shapes[si][1];
         float *x = malloc((size_t)(rows * n) * sizeof *x);
         uint16_t *d = malloc((size_t)(rows * 3 * n) * sizeof *d);
-        for (int64_t i = 0; i < rows * n; i++)
-            x[i] = (float)((i * 7919 % 1999) - 999) / 37.0f + (i % 5 == 0 ? 1e-30f : 0.0f);
+        split_fill(x, rows * n);
         trex_split_bf16x3_rows(pool, d, x, rows, n, 0, n, 2 * n); /* [hi | lo | hi] */
         int64_t bad = 0;
         double worst = 0.0;
@@ -1411,8 +1417,7 @@ static void test_split2(trex_pool *pool)
         float *x = malloc((size_t)(rows * n) * sizeof *x);
         uint16_t *d = malloc((size_t)(rows * 2 * n) * sizeof *d);
         TREX_ASSERT(x && d);
-        for (int64_t i = 0; i < rows * n; i++)
-            x[i] = (float)((i * 7919 % 1999) - 999) / 37.0f + (i % 5 == 0 ? 1e-30f : 0.0f);
+        split_fill(x, rows * n);
         for (int weight = 0; weight < 2; weight++) {
             memset(d, 0xff, (size_t)(rows * 2 * n) * sizeof *d);
             trex_split_bf16x2_rows(pool, d, x, rows, n, weight);
