@@ -504,17 +504,19 @@ static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
         lin_fwd(s, N, a.d, a.nI);
         compressor_fwd(s, &a, 4, 2, a.cI);
     }
+    /* the core's outputs (core_carve), then the KL terms per query */
     F(N * a.H);
     F(N * a.hc);
     if (a.kl) {
         F(N);
         F(N);
-        A(s, ((double)N + 1.0) * 8.0);
     }
     if (a.sparse) {
         F(N * a.topk);
         F(N);
     }
+    if (a.kl)
+        A(s, ((double)N + 1.0) * 8.0);
     A(s, (double)(qscr_bytes(&a) * (size_t)s->run->threads) + 1.0);
     /* the core: per (query, entry, head) a dot and an axpy of c; the indexer scores every visible
      * compressed entry (nI dots of cI); the KL terms an exp per (attended entry, head) */
