@@ -182,6 +182,8 @@ typedef enum trex_plan_recompute {
     TREX_RECOMPUTE_ATTENTION, /* fp32_ref engine only: drop the attention sub-layers' internals and run
                                * their forward again in the backward (trex train --recompute attention) */
     TREX_RECOMPUTE_MOE,       /* fp32_ref engine only: the same for the MoE sub-layers */
+    TREX_RECOMPUTE_FULL_KEEP_CORE, /* fp32_ref engine only: FULL, each block also keeping its attention
+                                    * core's results (trex train --recompute full-keep-core) */
 } trex_plan_recompute;
 
 typedef enum trex_plan_schedule {
@@ -247,6 +249,8 @@ typedef struct trex_plan_fp32_run {
                                * attention forward again in the backward (recompute attention) */
     bool recompute_moe;       /* the same for the MoE sub-layer (recompute moe); at most one of the
                                * three recompute flags is set */
+    bool recompute_keep_core; /* with recompute_full: each main block also keeps its attention core's
+                               * results, which its second forward takes (recompute full-keep-core) */
     bool logits;              /* the caller takes the whole logits (model run without --no-logits) */
     int threads;              /* pool threads (per-thread scratch, GEMM panel split) */
     int64_t head_chunk_rows;  /* 0: about 64 MiB of logits, as the engine chooses */

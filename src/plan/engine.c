@@ -41,6 +41,7 @@
 /* sizeof(struct trex_attn_cache) and sizeof(struct trex_moe_cache) on LP64, counted from their
  * definitions; both round up to whole 64-byte blocks, so a few bytes off change nothing. */
 #define ATTN_CACHE_BYTES 496
+#define ATTN_CORE_BYTES 104 /* struct trex_attn_core */
 #define MOE_CACHE_BYTES 144
 
 static size_t r64(size_t b)
@@ -462,7 +463,35 @@ static void compressor_bwd(sim *s, const adims *a, int64_t m, int64_t wm, int64_
     lin_bwd(s, dx, true, N, a->d, wc);
 }
 
-static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
+/* What a forward does with the attention core's results (trex_attn_forward_core): carves and makes them
+ * (CORE_OWN), makes them in a core reserved before (CORE_MAKE), or takes a made core (CORE_TAKE: no
+ * core loop). */
+enum { CORE_OWN, CORE_MAKE, CORE_TAKE };
+
+/* trex_attn_core_reserve's carve for layer l: the struct, then core_carve's outputs. */
+static void core_carve(sim *s, const adims *a)
+{
+    const int64_t N = a->N;
+    F(N * a->H);
+    F(N * a->hc);
+    if (a->kl) {
+        F(N);
+        F(N);
+    }
+    if (a->sparse) {
+        F(N * a->topk);
+        F(N);
+    }
+}
+
+static void core_reserve(sim *s, int64_t l, int64_t Bs, int64_t Ts)
+{
+    adims a = adims_of(s, l, Bs, Ts);
+    A(s, ATTN_CORE_BYTES);
+    core_carve(s, &a);
+}
+
+static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
 {
     adims a = adims_of(s, l, Bs, Ts);
     int64_t N = a.N, ns = Bs;
@@ -504,30 +533,24 @@ static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
         lin_fwd(s, N, a.d, a.nI);
         compressor_fwd(s, &a, 4, 2, a.cI);
     }
-    /* the core's outputs (core_carve), then the KL terms per query */
-    F(N * a.H);
-    F(N * a.hc);
-    if (a.kl) {
-        F(N);
-        F(N);
-    }
-    if (a.sparse) {
-        F(N * a.topk);
-        F(N);
-    }
-    if (a.kl)
-        A(s, ((double)N + 1.0) * 8.0);
-    A(s, (double)(qscr_bytes(&a) * (size_t)s->run->threads) + 1.0);
-    /* the core: per (query, entry, head) a dot and an axpy of c; the indexer scores every visible
-     * compressed entry (nI dots of cI); the KL terms an exp per (attended entry, head) */
-    double win, vis, att, klq;
-    attn_counts(&a, &win, &vis, &att, &klq);
-    double ent = win + att + (double)N; /* + the sink */
-    attn_work(s, ent * (double)a.H * 4.0 * (double)a.c);
-    exps(s, 2.0 * ent * (double)a.H, true);
-    if (a.csa) {
-        attn_work(s, vis * 2.0 * (double)(a.nI * a.cI));
-        exps(s, klq * ((double)a.H + 1.0), true);
+    /* the core's outputs, then the KL terms per query */
+    if (core == CORE_OWN)
+        core_carve(s, &a);
+    if (core != CORE_TAKE) {
+        if (a.kl)
+            A(s, ((double)N + 1.0) * 8.0);
+        A(s, (double)(qscr_bytes(&a) * (size_t)s->run->threads) + 1.0);
+        /* the core: per (query, entry, head) a dot and an axpy of c; the indexer scores every visible
+         * compressed entry (nI dots of cI); the KL terms an exp per (attended entry, head) */
+        double win, vis, att, klq;
+        attn_counts(&a, &win, &vis, &att, &klq);
+        double ent = win + att + (double)N; /* + the sink */
+        attn_work(s, ent * (double)a.H * 4.0 * (double)a.c);
+        exps(s, 2.0 * ent * (double)a.H, true);
+        if (a.csa) {
+            attn_work(s, vis * 2.0 * (double)(a.nI * a.cI));
+            exps(s, klq * ((double)a.H + 1.0), true);
+        }
     }
     elem(s, (double)(N * a.hc) * 8.0, true);
     /* grouped output projection */
@@ -701,7 +724,7 @@ static bool sub_dropped(const sim *s, int sub)
     return s->run->backward && (sub == 0 ? s->run->recompute_attn : s->run->recompute_moe);
 }
 
-static void block_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
+static void block_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
 {
     int64_t N = Bs * Ts;
     for (int sub = 0; sub < 2; sub++) {
@@ -713,7 +736,7 @@ static void block_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
         rms(s, N, s->d, false);
         sim_mark mk = ar_mark(&s->ar);
         if (sub == 0)
-            attn_fwd(s, l, Bs, Ts);
+            attn_fwd(s, l, Bs, Ts, core);
         else
             moe_fwd(s, l, Bs, Ts);
         mhc_post_fwd(s, N);
@@ -734,7 +757,7 @@ static void block_bwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
                 A(s, (double)s->cfg->n_routed_experts * 8.0); /* its expert counts (thrown away) */
                 moe_fwd(s, l, Bs, Ts);
             } else {
-                attn_fwd(s, l, Bs, Ts);
+                attn_fwd(s, l, Bs, Ts, CORE_OWN);
             }
         }
         if (sub == 1)
@@ -826,9 +849,12 @@ static void model_fwd(sim *s)
     for (int64_t l = 0; l < s->L; l++) {
         if (run->backward)
             A(s, (double)(N * nd) * 4.0);
+        const bool keep_core = run->backward && run->recompute_full && run->recompute_keep_core;
+        if (keep_core)
+            core_reserve(s, l, B, T);
         sim_mark mk = ar_mark(&s->ar);
-        block_fwd(s, l, B, T);
-        if (run->backward && run->recompute_full) /* only the block's input stays */
+        block_fwd(s, l, B, T, keep_core ? CORE_MAKE : CORE_OWN);
+        if (run->backward && run->recompute_full) /* only the block's input (and core) stays */
             ar_rewind(&s->ar, mk);
     }
     head_run(s, N);
@@ -847,7 +873,7 @@ static void model_fwd(sim *s)
         lin_fwd(s, Nm, d, d);
         elem(s, (double)(Nm * nd) * 12.0, false);
         A(s, (double)(Nm * nd) * 4.0);
-        block_fwd(s, s->L, B, T - 1);
+        block_fwd(s, s->L, B, T - 1, CORE_OWN);
         head_run(s, Nm);
     }
 }
@@ -878,7 +904,7 @@ static void model_bwd(sim *s)
         A(s, (double)s->cfg->n_routed_experts * 8.0);           /* its expert counts (thrown away) */
         for (int64_t l = s->L - 1; l >= 0; l--) {
             sim_mark mk = ar_mark(&s->ar);
-            block_fwd(s, l, B, T);
+            block_fwd(s, l, B, T, s->run->recompute_keep_core ? CORE_TAKE : CORE_OWN);
             block_bwd(s, l, B, T);
             ar_rewind(&s->ar, mk);
         }

@@ -16,6 +16,7 @@ static const char *rec_name(int64_t r)
            : r == TREX_RECOMPUTE_SELECTIVE ? "selective"
            : r == TREX_RECOMPUTE_ATTENTION ? "attention"
            : r == TREX_RECOMPUTE_MOE       ? "moe"
+           : r == TREX_RECOMPUTE_FULL_KEEP_CORE ? "full-keep-core"
                                            : "full";
 }
 
@@ -114,13 +115,13 @@ cJSON *trex_plan_result_json(const trex_plan_result *r, bool explain)
 void trex_plan_print_row(FILE *out, const trex_plan_result *r)
 {
     if (!r) {
-        fprintf(out, "%-3s %-3s %-4s %-4s %-3s %-4s %-4s %-10s %-4s %-3s %-11s %9s %8s %11s %6s %7s\n",
+        fprintf(out, "%-3s %-3s %-4s %-4s %-3s %-4s %-4s %-14s %-4s %-3s %-11s %9s %8s %11s %6s %7s\n",
                 "tp", "pp", "vpp", "ep", "cp", "dp", "zero", "recompute", "swap", "mbs", "schedule",
                 "mem GiB", "step s", "tokens/s", "MFU", "TFLOPS");
         return;
     }
     const trex_plan_layout *l = &r->lay;
-    fprintf(out, "%-3lld %-3lld %-4lld %-4lld %-3lld %-4lld %-4lld %-10s %-4lld %-3lld %-11s %9.1f %8.2f %11.0f %5.1f%% %7.1f%s\n",
+    fprintf(out, "%-3lld %-3lld %-4lld %-4lld %-3lld %-4lld %-4lld %-14s %-4lld %-3lld %-11s %9.1f %8.2f %11.0f %5.1f%% %7.1f%s\n",
             (long long)l->tp, (long long)l->pp, (long long)l->vpp, (long long)l->ep, (long long)l->cp,
             (long long)l->dp, (long long)l->zero, rec_name(l->recompute), (long long)l->swap_optimizer,
             (long long)l->mbs, sched_name(l->schedule), r->mem_total / GIB, r->step_s, r->tokens_per_s,
@@ -167,7 +168,9 @@ static void print_fp32(FILE *out, const trex_plan_model *m, const trex_cluster *
     mr.threads = (int)cl->fp32.threads;
     mr.grads_all_touched = false;
     mr.load_file = true;
-    mr.recompute_full = r->lay.recompute == TREX_RECOMPUTE_FULL;
+    mr.recompute_full =
+        r->lay.recompute == TREX_RECOMPUTE_FULL || r->lay.recompute == TREX_RECOMPUTE_FULL_KEEP_CORE;
+    mr.recompute_keep_core = r->lay.recompute == TREX_RECOMPUTE_FULL_KEEP_CORE;
     mr.recompute_attn = r->lay.recompute == TREX_RECOMPUTE_ATTENTION;
     mr.recompute_moe = r->lay.recompute == TREX_RECOMPUTE_MOE;
     trex_plan_fp32_result g;

@@ -11,7 +11,8 @@
 
 #include "trex/plan.h"
 
-static const char *const recompute_names[] = {"none", "selective", "full", "attention", "moe"};
+static const char *const recompute_names[] = {"none", "selective", "full", "attention", "moe", "full-keep-core"};
+#define NRECOMPUTE ((int)(sizeof recompute_names / sizeof recompute_names[0]))
 static const char *const schedule_names[] = {"1f1b", "interleaved", "dualpipe", "dualpipev"};
 
 static trex_code parse_i64(const char *key, const char *val, int64_t *out, trex_err *err)
@@ -63,13 +64,13 @@ trex_code trex_plan_layout_parse(trex_plan_layout *l, const char *text, trex_err
             continue;
         if (!strcmp(k, "recompute")) {
             int64_t r = -1;
-            for (int i = 0; i < 5; i++)
+            for (int i = 0; i < NRECOMPUTE; i++)
                 if (!strcmp(v, recompute_names[i]))
                     r = i;
             if (r < 0)
                 return trex_err_set(err, TREX_EINVAL,
                                     "--layout: recompute=%s (use none, selective or full; on the fp32_ref "
-                                    "engine also attention or moe)", v);
+                                    "engine also attention, moe or full-keep-core)", v);
             l->recompute = r;
         } else if (!strcmp(k, "schedule")) {
             int64_t r = -1;
@@ -108,7 +109,7 @@ void trex_plan_layout_str(const trex_plan_layout *l, char *buf, size_t len)
                      "swap_optimizer=%lld,mbs=%lld,schedule=%s,a2a_overlap=%lld,dispatcher=%s",
                      (long long)l->tp, (long long)l->pp, (long long)l->vpp, (long long)l->ep,
                      (long long)l->cp, (long long)l->zero,
-                     l->recompute >= 0 && l->recompute < 5 ? recompute_names[l->recompute] : "?",
+                     l->recompute >= 0 && l->recompute < NRECOMPUTE ? recompute_names[l->recompute] : "?",
                      (long long)l->swap_optimizer, (long long)l->mbs,
                      l->schedule >= 0 && l->schedule < 4 ? schedule_names[l->schedule] : "?",
                      (long long)l->a2a_overlap, l->dedup ? "deepep" : "alltoall");
@@ -220,8 +221,9 @@ trex_code trex_plan_search(const trex_plan_model *m, const trex_cluster *cl, con
     } else {
         for (int64_t r = 0; r < 3; r++)
             add(&rec, r);
-        if (cl->engine == TREX_ENGINE_FP32_REF) /* trex's own engine has two more */
-            add(&rec, TREX_RECOMPUTE_ATTENTION), add(&rec, TREX_RECOMPUTE_MOE);
+        if (cl->engine == TREX_ENGINE_FP32_REF) /* trex's own engine has three more */
+            add(&rec, TREX_RECOMPUTE_ATTENTION), add(&rec, TREX_RECOMPUTE_MOE),
+                add(&rec, TREX_RECOMPUTE_FULL_KEEP_CORE);
     }
     if (fixed->swap_optimizer >= 0)
         add(&swap, fixed->swap_optimizer);
