@@ -129,11 +129,14 @@ for rec in full attention moe full-keep-core; do
     bad "recompute $rec: no run of 1x192 to compare"
   fi
 done
-# the cluster model has no attention / moe policy: a GPU cluster refuses them with a clear message
-"$TREX" plan --model "$CFG" --cluster configs/clusters/h800.json --devices 8 --seq 128 --gbs 8 \
-  --layout "tp=1,pp=1,ep=8,cp=1,zero=1,recompute=moe,mbs=1" >/dev/null 2>"$tmp/errm"; rc=$?
-[ $rc -eq 1 ] && grep -q 'recompute=moe is a policy of' "$tmp/errm" && ok ||
-  bad "recompute=moe on a GPU cluster: exit $rc, $(cat "$tmp/errm")"
+# the cluster model has no attention / moe / full-keep-core policy: a GPU cluster refuses them with a
+# clear message
+for rec in moe full-keep-core; do
+  "$TREX" plan --model "$CFG" --cluster configs/clusters/h800.json --devices 8 --seq 128 --gbs 8 \
+    --layout "tp=1,pp=1,ep=8,cp=1,zero=1,recompute=$rec,mbs=1" >/dev/null 2>"$tmp/errm"; rc=$?
+  [ $rc -eq 1 ] && grep -q "recompute=$rec is a policy of" "$tmp/errm" && ok ||
+    bad "recompute=$rec on a GPU cluster: exit $rc, $(cat "$tmp/errm")"
+done
 
 # a mismatched pair (the prediction for 1x128 against the run of 1x192) must not pass: the comparison
 # discriminates batches
