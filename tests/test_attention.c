@@ -1241,37 +1241,37 @@ static void test_kept_core(trex_arena *ar, trex_pool *pool)
         ctx.compute = run_dtype;
         trex_arena_reset(ar);
         trex_err err = {0};
-        trex_attn_core *core = trex_attn_core_reserve(&ctx, &cfg, layer, N, CASES[k].sparse, true);
+        trex_attn_core *core = trex_attn_core_reserve(&ctx, &cfg, layer, N, CASES[k].sparse, true, &err);
         CHECK(core && trex_attn_core_bytes(core) >= sizeof(float) * (size_t)(N * cfg.num_attention_heads),
-              "%s %s: a core is reserved", md, CASES[k].name);
-        if (!core)
-            break;
-        trex_indexer_loss il1, il2;
-        const trex_arena_mark mk = trex_arena_mark_get(ar);
-        trex_code rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y1, x, &w, CASES[k].sparse, NULL, &il1,
-                                              core, &err);
-        CHECK(rc == TREX_OK && memcmp(y1, A.y, sizeof(float) * N * d) == 0 && il1.kl_sum == A.kl &&
-                  il1.count == A.count,
-              "%s %s: the forward that keeps the core gives the plain forward's y and indexer loss", md,
-              CASES[k].name);
-        trex_arena_rewind(ar, mk);
-        trex_attn_cache *cache = NULL;
-        rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y2, x, &w, CASES[k].sparse, &cache, &il2, core,
-                                    &err);
-        TREX_ASSERT(rc == TREX_OK);
-        trex_attn_backward(&ctx, &cfg, layer, &sq.s, dx, dy, x, &w, &g, cache, 0.1);
-        bool bw;
-        grads_diff(&g, &A.g, &cfg, layer, &bw);
-        CHECK(memcmp(y2, A.y, sizeof(float) * N * d) == 0 && memcmp(dx, A.dx, sizeof(float) * N * d) == 0 &&
-                  bw && il2.kl_sum == A.kl && il2.count == A.count,
-              "%s %s: the pass that takes the kept core gives the plain pass's y, dx, gradients and indexer "
-              "loss", md, CASES[k].name);
-        trex_arena_rewind(ar, mk);
-        rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y2, x2, &w, CASES[k].sparse, NULL, &il2, core,
-                                    &err);
-        CHECK(rc == TREX_OK && memcmp(y2, A.y, sizeof(float) * N * d) == 0,
-              "%s %s: a forward given the kept core reads it instead of running the core loop", md,
-              CASES[k].name);
+              "%s %s: a core is reserved (%s)", md, CASES[k].name, core ? "" : err.msg);
+        if (core) {
+            trex_indexer_loss il1, il2;
+            const trex_arena_mark mk = trex_arena_mark_get(ar);
+            trex_code rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y1, x, &w, CASES[k].sparse, NULL,
+                                                  &il1, core, &err);
+            CHECK(rc == TREX_OK && memcmp(y1, A.y, sizeof(float) * N * d) == 0 && il1.kl_sum == A.kl &&
+                      il1.count == A.count,
+                  "%s %s: the forward that keeps the core gives the plain forward's y and indexer loss", md,
+                  CASES[k].name);
+            trex_arena_rewind(ar, mk);
+            trex_attn_cache *cache = NULL;
+            rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y2, x, &w, CASES[k].sparse, &cache, &il2,
+                                        core, &err);
+            TREX_ASSERT(rc == TREX_OK);
+            trex_attn_backward(&ctx, &cfg, layer, &sq.s, dx, dy, x, &w, &g, cache, 0.1);
+            bool bw;
+            grads_diff(&g, &A.g, &cfg, layer, &bw);
+            CHECK(memcmp(y2, A.y, sizeof(float) * N * d) == 0 && memcmp(dx, A.dx, sizeof(float) * N * d) == 0 &&
+                      bw && il2.kl_sum == A.kl && il2.count == A.count,
+                  "%s %s: the pass that takes the kept core gives the plain pass's y, dx, gradients and "
+                  "indexer loss", md, CASES[k].name);
+            trex_arena_rewind(ar, mk);
+            rc = trex_attn_forward_core(&ctx, &cfg, layer, &sq.s, y2, x2, &w, CASES[k].sparse, NULL, &il2,
+                                        core, &err);
+            CHECK(rc == TREX_OK && memcmp(y2, A.y, sizeof(float) * N * d) == 0,
+                  "%s %s: a forward given the kept core reads it instead of running the core loop", md,
+                  CASES[k].name);
+        }
         run_free(&A, &cfg, layer);
         weights_free(&w, &cfg, layer);
         weights_free(&g, &cfg, layer);
@@ -1744,11 +1744,14 @@ int main(int argc, char **argv)
         test_documents(ar);
         test_sparse_is_dense(ar);
         test_threads(ar);
-        test_kept_core(ar, NULL);
         run_dtype = TREX_BF16;
         test_threads(ar);
         trex_pool *p2 = trex_pool_create(2);
-        test_kept_core(ar, p2);
+        for (int dt = 0; dt < 2; dt++) {
+            run_dtype = dt ? TREX_BF16 : TREX_F32;
+            test_kept_core(ar, NULL);
+            test_kept_core(ar, p2);
+        }
         trex_pool_destroy(p2);
         run_dtype = TREX_F32;
         test_axpy_levels();

@@ -631,7 +631,7 @@ int main(int argc, char **argv)
                     check_sattn(t, ref, ns[i], Hs[j], cs[l]);
         check_sattn(t, ref, 131, 16, 512); /* dsv4-bench's head size, a window-sized set */
         const int mn[] = {1, 3, 4, 8};
-        const int64_t md[] = {1, 15, 16, 33, 1024};
+        const int64_t md[] = {1, 8, 15, 16, 24, 33, 1024};
         for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
             for (size_t j = 0; j < sizeof md / sizeof md[0]; j++)
                 check_mhc(t, ref, mn[i], md[j]);

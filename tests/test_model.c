@@ -434,6 +434,7 @@ static void test_recompute(fixture *f)
         for (int64_t l = 0; l < nb; l++)
             memcpy(load1 + l * f->cfg.n_routed_experts, trex_model_expert_load(f->m1, l),
                    sizeof(int64_t) * (size_t)f->cfg.n_routed_experts);
+        size_t used_full = 0;
         for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
             o.recompute = pol[k];
             const char *name = trex_model_recompute_name(pol[k]);
@@ -459,6 +460,12 @@ static void test_recompute(fixture *f)
                 if (p == 0)
                     CHECK(trex_model_arena_used(m) < used_keep, "recompute %s holds less: %zu vs %zu bytes", name,
                           trex_model_arena_used(m), used_keep);
+                /* full-keep-core holds the cores on top of full's block inputs: it really keeps them */
+                if (p == 0 && pol[k] == TREX_MODEL_RECOMPUTE_FULL)
+                    used_full = trex_model_arena_used(m);
+                if (p == 0 && pol[k] == TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE)
+                    CHECK(trex_model_arena_used(m) > used_full, "recompute %s holds more than full: %zu vs %zu bytes",
+                          name, trex_model_arena_used(m), used_full);
             }
         }
     }

@@ -68,14 +68,14 @@ void trex_cvt_bf16_f32(float *dst, const uint16_t *src, int64_t n);
  * trex_split_bf16x3_rows writes, for each of `rows` rows of n floats (src row stride n), a dst row of
  * 3n bf16 with hi at offsets hi0 and hi1 and lo at lo0 (a permutation of 0, n, 2n), rows over the pool. */
 void trex_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int64_t n);
+void trex_split_bf16x3_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
+                            int64_t hi0, int64_t lo0, int64_t hi1);
 /* bf16x2 operands (docs/precision.md "bf16x2g1"): a bf16 weight against an fp32-level activation,
  * W_hi x = W_hi x_hi + W_hi x_lo as one bf16 GEMM over K = 2k. Rows of n floats of src (row stride n) to
  * rows of 2n bf16 of dst: [hi | lo] (trex_split_bf16's bits) or, with weight, [hi | hi] (the bf16
  * rounding twice; written around the cache when the output is 64 MiB or more); rows over the pool. */
 void trex_split_bf16x2_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
                             bool weight);
-void trex_split_bf16x3_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n,
-                            int64_t hi0, int64_t lo0, int64_t hi1);
 
 /* C[M,N] = alpha * op(A) op(B) + beta * C with the conventions of trex_gemm (ta: A stored [K,M];
  * tb: B stored [N,K]; beta == 0 ignores the old C, NaNs included), A and B bf16. */

@@ -20,6 +20,7 @@
  * thread count. In bf16 mode the key side runs inside the query side instead (one pass over the
  * scores), its rows summed by fixed chunks of queries and the chunks' sums added in chunk order
  * (QKCH below; docs/attention.md §4): also independent of the thread count. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2074,16 +2075,22 @@ static bool core_carve(trex_arena *ar, const attn_dims *dm, bool sparse, bool kl
 }
 
 trex_attn_core *trex_attn_core_reserve(const trex_ctx *ctx, const trex_config *cfg, int layer, int64_t N,
-                                       bool sparse, bool kl)
+                                       bool sparse, bool kl, trex_err *err)
 {
     attn_dims dm;
-    if (dims_init(&dm, cfg, layer, N, NULL) != TREX_OK)
+    if (dims_init(&dm, cfg, layer, N, err) != TREX_OK)
         return NULL;
     trex_arena *ar = ctx->arena;
+    const trex_arena_mark mk = trex_arena_mark_get(ar);
     const size_t before = trex_arena_used(ar);
     trex_attn_core *k = trex_arena_alloc(ar, sizeof *k);
-    if (!k || !core_carve(ar, &dm, dm.csa && sparse, dm.csa && kl, ctx->compute == TREX_BF16, k))
+    if (!k || !core_carve(ar, &dm, dm.csa && sparse, dm.csa && kl, ctx->compute == TREX_BF16, k)) {
+        trex_arena_rewind(ar, mk);
+        trex_err_set(err, TREX_ENOMEM,
+                     "attention layer %d: out of memory keeping the attention core for %" PRId64
+                     " tokens (%zu bytes in use)", layer, N, trex_arena_used(ar));
         return NULL;
+    }
     k->layer = layer;
     k->bytes = trex_arena_used(ar) - before;
     return k;

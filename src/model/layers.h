@@ -86,12 +86,12 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
  * layer on the same input (recompute full-keep-core, model/model.c): lse, the output o (bf16 mode: its
  * bf16 copy), and in CSA layers the top-k selection and the indexer's KL terms. The core loop is
  * deterministic, so taking them gives the bits of running it again. trex_attn_core_reserve carves them
- * from ctx's arena for N tokens (kl: the forward gets an il; NULL when out of memory, or on a layer out
- * of range). trex_attn_forward_core with a core whose made is false runs the core loop into it and
+ * from ctx's arena for N tokens (kl: the forward gets an il), or returns NULL with err set (out of memory,
+ * with nothing left carved; a bad layer). trex_attn_forward_core with a core whose made is false runs the core loop into it and
  * sets made; with made true it skips the loop and reads the core instead. core NULL: trex_attn_forward. */
 typedef struct trex_attn_core trex_attn_core;
 trex_attn_core *trex_attn_core_reserve(const trex_ctx *ctx, const trex_config *cfg, int layer, int64_t N,
-                                       bool sparse, bool kl);
+                                       bool sparse, bool kl, trex_err *err);
 size_t trex_attn_core_bytes(const trex_attn_core *core); /* what it holds (0 for NULL) */
 trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, int layer,
                                  const trex_seqinfo *seq, float *y, const float *x, const trex_attn_w *w,

@@ -1474,10 +1474,8 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
         int64_t *load = m->load + l * cfg->n_routed_experts;
         if (recompute) { /* keep only the input streams (and the core): the backward runs this forward again */
             if (keep_core && !(m->bs[l].core = trex_attn_core_reserve(&m->ctx, cfg, (int)l, N, m->opts.sparse,
-                                                                      true))) {
-                rc = trex_err_set(err, TREX_ENOMEM,
-                                  "block %" PRId64 ": out of memory keeping the attention core for %" PRId64
-                                  " tokens — use --recompute full or a smaller batch", l, N);
+                                                                      true, err))) {
+                rc = err ? err->code : TREX_ENOMEM;
                 goto fail;
             }
             block_saved scratch = {0};

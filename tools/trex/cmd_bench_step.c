@@ -76,7 +76,7 @@ int trex_cmd_bench_step(int argc, char **argv)
          "none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its "
          "forward again before its backward), full (keep block inputs, run each block's forward again in "
          "the backward) or full-keep-core (full, keeping each block's attention core output too: about "
-         "H*c*2 bytes per token and block more, no core loop in the backward)", false},
+         "H*c*2 bytes per token and block more in bf16, H*c*4 in fp32; no core loop in the backward)", false},
         {"no-weight-copies", TREX_OPT_FLAG, &no_weight_copies, NULL,
          "bf16: without the bf16 copies of the experts' weights that training keeps by default (less memory, "
          "slower MoE products, the same results; docs/params.md)", false},
