@@ -536,9 +536,11 @@ static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
     /* the core's outputs, then the KL terms per query */
     if (core == CORE_OWN)
         core_carve(s, &a);
+    if (a.kl && core != CORE_TAKE)
+        A(s, ((double)N + 1.0) * 8.0);
+    F(N * a.G * a.dg); /* u, before the core loop's scratch, which goes back after the loop */
+    sim_mark core_mark = ar_mark(&s->ar);
     if (core != CORE_TAKE) {
-        if (a.kl)
-            A(s, ((double)N + 1.0) * 8.0);
         A(s, (double)(qscr_bytes(&a) * (size_t)s->run->threads) + 1.0);
         /* the core: per (query, entry, head) a dot and an axpy of c; the indexer scores every visible
          * compressed entry (nI dots of cI); the KL terms an exp per (attended entry, head) */
@@ -552,9 +554,9 @@ static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
             exps(s, klq * ((double)a.H + 1.0), true);
         }
     }
+    ar_rewind(&s->ar, core_mark);
     elem(s, (double)(N * a.hc) * 8.0, true);
     /* grouped output projection */
-    F(N * a.G * a.dg);
     for (int64_t g = 0; g < a.G; g++)
         gemm(s, false, true, N, a.dg, (a.H / a.G) * a.c);
     lin_fwd(s, N, a.G * a.dg, a.d);
