@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx512/mask.h"
 #include "trex/status.h"
 
 #define TREX_FUSED_ASSERT_N(n) TREX_ASSERT((n) >= 1 && (n) <= 8)
@@ -202,7 +203,7 @@ void trex_fused_rms_head_bwd_avx512(float *g, const float *q, const float *rs, i
         const __m512 m = _mm512_set1_ps(trex_fused_dot_avx512(gh, qh, c) / (float)c);
         const __m512 r = _mm512_set1_ps(rs[h]);
         for (int64_t i = 0; i < c; i += 16) {
-            const __mmask16 k = (__mmask16)(c - i >= 16 ? 0xffffu : (1u << (c - i)) - 1u);
+            const __mmask16 k = tail_mask(c - i);
             const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, gh + i),
                                            _mm512_mul_ps(_mm512_maskz_loadu_ps(k, qh + i), m));
             _mm512_mask_storeu_ps(gh + i, k, _mm512_mul_ps(r, d));
@@ -272,7 +273,7 @@ static void wsum(float *out, const float *coef, const float *const *V, int64_t n
                  int64_t c)
 {
     for (int64_t i = 0; i < c; i += 16) {
-        const __mmask16 m = c - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (c - i)) - 1u);
+        const __mmask16 m = tail_mask(c - i);
         int64_t h0 = 0;
         for (; h0 + 16 <= H; h0 += 16)
             WSUM_BODY(16);
@@ -364,7 +365,7 @@ void trex_fused_sattn_bwd_entries_avx512(float *const *dV, float *psum, float *w
         }
     }
     for (int64_t i = 0; i < c; i += 16) {
-        const __mmask16 m = c - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (c - i)) - 1u);
+        const __mmask16 m = tail_mask(c - i);
         int64_t e0 = 0;
         for (; e0 + 4 <= n; e0 += 4)
             ENT_BODY(4);
@@ -377,7 +378,7 @@ void trex_fused_mhc_post_fwd_avx512(int n, int64_t d, const float *post, const f
                                     const float *y, const float *X, float *Xo)
 {
     for (int64_t i = 0; i < d; i += 16) {
-        const __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1u);
+        const __mmask16 m = tail_mask(d - i);
         const __m512 yv = _mm512_maskz_loadu_ps(m, y + i);
         __m512 xj[8];
         for (int j = 0; j < n && j < 8; j++)
@@ -396,7 +397,7 @@ void trex_fused_mhc_post_fwd_avx512(int n, int64_t d, const float *post, const f
 void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const float *X, float *x)
 {
     for (int64_t i = 0; i < d; i += 16) {
-        const __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1u);
+        const __mmask16 m = tail_mask(d - i);
         __m512 s = _mm512_setzero_ps();
         for (int k = 0; k < n; k++)
             s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(w[k]),
@@ -440,7 +441,7 @@ static inline __attribute__((always_inline)) void post_sums(int n, int64_t d, co
         _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
             a0[j] = a1[j] = _mm512_setzero_pd();
         for (int64_t i = 0; i < d; i += 16) {
-            const __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1u);
+            const __mmask16 m = tail_mask(d - i);
             const __m512 gv = _mm512_maskz_loadu_ps(m, gk + i), yv = _mm512_maskz_loadu_ps(m, y + i);
             const __m512d g0 = lo_pd(gv), g1 = hi_pd(gv);
             ap0 = _mm512_fmadd_pd(g0, lo_pd(yv), ap0);
@@ -481,9 +482,7 @@ static void post_sums4(int64_t d, const float *y, const float *X, const float *d
         for (int64_t i = 0; i < d; i += 16) {
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 const int64_t o = i + 8 * h, left = d - o;
-                const __mmask8 m = left >= 8  ? (__mmask8)0xff
-                                   : left <= 0 ? (__mmask8)0
-                                               : (__mmask8)((1u << left) - 1u);
+                const __mmask8 m = tail_mask8(left);
                 const __m512d yv = wide8(y + o, m), va = wide8(ga + o, m), vb = wide8(gb + o, m);
                 pa[h] = _mm512_fmadd_pd(va, yv, pa[h]);
                 pb[h] = _mm512_fmadd_pd(vb, yv, pb[h]);
@@ -510,7 +509,7 @@ void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const f
     TREX_FUSED_ASSERT_N(n);
     /* dy and dX: element-wise, k ascending from +0 */
     for (int64_t i = 0; i < d; i += 16) {
-        const __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1u);
+        const __mmask16 m = tail_mask(d - i);
         __m512 g[8];
         for (int k = 0; k < n; k++)
             g[k] = _mm512_maskz_loadu_ps(m, dXo + (int64_t)k * d + i);
@@ -539,7 +538,7 @@ static inline __attribute__((always_inline)) void collapse_bwd(int n, int64_t d,
     _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
         a0[k] = a1[k] = _mm512_setzero_pd();
     for (int64_t i = 0; i < d; i += 16) {
-        const __mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1u);
+        const __mmask16 m = tail_mask(d - i);
         const __m512 g = _mm512_maskz_loadu_ps(m, dx + i);
         const __m512d g0 = lo_pd(g), g1 = hi_pd(g);
         _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) {

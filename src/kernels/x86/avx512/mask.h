@@ -12,4 +12,10 @@ static inline __mmask16 tail_mask(int64_t left)
     return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
 }
 
+/* The same for 8 lanes (a register of 8 doubles, or a masked 8-float load). */
+static inline __mmask8 tail_mask8(int64_t left)
+{
+    return left >= 8 ? (__mmask8)0xff : left <= 0 ? (__mmask8)0 : (__mmask8)((1u << left) - 1u);
+}
+
 #endif

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/avx512/mask.h"
 
 /* Both passes stream gigabytes (the gradients; weights, gradients and both moments) with a line per
  * 16 elements per stream, and ask for the line PREFETCH_AHEAD floats ahead of each: on both threads, in
@@ -35,7 +36,7 @@ double trex_sumsq_avx512(const float *x, int64_t n, int64_t *nonfinite)
     int64_t bad = 0, k = 0;
     for (; k < n; k += 16) {
         _mm_prefetch(ahead(x + k, PREFETCH_AHEAD), _MM_HINT_T0);
-        const __mmask16 mk = n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1u);
+        const __mmask16 mk = tail_mask(n - k);
         const __m512 v = _mm512_maskz_loadu_ps(mk, x + k);
         const __mmask16 nf = _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), EXP), EXP);
         if (nf)
@@ -83,7 +84,7 @@ static inline void adamw_run(float *restrict w, float *restrict m, float *restri
     for (; k + 16 <= n; k += 16)
         adamw16(w + k, m + k, v + k, g + k, (__mmask16)0xffff, GS, B1, C1, B2, C2, EPS, SS, Q, D, div_q);
     if (k < n)
-        adamw16(w + k, m + k, v + k, g + k, (__mmask16)((1u << (n - k)) - 1u), GS, B1, C1, B2, C2, EPS, SS, Q, D,
+        adamw16(w + k, m + k, v + k, g + k, tail_mask(n - k), GS, B1, C1, B2, C2, EPS, SS, Q, D,
                 div_q);
 }
 

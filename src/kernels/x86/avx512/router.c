@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx512/mask.h"
 
 #define GATE_ROWS 8
 
@@ -26,7 +27,7 @@ static inline __attribute__((always_inline)) void gate_fwd(int fma, float *z, co
 {
     for (int64_t e0 = 0; e0 < E; e0 += 32) {
         const int64_t ne = E - e0 < 32 ? E - e0 : 32;
-        const __mmask16 m0 = ne >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << ne) - 1u);
+        const __mmask16 m0 = tail_mask(ne);
         const __mmask16 m1 = ne > 16 ? (__mmask16)((1u << (ne - 16)) - 1u) : 0;
         int64_t t = 0;
         for (; t + GATE_ROWS <= n; t += GATE_ROWS) {
@@ -111,7 +112,7 @@ static inline __attribute__((always_inline)) void cols64_masks(__mmask16 *m, int
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
         const int64_t left = d - j - 16 * q;
-        m[q] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+        m[q] = tail_mask(left);
     }
 }
 
@@ -231,7 +232,7 @@ static inline __attribute__((always_inline)) void gate_dw_chunk(int fma, int ne,
 {
     for (int64_t j = j0; j < j1; j += 16) {
         const int64_t left = j1 - j;
-        const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        const __mmask16 m = tail_mask(left);
         __m512 s[GATE_DW_ROWS];
 #pragma GCC unroll 24
         for (int r = 0; r < ne; r++)

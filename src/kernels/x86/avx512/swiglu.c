@@ -13,6 +13,7 @@
 
 #include "kernels/fused.h"
 #include "kernels/x86/avx512/exp_poly.h"
+#include "kernels/x86/avx512/mask.h"
 
 static inline __m512 exp16(__m512 x)
 {
@@ -38,11 +39,6 @@ static inline __m256i to_bf16(__m512 v)
     r = _mm512_mask_mov_epi32(
         r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040)));
     return _mm512_cvtepi32_epi16(r);
-}
-
-static inline __mmask16 tail_mask(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
 void trex_fused_swiglu_fwd_bf16_avx512(uint16_t *h, const float *a, const float *u, int64_t n,
