@@ -23,12 +23,6 @@
 #include "kernels/x86/avx512/exp_poly.h"
 #include "kernels/x86/avx512/mask.h"
 
-/* The address `floats` floats past p, for a prefetch hint only (it may lie past p's buffer). */
-static inline const char *hint_addr(const float *p, int64_t floats)
-{
-    return (const char *)((uintptr_t)p + (uintptr_t)floats * sizeof(float));
-}
-
 float trex_fused_ce_exp_avx512(float x)
 {
     return _mm_cvtss_f32(_mm512_castps512_ps128(trex_exp_nonpos16(_mm512_set1_ps(x))));

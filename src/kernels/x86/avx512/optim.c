@@ -23,19 +23,13 @@
  * docs/optim.md). Hints only: they change no value and never fault. */
 #define PREFETCH_AHEAD 512
 
-/* The address `floats` floats past p, for a prefetch hint only (it may lie past p's buffer). */
-static inline const char *ahead(const float *p, int64_t floats)
-{
-    return (const char *)((uintptr_t)p + (uintptr_t)floats * sizeof(float));
-}
-
 double trex_sumsq_avx512(const float *x, int64_t n, int64_t *nonfinite)
 {
     const __m512i EXP = _mm512_set1_epi32(0x7f800000);
     __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
     int64_t bad = 0, k = 0;
     for (; k < n; k += 16) {
-        _mm_prefetch(ahead(x + k, PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(x + k, PREFETCH_AHEAD), _MM_HINT_T0);
         const __mmask16 mk = tail_mask(n - k);
         const __m512 v = _mm512_maskz_loadu_ps(mk, x + k);
         const __mmask16 nf = _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), EXP), EXP);
@@ -57,10 +51,10 @@ double trex_sumsq_avx512(const float *x, int64_t n, int64_t *nonfinite)
 static inline void adamw16(float *w, float *m, float *v, const float *g, __mmask16 mk, __m512 GS, __m512 B1,
                            __m512 C1, __m512 B2, __m512 C2, __m512 EPS, __m512 SS, __m512 Q, __m512 D, int div_q)
 {
-    _mm_prefetch(ahead(g, PREFETCH_AHEAD), _MM_HINT_T0);
-    _mm_prefetch(ahead(m, PREFETCH_AHEAD), _MM_HINT_T0);
-    _mm_prefetch(ahead(v, PREFETCH_AHEAD), _MM_HINT_T0);
-    _mm_prefetch(ahead(w, PREFETCH_AHEAD), _MM_HINT_T0);
+    _mm_prefetch(hint_addr(g, PREFETCH_AHEAD), _MM_HINT_T0);
+    _mm_prefetch(hint_addr(m, PREFETCH_AHEAD), _MM_HINT_T0);
+    _mm_prefetch(hint_addr(v, PREFETCH_AHEAD), _MM_HINT_T0);
+    _mm_prefetch(hint_addr(w, PREFETCH_AHEAD), _MM_HINT_T0);
     const __m512 gk = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, g), GS);
     const __m512 mf = _mm512_add_ps(_mm512_mul_ps(B1, _mm512_maskz_loadu_ps(mk, m)), _mm512_mul_ps(C1, gk));
     const __m512 vf =
