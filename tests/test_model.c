@@ -408,13 +408,15 @@ static void test_head_pairs(fixture *f)
     free(g2);
 }
 
-/* Every recompute policy (full, attention, moe, full-keep-core) gives the same bits as keeping everything: the
+/* Every recompute policy (full, attention, moe, full-keep-core, attention-keep-core) gives the same bits as
+ * keeping everything: the
  * losses and every gradient (dense and sparse, fp32 and bf16 compute, 1 and 2 threads); each holds less in the activation
  * arena after the backward, and leaves the expert loads of the forward untouched (counted once). */
 static void test_recompute(fixture *f)
 {
     static const trex_model_recompute pol[] = {TREX_MODEL_RECOMPUTE_FULL, TREX_MODEL_RECOMPUTE_ATTENTION,
-                                               TREX_MODEL_RECOMPUTE_MOE, TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE};
+                                               TREX_MODEL_RECOMPUTE_MOE, TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE,
+                                               TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE};
     const int64_t n = f->w.layout.n_float;
     const int64_t nb = f->cfg.num_hidden_layers + f->cfg.num_nextn_predict_layers;
     float *g1 = calloc((size_t)n, sizeof *g1), *g2 = calloc((size_t)n, sizeof *g2);
@@ -434,7 +436,7 @@ static void test_recompute(fixture *f)
         for (int64_t l = 0; l < nb; l++)
             memcpy(load1 + l * f->cfg.n_routed_experts, trex_model_expert_load(f->m1, l),
                    sizeof(int64_t) * (size_t)f->cfg.n_routed_experts);
-        size_t used_full = 0;
+        size_t used_full = 0, used_attn = 0;
         for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
             o.recompute = pol[k];
             const char *name = trex_model_recompute_name(pol[k]);
@@ -460,12 +462,19 @@ static void test_recompute(fixture *f)
                 if (p == 0)
                     CHECK(trex_model_arena_used(m) < used_keep, "recompute %s holds less: %zu vs %zu bytes", name,
                           trex_model_arena_used(m), used_keep);
-                /* full-keep-core holds the cores on top of full's block inputs: it really keeps them */
+                /* the keep-core policies hold the cores on top of what full (attention) keeps: they really
+                 * keep them */
                 if (p == 0 && pol[k] == TREX_MODEL_RECOMPUTE_FULL)
                     used_full = trex_model_arena_used(m);
+                if (p == 0 && pol[k] == TREX_MODEL_RECOMPUTE_ATTENTION)
+                    used_attn = trex_model_arena_used(m);
                 if (p == 0 && pol[k] == TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE)
                     CHECK(trex_model_arena_used(m) > used_full, "recompute %s holds more than full: %zu vs %zu bytes",
                           name, trex_model_arena_used(m), used_full);
+                if (p == 0 && pol[k] == TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE)
+                    CHECK(trex_model_arena_used(m) > used_attn,
+                          "recompute %s holds more than attention: %zu vs %zu bytes", name, trex_model_arena_used(m),
+                          used_attn);
             }
         }
     }
@@ -508,6 +517,7 @@ static void test_stale_arena(fixture *f, trex_mem *mem)
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_FULL, true},
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_ATTENTION, true},
                 {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE, true},
+                {TREX_BF16, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE, true},
                 {TREX_BF16, TREX_HEAD_BF16X3, TREX_MODEL_RECOMPUTE_NONE, true},
                 {TREX_BF16, TREX_HEAD_BF16X3_G1, TREX_MODEL_RECOMPUTE_NONE, true},
                 {TREX_BF16, TREX_HEAD_BF16X2_G1, TREX_MODEL_RECOMPUTE_NONE, true},

@@ -45,7 +45,7 @@ if ! "$TREX" model init --config "$CFG" --seed 5 --out "$tmp/w.st" >/dev/null 2>
   cat "$tmp/init.err"; bad "model init"; finish
 fi
 
-for bt in 1x128 2x100 1x192 1x192:full 1x192:attention 1x192:moe 1x192:full-keep-core; do  # B x T[:recompute policy]
+for bt in 1x128 2x100 1x192 1x192:full 1x192:attention 1x192:moe 1x192:full-keep-core 1x192:attention-keep-core; do  # B x T[:recompute policy]
   rec=none
   case $bt in *:*) rec=${bt#*:}; esac
   B=${bt%%x*}
@@ -119,7 +119,7 @@ fi
 
 # every recompute policy holds less after the backward than keeping every block's activations (the
 # plan was checked against each run above)
-for rec in full attention moe full-keep-core; do
+for rec in full attention moe full-keep-core attention-keep-core; do
   if [ -f "$tmp/run1x192" ] && [ -f "$tmp/run1x192:$rec" ]; then
     u_keep=$(mem_fields "$tmp/run1x192" | cut -d' ' -f5)
     u_rec=$(mem_fields "$tmp/run1x192:$rec" | cut -d' ' -f5)
@@ -129,9 +129,9 @@ for rec in full attention moe full-keep-core; do
     bad "recompute $rec: no run of 1x192 to compare"
   fi
 done
-# the cluster model has no attention / moe / full-keep-core policy: a GPU cluster refuses them with a
+# the cluster model has no attention / moe / keep-core policy: a GPU cluster refuses them with a
 # clear message
-for rec in moe full-keep-core; do
+for rec in moe full-keep-core attention-keep-core; do
   "$TREX" plan --model "$CFG" --cluster configs/clusters/h800.json --devices 8 --seq 128 --gbs 8 \
     --layout "tp=1,pp=1,ep=8,cp=1,zero=1,recompute=$rec,mbs=1" >/dev/null 2>"$tmp/errm"; rc=$?
   [ $rc -eq 1 ] && grep -q "recompute=$rec is a policy of" "$tmp/errm" && ok ||

@@ -12,8 +12,8 @@
 #     message naming the intact checkpoint, which then resumes;
 #   - bad input: seq mismatch, shards of another tokenizer, a corrupt or truncated checkpoint, resume
 #     with another config or gbs, an existing run directory, bad flags — each a clear error, nothing lost;
-#   - --recompute full, attention, moe and full-keep-core give the bf16 run's losses, expert loads and
-#     weights bit for bit;
+#   - --recompute full, attention, moe, full-keep-core and attention-keep-core give the bf16 run's losses,
+#     expert loads and weights bit for bit;
 #     so does --weight-copies false (the experts' products then round the fp32 weights per call);
 #   - --precision bf16: the loss falls, the run records bf16 (settings.json, trainer.json), a killed bf16 run
 #     resumes bit for bit (with another thread count); a bad value and a precision change on resume fail;
@@ -234,8 +234,8 @@ expect_line "$tmp/outWC" "weight_copies=false" "weight_copies in the effective s
 [ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/WC/step-6/model.safetensors")" ] && ok ||
   bad "weight-copies false: same final weights"
 grep -Eq '"weight_copies":[[:space:]]*false' "$tmp/WC/settings.json" && ok || bad "weight-copies false: settings.json records it"
-# --- --recompute attention / moe / full-keep-core: the same bf16 run bit for bit ---------------------------
-for rec in attention moe full-keep-core; do
+# --- --recompute attention / moe / full-keep-core / attention-keep-core: the same bf16 run bit for bit ------
+for rec in attention moe full-keep-core attention-keep-core; do
   "$TREX" train "${common[@]}" --precision bf16 --recompute $rec --out "$tmp/R$rec" >"$tmp/outR$rec" 2>"$tmp/errR$rec" &&
     ok || { bad "recompute $rec run"; cat "$tmp/errR$rec"; }
   expect_line "$tmp/outR$rec" "recompute=$rec" "recompute $rec in the effective settings"

@@ -60,8 +60,12 @@ typedef enum trex_model_recompute {
     TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE, /* FULL, but each main block also keeps its attention core's
                                             results (the output o, lse, the top-k selection): the
                                             backward's forward skips the core loop */
+    TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE, /* ATTENTION, but every block also keeps its attention
+                                                 core's results: the attention forward run again before
+                                                 the backward skips the core loop */
 } trex_model_recompute;
-/* "none" / "attention" / "moe" / "full" / "full-keep-core" -> *out; false for any other name. */
+/* "none" / "attention" / "moe" / "full" / "full-keep-core" / "attention-keep-core" -> *out; false for
+ * any other name. */
 bool trex_model_recompute_parse(const char *name, trex_model_recompute *out);
 const char *trex_model_recompute_name(trex_model_recompute r);
 

@@ -184,6 +184,8 @@ typedef enum trex_plan_recompute {
     TREX_RECOMPUTE_MOE,       /* fp32_ref engine only: the same for the MoE sub-layers */
     TREX_RECOMPUTE_FULL_KEEP_CORE, /* fp32_ref engine only: FULL, each block also keeping its attention
                                     * core's results (trex train --recompute full-keep-core) */
+    TREX_RECOMPUTE_ATTENTION_KEEP_CORE, /* fp32_ref engine only: ATTENTION, each block also keeping its
+                                         * attention core's results (--recompute attention-keep-core) */
 } trex_plan_recompute;
 
 typedef enum trex_plan_schedule {
@@ -214,6 +216,8 @@ void trex_plan_layout_unset(trex_plan_layout *l);
 trex_code trex_plan_layout_parse(trex_plan_layout *l, const char *text, trex_err *err);
 /* Writes the canonical "tp=..,pp=.." form. */
 void trex_plan_layout_str(const trex_plan_layout *l, char *buf, size_t len);
+/* The layout name of a trex_plan_recompute ("none", ..., "attention-keep-core"; "?" for any other). */
+const char *trex_plan_recompute_name(int64_t r);
 
 typedef enum trex_plan_optimizer { TREX_OPT_ADAMW, TREX_OPT_MUON } trex_plan_optimizer;
 
@@ -249,8 +253,9 @@ typedef struct trex_plan_fp32_run {
                                * attention forward again in the backward (recompute attention) */
     bool recompute_moe;       /* the same for the MoE sub-layer (recompute moe); at most one of the
                                * three recompute flags is set */
-    bool recompute_keep_core; /* with recompute_full: each main block also keeps its attention core's
-                               * results, which its second forward takes (recompute full-keep-core) */
+    bool recompute_keep_core; /* with recompute_full (recompute_attn): each main block (every block) also
+                               * keeps its attention core's results, which its second (attention)
+                               * forward takes (recompute full-keep-core, attention-keep-core) */
     bool logits;              /* the caller takes the whole logits (model run without --no-logits) */
     int threads;              /* pool threads (per-thread scratch, GEMM panel split) */
     int64_t head_chunk_rows;  /* 0: about 64 MiB of logits, as the engine chooses */
@@ -298,6 +303,9 @@ typedef struct trex_plan_fp32_result {
 
 /* B 1, T 4096, backward, 2 threads, dense, balance 1e-4, indexer 1, AdamW, all gradients touched. */
 void trex_plan_fp32_run_defaults(trex_plan_fp32_run *r);
+/* Sets r's recompute flags (recompute_full, _attn, _moe, _keep_core) for a trex_plan_recompute; the
+ * Megatron-style none / selective set none of them. */
+void trex_plan_fp32_run_recompute(trex_plan_fp32_run *r, int64_t recompute);
 
 /* Memory (always) and times (when rates is not NULL) of one micro-batch of a DeepSeek-V4 config on
  * the fp32 reference engine. */

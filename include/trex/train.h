@@ -161,7 +161,8 @@ typedef struct trex_train_bench_opts {
     int64_t warmup, steps;    /* untimed steps, then timed ones (steps in [1, TREX_TRAIN_BENCH_MAX_STEPS]) */
     trex_optim_kind optimizer;
     trex_dtype compute;       /* TREX_F32 or TREX_BF16 */
-    trex_model_recompute recompute; /* TREX_MODEL_RECOMPUTE_NONE, _ATTENTION, _MOE, _FULL or _FULL_KEEP_CORE */
+    trex_model_recompute recompute; /* TREX_MODEL_RECOMPUTE_NONE, _ATTENTION, _MOE, _FULL, _FULL_KEEP_CORE or
+                                     * _ATTENTION_KEEP_CORE */
     bool no_weight_copies;    /* bf16: run without the experts' bf16 copies (trex_train_settings.weight_copies) */
     int64_t threads;          /* 0: TREX_THREADS, else every core */
     uint64_t seed;            /* weights and tokens */

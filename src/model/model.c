@@ -205,7 +205,8 @@ typedef struct sub_saved {
 typedef struct block_saved {
     sub_saved s[2];
     trex_indexer_loss il;
-    trex_attn_core *core; /* recompute full-keep-core: the attention core's results (main blocks) */
+    trex_attn_core *core; /* recompute full-keep-core (main blocks) or attention-keep-core (every block):
+                           * the attention core's results */
 } block_saved;
 
 typedef struct seq_buf {
@@ -285,6 +286,8 @@ bool trex_model_recompute_parse(const char *name, trex_model_recompute *out)
         *out = TREX_MODEL_RECOMPUTE_FULL;
     else if (strcmp(name, "full-keep-core") == 0)
         *out = TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE;
+    else if (strcmp(name, "attention-keep-core") == 0)
+        *out = TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE;
     else
         return false;
     return true;
@@ -299,6 +302,8 @@ const char *trex_model_recompute_name(trex_model_recompute r)
         return "full-keep-core";
     case TREX_MODEL_RECOMPUTE_ATTENTION:
         return "attention";
+    case TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE:
+        return "attention-keep-core";
     case TREX_MODEL_RECOMPUTE_MOE:
         return "moe";
     default:
@@ -315,7 +320,8 @@ static bool blocks_recomputed(trex_model_recompute r)
 /* Whether sub-layer s (0 attention, 1 MoE) of every block drops its saved internals under policy r. */
 static bool sub_dropped(trex_model_recompute r, int s)
 {
-    return (s == 0 && r == TREX_MODEL_RECOMPUTE_ATTENTION) || (s == 1 && r == TREX_MODEL_RECOMPUTE_MOE);
+    return (s == 0 && (r == TREX_MODEL_RECOMPUTE_ATTENTION || r == TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE)) ||
+           (s == 1 && r == TREX_MODEL_RECOMPUTE_MOE);
 }
 
 trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *pool, trex_mem *mem,
@@ -965,6 +971,12 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
         /* a dropped sub-layer (recompute attention / moe) gives its cache back to the arena once its
          * output y is made; block_backward runs its forward again */
         const bool drop = bs && sub_dropped(m->opts.recompute, s);
+        if (drop && s == 0 && m->opts.recompute == TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE) {
+            /* the core outlives the dropped cache: carved below the sub-layer's mark */
+            if (!(bs->core = trex_attn_core_reserve(&m->ctx, cfg, (int)l, N, m->opts.sparse, il != NULL, err)))
+                return err ? err->code : TREX_ENOMEM;
+            core = bs->core;
+        }
         const trex_arena_mark mk = trex_arena_mark_get(m->arena);
         trex_prof_begin(s == 0 ? TREX_PROF_ATTENTION : TREX_PROF_MOE);
         trex_rmsnorm_forward(m->ctx.pool, tmp->xn, NULL, tmp->x_in, w->norm[s], N, d,
@@ -1001,7 +1013,8 @@ typedef struct bwd_tmp {
 } bwd_tmp;
 
 /* Sub-layer s (0 attention, 1 MoE) of block l run forward again on t->xn (recompute attention / moe),
- * as block_forward ran it, for its cache (*ac or *mc, carved from the arena: the caller rewinds). Its
+ * as block_forward ran it, for its cache (*ac or *mc, carved from the arena: the caller rewinds; under
+ * attention-keep-core the attention takes the block's kept core instead of running its core loop). Its
  * output goes to t->dxn (free until the sub-layer's backward writes it); the indexer loss, balance loss
  * and expert counts it makes go to scratch: the first forward counted them. */
 static void sub_again(trex_model *m, int64_t l, int s, const trex_seqinfo *seq, const bwd_tmp *t,
@@ -1014,8 +1027,8 @@ static void sub_again(trex_model *m, int64_t l, int s, const trex_seqinfo *seq, 
     if (s == 0) {
         trex_attn_cache *c = NULL;
         trex_indexer_loss il; /* not NULL: the cache then holds the KL terms, as in the first forward */
-        rc = trex_attn_forward(&m->ctx, cfg, (int)l, seq, t->dxn, t->xn, &w->attn, m->opts.sparse, &c, &il,
-                               &err);
+        rc = trex_attn_forward_core(&m->ctx, cfg, (int)l, seq, t->dxn, t->xn, &w->attn, m->opts.sparse, &c,
+                                    &il, m->bs[l].core, &err); /* a kept core (attention-keep-core) is taken */
         *ac = c;
     } else {
         trex_moe_cache *c = NULL;
@@ -1382,9 +1395,11 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
                             trex_dtype_name(opts->compute));
     if (opts && opts->recompute != TREX_MODEL_RECOMPUTE_NONE && opts->recompute != TREX_MODEL_RECOMPUTE_FULL &&
         opts->recompute != TREX_MODEL_RECOMPUTE_ATTENTION && opts->recompute != TREX_MODEL_RECOMPUTE_MOE &&
-        opts->recompute != TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE)
+        opts->recompute != TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE &&
+        opts->recompute != TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE)
         return trex_err_set(err, TREX_EINVAL,
-                            "model options: recompute: %d — use NONE, ATTENTION, MOE, FULL or FULL_KEEP_CORE",
+                            "model options: recompute: %d — use NONE, ATTENTION, MOE, FULL, FULL_KEEP_CORE or "
+                            "ATTENTION_KEEP_CORE",
                             (int)opts->recompute);
     if (opts && opts->head_precision != TREX_HEAD_AUTO && opts->head_precision != TREX_HEAD_FP32 &&
         opts->head_precision != TREX_HEAD_BF16X3 && opts->head_precision != TREX_HEAD_BF16X3_G1 &&

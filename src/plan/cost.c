@@ -281,10 +281,10 @@ static trex_code check_layout(const trex_plan_model *m, const trex_cluster *cl,
                                 names[i], (long long)vals[i]);
     if (l->zero < 0 || l->zero > 3)
         return trex_err_set(err, TREX_EINVAL, "layout: zero must be 0, 1, 2 or 3");
-    if (l->recompute < 0 || l->recompute > TREX_RECOMPUTE_FULL_KEEP_CORE)
+    if (l->recompute < 0 || l->recompute > TREX_RECOMPUTE_ATTENTION_KEEP_CORE)
         return trex_err_set(err, TREX_EINVAL,
                             "layout: recompute must be none, selective or full (or, on the fp32_ref "
-                            "engine, attention, moe or full-keep-core)");
+                            "engine, attention, moe, full-keep-core or attention-keep-core)");
     if (run->devices < 1)
         return trex_err_set(err, TREX_EINVAL, "--devices must be at least 1");
     int64_t mp = l->tp * l->pp * l->cp;
@@ -498,14 +498,11 @@ static trex_code setup(ctx *c, const trex_plan_model *m, const trex_cluster *cl,
 {
     TREX_TRY(check_layout(m, cl, run, l, err));
     if (l->recompute == TREX_RECOMPUTE_ATTENTION || l->recompute == TREX_RECOMPUTE_MOE ||
-        l->recompute == TREX_RECOMPUTE_FULL_KEEP_CORE)
+        l->recompute == TREX_RECOMPUTE_FULL_KEEP_CORE || l->recompute == TREX_RECOMPUTE_ATTENTION_KEEP_CORE)
         return trex_err_set(err, TREX_EINVAL,
                             "layout: recompute=%s is a policy of trex's own engine (clusters with engine "
                             "fp32_ref); for cluster %s use none, selective or full",
-                            l->recompute == TREX_RECOMPUTE_MOE         ? "moe"
-                            : l->recompute == TREX_RECOMPUTE_ATTENTION ? "attention"
-                                                                       : "full-keep-core",
-                            cl->name);
+                            trex_plan_recompute_name(l->recompute), cl->name);
     if (run->fp8 && cl->peak_fp8_tflops <= 0)
         return trex_err_set(err, TREX_EUNSUPPORTED,
                             "--fp8: cluster %s has no FP8 peak (peak_fp8_tflops is 0)", cl->name);
@@ -571,10 +568,7 @@ static void fp32_run_of(const trex_cluster *cl, const trex_plan_run *run, const 
     fr->grads_all_touched = true;  /* trex train zeroes the gradients every step */
     fr->with_optimizer = true;
     fr->optimizer = run->optimizer;
-    fr->recompute_full = l->recompute == TREX_RECOMPUTE_FULL || l->recompute == TREX_RECOMPUTE_FULL_KEEP_CORE;
-    fr->recompute_keep_core = l->recompute == TREX_RECOMPUTE_FULL_KEEP_CORE;
-    fr->recompute_attn = l->recompute == TREX_RECOMPUTE_ATTENTION;
-    fr->recompute_moe = l->recompute == TREX_RECOMPUTE_MOE;
+    trex_plan_fp32_run_recompute(fr, l->recompute);
 }
 
 static void fp32_memory(const trex_plan_fp32_result *f, double bytes[TREX_MEM_COUNT])

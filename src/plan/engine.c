@@ -735,10 +735,15 @@ static void block_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
             A(s, (double)(N * s->d) * 4.0);
         }
         mhc_pre_fwd(s, N);
+        int sub_core = core;
+        if (sub == 0 && sub_dropped(s, 0) && s->run->recompute_keep_core) { /* attention-keep-core */
+            core_reserve(s, l, Bs, Ts); /* below the mark: it outlives the dropped cache */
+            sub_core = CORE_MAKE;
+        }
         rms(s, N, s->d, false);
         sim_mark mk = ar_mark(&s->ar);
         if (sub == 0)
-            attn_fwd(s, l, Bs, Ts, core);
+            attn_fwd(s, l, Bs, Ts, sub_core);
         else
             moe_fwd(s, l, Bs, Ts);
         mhc_post_fwd(s, N);
@@ -759,7 +764,7 @@ static void block_bwd(sim *s, int64_t l, int64_t Bs, int64_t Ts)
                 A(s, (double)s->cfg->n_routed_experts * 8.0); /* its expert counts (thrown away) */
                 moe_fwd(s, l, Bs, Ts);
             } else {
-                attn_fwd(s, l, Bs, Ts, CORE_OWN);
+                attn_fwd(s, l, Bs, Ts, s->run->recompute_keep_core ? CORE_TAKE : CORE_OWN);
             }
         }
         if (sub == 1)
@@ -915,6 +920,15 @@ static void model_bwd(sim *s)
             block_bwd(s, l, B, T);
     }
     elem(s, (double)(N * nd) * 8.0, false); /* embedding gradient, serial */
+}
+
+void trex_plan_fp32_run_recompute(trex_plan_fp32_run *r, int64_t recompute)
+{
+    r->recompute_full = recompute == TREX_RECOMPUTE_FULL || recompute == TREX_RECOMPUTE_FULL_KEEP_CORE;
+    r->recompute_attn = recompute == TREX_RECOMPUTE_ATTENTION || recompute == TREX_RECOMPUTE_ATTENTION_KEEP_CORE;
+    r->recompute_moe = recompute == TREX_RECOMPUTE_MOE;
+    r->recompute_keep_core =
+        recompute == TREX_RECOMPUTE_FULL_KEEP_CORE || recompute == TREX_RECOMPUTE_ATTENTION_KEEP_CORE;
 }
 
 void trex_plan_fp32_run_defaults(trex_plan_fp32_run *r)

@@ -10,16 +10,6 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define MIB (1024.0 * 1024.0)
 
-static const char *rec_name(int64_t r)
-{
-    return r == TREX_RECOMPUTE_NONE        ? "none"
-           : r == TREX_RECOMPUTE_SELECTIVE ? "selective"
-           : r == TREX_RECOMPUTE_ATTENTION ? "attention"
-           : r == TREX_RECOMPUTE_MOE       ? "moe"
-           : r == TREX_RECOMPUTE_FULL_KEEP_CORE ? "full-keep-core"
-                                           : "full";
-}
-
 static const char *sched_name(int64_t s)
 {
     static const char *const n[] = {"1f1b", "interleaved", "dualpipe", "dualpipev"};
@@ -48,7 +38,7 @@ cJSON *trex_plan_result_json(const trex_plan_result *r, bool explain)
     cJSON_AddNumberToObject(o, "dp", (double)l->dp);
     cJSON_AddNumberToObject(o, "edp", (double)r->edp);
     cJSON_AddNumberToObject(o, "zero", (double)l->zero);
-    cJSON_AddStringToObject(o, "recompute", rec_name(l->recompute));
+    cJSON_AddStringToObject(o, "recompute", trex_plan_recompute_name(l->recompute));
     cJSON_AddNumberToObject(o, "swap_optimizer", (double)l->swap_optimizer);
     cJSON_AddNumberToObject(o, "mbs", (double)l->mbs);
     cJSON_AddStringToObject(o, "schedule", sched_name(l->schedule));
@@ -123,7 +113,7 @@ void trex_plan_print_row(FILE *out, const trex_plan_result *r)
     const trex_plan_layout *l = &r->lay;
     fprintf(out, "%-3lld %-3lld %-4lld %-4lld %-3lld %-4lld %-4lld %-14s %-4lld %-3lld %-11s %9.1f %8.2f %11.0f %5.1f%% %7.1f%s\n",
             (long long)l->tp, (long long)l->pp, (long long)l->vpp, (long long)l->ep, (long long)l->cp,
-            (long long)l->dp, (long long)l->zero, rec_name(l->recompute), (long long)l->swap_optimizer,
+            (long long)l->dp, (long long)l->zero, trex_plan_recompute_name(l->recompute), (long long)l->swap_optimizer,
             (long long)l->mbs, sched_name(l->schedule), r->mem_total / GIB, r->step_s, r->tokens_per_s,
             100.0 * r->mfu, r->tflops_per_device, r->feasible ? "" : "  (does not fit)");
 }
@@ -168,11 +158,7 @@ static void print_fp32(FILE *out, const trex_plan_model *m, const trex_cluster *
     mr.threads = (int)cl->fp32.threads;
     mr.grads_all_touched = false;
     mr.load_file = true;
-    mr.recompute_full =
-        r->lay.recompute == TREX_RECOMPUTE_FULL || r->lay.recompute == TREX_RECOMPUTE_FULL_KEEP_CORE;
-    mr.recompute_keep_core = r->lay.recompute == TREX_RECOMPUTE_FULL_KEEP_CORE;
-    mr.recompute_attn = r->lay.recompute == TREX_RECOMPUTE_ATTENTION;
-    mr.recompute_moe = r->lay.recompute == TREX_RECOMPUTE_MOE;
+    trex_plan_fp32_run_recompute(&mr, r->lay.recompute);
     trex_plan_fp32_result g;
     trex_err err = {0};
     if (trex_plan_fp32_evaluate(&m->cfg, &cl->fp32, &mr, &g, &err) != TREX_OK) {
@@ -181,7 +167,7 @@ static void print_fp32(FILE *out, const trex_plan_model *m, const trex_cluster *
     }
     const bool rec = mr.recompute_full || mr.recompute_attn || mr.recompute_moe;
     fprintf(out, "\nas `trex model run --backward --no-logits%s%s` (one pass, dense CSA, %g threads), predicted:\n",
-            rec ? " --recompute " : "", rec ? rec_name(r->lay.recompute) : "", cl->fp32.threads);
+            rec ? " --recompute " : "", rec ? trex_plan_recompute_name(r->lay.recompute) : "", cl->fp32.threads);
     fprintf(out, "  time: forward %.3f s, backward %.3f s (%lld tokens); CPU time forward %.3f s, backward "
                  "%.3f s\n", g.fwd_s, g.bwd_s, (long long)(mr.B * mr.T), g.cpu_s[0], g.cpu_s[1]);
     fprintf(out, "  memory: peak RSS %.1f MiB; peak by region: params %.1f MiB grads %.1f MiB acts %.1f MiB; "

@@ -11,8 +11,14 @@
 
 #include "trex/plan.h"
 
-static const char *const recompute_names[] = {"none", "selective", "full", "attention", "moe", "full-keep-core"};
+static const char *const recompute_names[] = {"none", "selective",      "full",
+                                              "attention", "moe", "full-keep-core", "attention-keep-core"};
 #define NRECOMPUTE ((int)(sizeof recompute_names / sizeof recompute_names[0]))
+
+const char *trex_plan_recompute_name(int64_t r)
+{
+    return r >= 0 && r < NRECOMPUTE ? recompute_names[r] : "?";
+}
 static const char *const schedule_names[] = {"1f1b", "interleaved", "dualpipe", "dualpipev"};
 
 static trex_code parse_i64(const char *key, const char *val, int64_t *out, trex_err *err)
@@ -70,7 +76,7 @@ trex_code trex_plan_layout_parse(trex_plan_layout *l, const char *text, trex_err
             if (r < 0)
                 return trex_err_set(err, TREX_EINVAL,
                                     "--layout: recompute=%s (use none, selective or full; on the fp32_ref "
-                                    "engine also attention, moe or full-keep-core)", v);
+                                    "engine also attention, moe, full-keep-core or attention-keep-core)", v);
             l->recompute = r;
         } else if (!strcmp(k, "schedule")) {
             int64_t r = -1;
@@ -109,7 +115,7 @@ void trex_plan_layout_str(const trex_plan_layout *l, char *buf, size_t len)
                      "swap_optimizer=%lld,mbs=%lld,schedule=%s,a2a_overlap=%lld,dispatcher=%s",
                      (long long)l->tp, (long long)l->pp, (long long)l->vpp, (long long)l->ep,
                      (long long)l->cp, (long long)l->zero,
-                     l->recompute >= 0 && l->recompute < NRECOMPUTE ? recompute_names[l->recompute] : "?",
+                     trex_plan_recompute_name(l->recompute),
                      (long long)l->swap_optimizer, (long long)l->mbs,
                      l->schedule >= 0 && l->schedule < 4 ? schedule_names[l->schedule] : "?",
                      (long long)l->a2a_overlap, l->dedup ? "deepep" : "alltoall");
@@ -221,9 +227,9 @@ trex_code trex_plan_search(const trex_plan_model *m, const trex_cluster *cl, con
     } else {
         for (int64_t r = 0; r < 3; r++)
             add(&rec, r);
-        if (cl->engine == TREX_ENGINE_FP32_REF) /* trex's own engine has three more */
+        if (cl->engine == TREX_ENGINE_FP32_REF) /* trex's own engine has four more */
             add(&rec, TREX_RECOMPUTE_ATTENTION), add(&rec, TREX_RECOMPUTE_MOE),
-                add(&rec, TREX_RECOMPUTE_FULL_KEEP_CORE);
+                add(&rec, TREX_RECOMPUTE_FULL_KEEP_CORE), add(&rec, TREX_RECOMPUTE_ATTENTION_KEEP_CORE);
     }
     if (fixed->swap_optimizer >= 0)
         add(&swap, fixed->swap_optimizer);

@@ -275,7 +275,8 @@ static trex_code plan_views(trainer *t, trex_err *err)
  * by trex_train_run and trex_train_bench. */
 bool trex_train_copies_as_panels(trex_model_recompute recompute)
 {
-    return recompute != TREX_MODEL_RECOMPUTE_ATTENTION && recompute != TREX_MODEL_RECOMPUTE_MOE;
+    return recompute != TREX_MODEL_RECOMPUTE_ATTENTION && recompute != TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE &&
+           recompute != TREX_MODEL_RECOMPUTE_MOE;
 }
 
 static trex_code setup_step(trainer *t, trex_err *err)
@@ -290,8 +291,9 @@ static trex_code setup_step(trainer *t, trex_err *err)
     TREX_TRY(trex_optimizer_create(&t->opt, lay, &t->cfg, &os, trex_pool_size(t->pool), &t->mem, err));
     /* bf16 products read bf16 copies of the experts' weights, rewritten after every change of the
      * weights (trex_weights_changed below; docs/params.md "bf16 compute copies"): as packed panels of
-     * both products (2 bytes per weight more) under --recompute none and full, as rows under attention
-     * and moe, whose dsv4-bench T = 4096 peaks have no room for them */
+     * both products (2 bytes per weight more) under --recompute none, full and full-keep-core, as rows
+     * under attention, attention-keep-core and moe, whose dsv4-bench T = 4096 peaks have no room for
+     * them */
     if (s->compute == TREX_BF16 && s->weight_copies) {
         const trex_wcopy_layout wl = trex_train_copies_as_panels(s->recompute) ? TREX_WCOPY_PANELS : TREX_WCOPY_ROWS;
         TREX_TRY(trex_weights_bf16_enable(t->pool, &t->w, wl, err));

@@ -27,7 +27,8 @@ typedef enum ftype {
     F_ATTENTION, /* bool sparse: "sparse" | "dense" */
     F_ORDER,     /* bool shuffle: "shuffle" | "sequential" */
     F_PRECISION, /* trex_dtype: "fp32" (TREX_F32) | "bf16" (TREX_BF16) */
-    F_RECOMPUTE, /* trex_model_recompute: "none" | "attention" | "moe" | "full" | "full-keep-core" */
+    F_RECOMPUTE, /* trex_model_recompute: "none" | "attention" | "moe" | "full" | "full-keep-core" |
+                  * "attention-keep-core" */
     F_MUON_NS,   /* trex_muon_ns: "bf16" | "fp32" */
 } ftype;
 
@@ -318,8 +319,9 @@ static trex_code set_text(trex_train_settings *s, const tfield *f, const char *t
             return trex_err_set(err, TREX_EINVAL,
                                 "%s: '%s' is not a recompute policy (use none; attention or moe: that "
                                 "sub-layer's forward runs again in the backward; full: the blocks' "
-                                "forward runs again in the backward; or full-keep-core: the same without "
-                                "the attention core loop; docs/perf.md)",
+                                "forward runs again in the backward; or full-keep-core, "
+                                "attention-keep-core: full, attention without the attention core loop; "
+                                "docs/perf.md)",
                                 label, t);
         return TREX_OK;
     }

@@ -75,8 +75,9 @@ int trex_cmd_bench_step(int argc, char **argv)
         {"recompute", TREX_OPT_STR, &recompute, "R",
          "none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its "
          "forward again before its backward), full (keep block inputs, run each block's forward again in "
-         "the backward) or full-keep-core (full, keeping each block's attention core output too: about "
-         "H*c*2 bytes per token and block more in bf16, H*c*4 in fp32; no core loop in the backward)", false},
+         "the backward), full-keep-core or attention-keep-core (full or attention, keeping each block's "
+         "attention core output too: about H*c*2 bytes per token and block more in bf16, H*c*4 in fp32; no "
+         "core loop in the backward)", false},
         {"no-weight-copies", TREX_OPT_FLAG, &no_weight_copies, NULL,
          "bf16: without the bf16 copies of the experts' weights that training keeps by default (less memory, "
          "slower MoE products, the same results; docs/params.md)", false},
@@ -91,7 +92,7 @@ int trex_cmd_bench_step(int argc, char **argv)
         {0}};
     trex_cmd_info info = {
         .usage = "trex bench step --config C --seq T [--mbs B] [--steps N] [--warmup W] [--precision fp32|bf16] "
-                 "[--optimizer adamw|muon] [--recompute none|attention|moe|full|full-keep-core] [--no-weight-copies] [--threads N] [--peak-tflops X] [--gemm-profile] [--seed S] [--json]",
+                 "[--optimizer adamw|muon] [--recompute none|attention|moe|full|full-keep-core|attention-keep-core] [--no-weight-copies] [--threads N] [--peak-tflops X] [--gemm-profile] [--seed S] [--json]",
         .summary = summary};
     int prc = trex_opts_parse(opts, argc, argv, &info);
     if (prc != TREX_OPTS_OK)
@@ -112,7 +113,8 @@ int trex_cmd_bench_step(int argc, char **argv)
         return trex_cli_error("--optimizer '%s': use adamw or muon", optimizer) + 1;
     bo.no_weight_copies = no_weight_copies;
     if (!trex_model_recompute_parse(recompute, &bo.recompute))
-        return trex_cli_error("--recompute '%s': use none, attention, moe, full or full-keep-core", recompute) + 1;
+        return trex_cli_error("--recompute '%s': use none, attention, moe, full, full-keep-core or attention-keep-core",
+                              recompute) + 1;
     if (seq < 2 || seq > (1 << 24))
         return trex_cli_error("--seq %lld: must be in [2, 16777216]", (long long)seq) + 1;
     if (mbs < 1 || mbs > 65536)

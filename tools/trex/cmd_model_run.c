@@ -168,7 +168,7 @@ int trex_cmd_model_run(int argc, char **argv)
         {"threads", TREX_OPT_I64, &threads, "N", "worker threads (0: TREX_THREADS, else all cores)", false},
         {"precision", TREX_OPT_STR, &precision, "P", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; docs/precision.md)", false},
         {"head", TREX_OPT_STR, &head, "H", "LM head products: auto (bf16x2g1 under --precision bf16, else fp32), fp32, bf16x3 (3-term bf16 split on the bf16 GEMM, fp32-level accuracy, logits and gradients), bf16x3g1 (bf16x3 logits, 1-term bf16 gradient products), or bf16x2g1 (logits of the bf16 weight and the fp32 activation, 2-term split; 1-term bf16 gradient products; docs/precision.md)", false},
-        {"recompute", TREX_OPT_STR, &recompute, "R", "with --backward: none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its forward again before its backward), full (keep each block's input, run its forward again in the backward) or full-keep-core (full, keeping each block's attention core output too, which the backward's forward then skips); same results, less memory", false},
+        {"recompute", TREX_OPT_STR, &recompute, "R", "with --backward: none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its forward again before its backward), full (keep each block's input, run its forward again in the backward), full-keep-core or attention-keep-core (full or attention, keeping each block's attention core output too, which the attention forward run again in the backward then skips); same results, less memory", false},
         {"head-chunk-rows", TREX_OPT_I64, &head_chunk_rows, "N", "rows of logits the head holds at once (0: automatic; docs/perf.md)", false},
         {"no-logits", TREX_OPT_FLAG, &no_logits, NULL, "do not compute or write logits / mtp_logits (big models)", false},
         {0}};
@@ -207,7 +207,8 @@ int trex_cmd_model_run(int argc, char **argv)
     else
         return trex_cli_error("--head: '%s' — use auto, fp32, bf16x3, bf16x3g1 or bf16x2g1", head);
     if (!trex_model_recompute_parse(recompute, &mo.recompute))
-        return trex_cli_error("--recompute: '%s' — use none, attention, moe, full or full-keep-core", recompute);
+        return trex_cli_error("--recompute: '%s' — use none, attention, moe, full, full-keep-core or attention-keep-core",
+                              recompute);
     if (head_chunk_rows < 0 || head_chunk_rows > ((int64_t)1 << 30))
         return trex_cli_error("--head-chunk-rows: %" PRId64 " — use 0 (automatic) or a positive count", head_chunk_rows);
     mo.head_chunk_rows = head_chunk_rows;
