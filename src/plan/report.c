@@ -105,13 +105,13 @@ cJSON *trex_plan_result_json(const trex_plan_result *r, bool explain)
 void trex_plan_print_row(FILE *out, const trex_plan_result *r)
 {
     if (!r) {
-        fprintf(out, "%-3s %-3s %-4s %-4s %-3s %-4s %-4s %-14s %-4s %-3s %-11s %9s %8s %11s %6s %7s\n",
+        fprintf(out, "%-3s %-3s %-4s %-4s %-3s %-4s %-4s %-19s %-4s %-3s %-11s %9s %8s %11s %6s %7s\n",
                 "tp", "pp", "vpp", "ep", "cp", "dp", "zero", "recompute", "swap", "mbs", "schedule",
                 "mem GiB", "step s", "tokens/s", "MFU", "TFLOPS");
         return;
     }
     const trex_plan_layout *l = &r->lay;
-    fprintf(out, "%-3lld %-3lld %-4lld %-4lld %-3lld %-4lld %-4lld %-14s %-4lld %-3lld %-11s %9.1f %8.2f %11.0f %5.1f%% %7.1f%s\n",
+    fprintf(out, "%-3lld %-3lld %-4lld %-4lld %-3lld %-4lld %-4lld %-19s %-4lld %-3lld %-11s %9.1f %8.2f %11.0f %5.1f%% %7.1f%s\n",
             (long long)l->tp, (long long)l->pp, (long long)l->vpp, (long long)l->ep, (long long)l->cp,
             (long long)l->dp, (long long)l->zero, trex_plan_recompute_name(l->recompute), (long long)l->swap_optimizer,
             (long long)l->mbs, sched_name(l->schedule), r->mem_total / GIB, r->step_s, r->tokens_per_s,
