@@ -2037,6 +2037,7 @@ struct trex_attn_core {
     uint16_t *ob;          /* [N, H*c] bf16 mode */
     float *ilse, *mass;    /* [N] (kl) */
     int32_t *sel, *nsel;   /* [N, topk] (zeroed: a query writes its first nsel), [N] (sparse) */
+    float *u;              /* [N, G*dg]: wo_a's products of o (reserved cores only; the cache's u) */
     trex_indexer_loss il;  /* the forward's KL sum and count (kl) */
     size_t bytes;
 };
@@ -2084,7 +2085,12 @@ trex_attn_core *trex_attn_core_reserve(const trex_ctx *ctx, const trex_config *c
     const trex_arena_mark mk = trex_arena_mark_get(ar);
     const size_t before = trex_arena_used(ar);
     trex_attn_core *k = trex_arena_alloc(ar, sizeof *k);
-    if (!k || !core_carve(ar, &dm, dm.csa && sparse, dm.csa && kl, ctx->compute == TREX_BF16, k)) {
+    bool ok = k && core_carve(ar, &dm, dm.csa && sparse, dm.csa && kl, ctx->compute == TREX_BF16, k);
+    /* and u, which the forward that takes the core reads instead of running wo_a's products again
+     * (written whole by the forward that makes it) */
+    if (ok)
+        ok = (k->u = trex_arena_alloc_uninit(ar, (size_t)(N * dm.G * dm.dg + 1) * sizeof(float))) != NULL;
+    if (!ok) {
         trex_arena_rewind(ar, mk);
         trex_err_set(err, TREX_ENOMEM,
                      "attention layer %d: out of memory keeping the attention core for %" PRId64
@@ -2278,7 +2284,10 @@ trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, in
     qa.L = qscr_layout(dm, docs, C->sparse, core_bf16);
     qa.stride = qa.L.total;
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
-    FALLOC_W(C->u, N * G * dg); /* written whole by the G products (beta 0) */
+    if (core)
+        C->u = core->u; /* made below, or (reuse) taken */
+    else
+        FALLOC_W(C->u, N * G * dg); /* written whole by the G products (beta 0) */
     /* the bf16 copy of q (written whole by qprep_rows): in the cache when there is one (the backward
      * reads it), else scratch like the threads' scratch, from here to the end of the core loop */
     uint16_t *qb = NULL;
@@ -2306,8 +2315,9 @@ trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, in
     trex_arena_rewind(ar, core_mark);
     AP(AP_F_CORE);
 
-    /* grouped low-rank output projection */
-    for (int64_t gi = 0; gi < G; gi++) {
+    /* grouped low-rank output projection (u from a made core: its products ran in the forward that
+     * made it, on the same o) */
+    for (int64_t gi = 0; gi < G && !reuse; gi++) {
         if (C->ob) {
             const trex_gemm_problem pa = {N, dg, gin, C->ob + gi * gin, hc, w->wo_a + gi * dg * gin, gin,
                                           C->u + gi * dg, G * dg};

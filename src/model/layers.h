@@ -83,12 +83,14 @@ trex_code trex_attn_forward(const trex_ctx *ctx, const trex_config *cfg, int lay
                             bool sparse, trex_attn_cache **cache, trex_indexer_loss *il,
                             trex_err *err);
 /* The attention core's results of one layer, kept from one forward for a second forward of the same
- * layer on the same input (recompute full-keep-core, model/model.c): lse, the output o (bf16 mode: its
- * bf16 copy), and in CSA layers the top-k selection and the indexer's KL terms. The core loop is
- * deterministic, so taking them gives the bits of running it again. trex_attn_core_reserve carves them
+ * layer on the same input (recompute full-keep-core and attention-keep-core, model/model.c): lse, the
+ * output o (bf16 mode: its bf16 copy), u = the grouped products of o with wo_a, and in CSA layers the
+ * top-k selection and the indexer's KL terms. The core loop and the products are deterministic, so
+ * taking them gives the bits of running them again. trex_attn_core_reserve carves them
  * from ctx's arena for N tokens (kl: the forward gets an il), or returns NULL with err set (out of memory,
- * with nothing left carved; a bad layer). trex_attn_forward_core with a core whose made is false runs the core loop into it and
- * sets made; with made true it skips the loop and reads the core instead. core NULL: trex_attn_forward. */
+ * with nothing left carved; a bad layer). trex_attn_forward_core with a core whose made is false runs the core loop and wo_a's
+ * products into it and sets made; with made true it skips both and reads the core instead (wo_b's
+ * product runs either way: y is written). core NULL: trex_attn_forward. */
 typedef struct trex_attn_core trex_attn_core;
 trex_attn_core *trex_attn_core_reserve(const trex_ctx *ctx, const trex_config *cfg, int layer, int64_t N,
                                        bool sparse, bool kl, trex_err *err);

@@ -41,7 +41,7 @@
 /* sizeof(struct trex_attn_cache) and sizeof(struct trex_moe_cache) on LP64, counted from their
  * definitions; both round up to whole 64-byte blocks, so a few bytes off change nothing. */
 #define ATTN_CACHE_BYTES 496
-#define ATTN_CORE_BYTES 104 /* struct trex_attn_core */
+#define ATTN_CORE_BYTES 112 /* struct trex_attn_core */
 #define MOE_CACHE_BYTES 144
 
 static size_t r64(size_t b)
@@ -468,7 +468,7 @@ static void compressor_bwd(sim *s, const adims *a, int64_t m, int64_t wm, int64_
  * core loop). */
 enum { CORE_OWN, CORE_MAKE, CORE_TAKE };
 
-/* trex_attn_core_reserve's carve for layer l: the struct, then core_carve's outputs. */
+/* core_carve's outputs (a reserved core adds u: core_reserve). */
 static void core_carve(sim *s, const adims *a)
 {
     const int64_t N = a->N;
@@ -484,11 +484,13 @@ static void core_carve(sim *s, const adims *a)
     }
 }
 
+/* trex_attn_core_reserve for layer l: the struct, core_carve's outputs, then u. */
 static void core_reserve(sim *s, int64_t l, int64_t Bs, int64_t Ts)
 {
     adims a = adims_of(s, l, Bs, Ts);
     A(s, ATTN_CORE_BYTES);
     core_carve(s, &a);
+    F(a.N * a.G * a.dg);
 }
 
 static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
@@ -538,7 +540,8 @@ static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
         core_carve(s, &a);
     if (a.kl && core != CORE_TAKE)
         A(s, ((double)N + 1.0) * 8.0);
-    F(N * a.G * a.dg); /* u, before the core loop's scratch, which goes back after the loop */
+    if (core == CORE_OWN) /* else u is the core's */
+        F(N * a.G * a.dg); /* u, before the core loop's scratch, which goes back after the loop */
     sim_mark core_mark = ar_mark(&s->ar);
     if (core != CORE_TAKE) {
         A(s, (double)(qscr_bytes(&a) * (size_t)s->run->threads) + 1.0);
@@ -556,8 +559,8 @@ static void attn_fwd(sim *s, int64_t l, int64_t Bs, int64_t Ts, int core)
     }
     ar_rewind(&s->ar, core_mark);
     elem(s, (double)(N * a.hc) * 8.0, true);
-    /* grouped output projection */
-    for (int64_t g = 0; g < a.G; g++)
+    /* grouped output projection (a taken core holds u) */
+    for (int64_t g = 0; g < a.G && core != CORE_TAKE; g++)
         gemm(s, false, true, N, a.dg, (a.H / a.G) * a.c);
     lin_fwd(s, N, a.G * a.dg, a.d);
 }

@@ -76,8 +76,8 @@ int trex_cmd_bench_step(int argc, char **argv)
          "none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its "
          "forward again before its backward), full (keep block inputs, run each block's forward again in "
          "the backward), full-keep-core or attention-keep-core (full or attention, keeping each block's "
-         "attention core output too: about H*c*2 bytes per token and block more in bf16, H*c*4 in fp32; no "
-         "core loop in the backward)", false},
+         "attention core output and wo_a's products of it too: about H*c*2 + G*d_g*4 bytes per token and "
+         "block more in bf16, H*c*4 + G*d_g*4 in fp32; no core loop in the backward)", false},
         {"no-weight-copies", TREX_OPT_FLAG, &no_weight_copies, NULL,
          "bf16: without the bf16 copies of the experts' weights that training keeps by default (less memory, "
          "slower MoE products, the same results; docs/params.md)", false},
