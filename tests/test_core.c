@@ -476,6 +476,9 @@ static void test_arena(void)
     memset(s2, 0x33, 2000000);
     trex_arena_rewind(ar, m);
     CHECK(trex_arena_used(ar) == used_at_mark, "rewind restores used");
+    const size_t high = trex_arena_peak(ar);
+    CHECK(high >= used_at_mark + 2300000 && high > trex_arena_used(ar),
+          "peak keeps the high-water mark over a rewind (%zu)", high);
     unsigned char *t1 = trex_arena_xalloc(ar, 300000);
     unsigned char *t2 = trex_arena_xalloc(ar, 2000000);
     CHECK((void *)t1 == s1 && (void *)t2 == s2, "rewound space is carved again at the same places");
@@ -485,6 +488,11 @@ static void test_arena(void)
         kept &= keep[k] == 0x11;
     CHECK(kept, "blocks carved before the mark survive a rewind");
     CHECK(trex_arena_reserved(ar) == reserved, "mark/rewind takes nothing from the system");
+    CHECK(trex_arena_peak(ar) == high, "the same blocks carved again leave the peak where it was");
+    trex_arena_reset(ar);
+    CHECK(trex_arena_peak(ar) == 0, "reset clears the peak");
+    (void)trex_arena_xalloc(ar, 1000);
+    CHECK(trex_arena_peak(ar) == trex_arena_used(ar) && trex_arena_used(ar) > 0, "peak follows a new pass");
 
     /* an uninitialised block is carved like any other, and zeroed blocks carved over it later are zero */
     m = trex_arena_mark_get(ar);

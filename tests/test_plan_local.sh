@@ -4,8 +4,8 @@
 # accounting (trex_mem) and peak RSS; `trex plan` on configs/clusters/local.json (engine fp32-ref,
 # T = its fp32_ref.threads) with --explain prints the same line predicted from the layout and the
 # replay of the engine's allocations (src/plan/engine.c). Parameters, gradients and the activation
-# arena's reserved bytes must agree to the printed 0.1 MiB (for recompute none, full, attention and moe), the arena's bytes in use within 1%, the
-# peak RSS within 5%; and the same for a 2-step `trex train` run. No timing is checked here (docs/perf.md "Planner vs this machine" records the
+# arena's reserved bytes must agree to the printed 0.1 MiB (for every recompute policy), the arena's bytes in
+# use after the pass and at its peak within 1%, the peak RSS within 5%; and the same for a 2-step `trex train` run. No timing is checked here (docs/perf.md "Planner vs this machine" records the
 # step-time comparison).
 # Env: TREX = the trex binary, PYTHON (only to write the small batch files). Prints `N passed, N failed`.
 . "$(dirname "$0")/lib.sh"
@@ -14,9 +14,9 @@ CLUSTER=configs/clusters/local.json
 
 # within A B TOL: |A/B - 1| <= TOL
 within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { e = a / b - 1; if (e < 0) e = -e; exit !(b > 0 && e <= t) }'; }
-# the six numbers of a memory line: rss params grads acts used reserved
+# the seven numbers of a memory line: rss params grads acts used reserved peak
 mem_fields() {
-  sed -n 's/.*memory: peak RSS \([0-9.]*\) MiB; peak by region: params \([0-9.]*\) MiB grads \([0-9.]*\) MiB acts \([0-9.]*\) MiB; activations used \([0-9.]*\) MiB of \([0-9.]*\) MiB reserved.*/\1 \2 \3 \4 \5 \6/p' "$1" | head -n 1
+  sed -n 's/.*memory: peak RSS \([0-9.]*\) MiB; peak by region: params \([0-9.]*\) MiB grads \([0-9.]*\) MiB acts \([0-9.]*\) MiB; activations used \([0-9.]*\) MiB of \([0-9.]*\) MiB reserved, peak \([0-9.]*\) MiB.*/\1 \2 \3 \4 \5 \6 \7/p' "$1" | head -n 1
 }
 
 # the checker itself must reject what it should
@@ -65,16 +65,19 @@ for bt in 1x128 2x100 1x192 1x192:full 1x192:attention 1x192:moe 1x192:full-keep
   if [ -z "$run" ] || [ -z "$pred" ]; then
     bad "$bt: memory line missing (run: '$run', plan: '$pred')"; sed 's/^/    /' "$tmp/run$bt" "$tmp/plan$bt" | tail -20; continue
   fi
-  read -r r_rss r_par r_grd r_act r_used r_res <<<"$run"
-  read -r p_rss p_par p_grd p_act p_used p_res <<<"$pred"
-  echo "  $bt: run    peak RSS $r_rss MiB, params $r_par, grads $r_grd, acts $r_act (used $r_used of $r_res)"
-  echo "  $bt: plan   peak RSS $p_rss MiB, params $p_par, grads $p_grd, acts $p_act (used $p_used of $p_res)"
+  read -r r_rss r_par r_grd r_act r_used r_res r_peak <<<"$run"
+  read -r p_rss p_par p_grd p_act p_used p_res p_peak <<<"$pred"
+  echo "  $bt: run    peak RSS $r_rss MiB, params $r_par, grads $r_grd, acts $r_act (used $r_used of $r_res, peak $r_peak)"
+  echo "  $bt: plan   peak RSS $p_rss MiB, params $p_par, grads $p_grd, acts $p_act (used $p_used of $p_res, peak $p_peak)"
   [ "$r_par" = "$p_par" ] && ok || bad "$bt params: run $r_par MiB, planner $p_par MiB"
   [ "$r_grd" = "$p_grd" ] && ok || bad "$bt grads: run $r_grd MiB, planner $p_grd MiB"
   [ "$r_act" = "$p_act" ] && ok || bad "$bt acts region (arena reserved): run $r_act MiB, planner $p_act MiB"
   [ "$r_res" = "$p_res" ] && ok || bad "$bt arena reserved: run $r_res MiB, planner $p_res MiB"
   # the replay is exact today; 1% (the issue asks 5%) still lets a small buffer added to the engine pass
   within "$p_used" "$r_used" 0.01 && ok || bad "$bt activations in use: run $r_used MiB, planner $p_used MiB (> 1%)"
+  # and the arena's high-water mark, which the order of every carve and rewind sets (a core not taken
+  # by a keep-core policy's second forward, or a replay that skips the wrong blocks, moves it)
+  within "$p_peak" "$r_peak" 0.01 && ok || bad "$bt activations at the peak: run $r_peak MiB, planner $p_peak MiB (> 1%)"
   within "$p_rss" "$r_rss" 0.05 && ok || bad "$bt peak RSS: run $r_rss MiB, planner $p_rss MiB (> 5%)"
 done
 

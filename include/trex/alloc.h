@@ -61,6 +61,7 @@ typedef struct trex_arena_mark {
 trex_arena_mark trex_arena_mark_get(const trex_arena *a);
 void trex_arena_rewind(trex_arena *a, trex_arena_mark m);
 size_t trex_arena_used(const trex_arena *a);      /* bytes handed out since the last reset */
+size_t trex_arena_peak(const trex_arena *a);      /* the most of them at once since the last reset */
 size_t trex_arena_reserved(const trex_arena *a);  /* bytes held from the system */
 
 /* malloc/calloc/realloc for the bookkeeping of tools and data pipelines (not for tensors): abort with

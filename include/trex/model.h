@@ -58,8 +58,9 @@ typedef enum trex_model_recompute {
                                        again right before its backward; mHC state and output stay */
     TREX_MODEL_RECOMPUTE_MOE,       /* the same for the MoE sub-layer (trex_moe_cache) */
     TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE, /* FULL, but each main block also keeps its attention core's
-                                            results (the output o, lse, the top-k selection): the
-                                            backward's forward skips the core loop */
+                                            results (the output o, lse, the top-k selection, wo_a's
+                                            products of o): the backward's forward skips the core loop
+                                            and those products */
     TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE, /* ATTENTION, but every block also keeps its attention
                                                  core's results: the attention forward run again before
                                                  the backward skips the core loop */
@@ -141,8 +142,10 @@ void trex_model_backward(trex_model *m);
  * the next forward. The trainer sums them over a step's micro-batches for the bias update. */
 const int64_t *trex_model_expert_load(const trex_model *m, int64_t block);
 
-/* Bytes of activations the last step held (the arena's high-water mark) and reserved. */
+/* Bytes of the activation arena: in use now (what the last pass left: its backward's kept blocks), the
+ * most in use at once since the last forward began (its high-water mark), and reserved. */
 size_t trex_model_arena_used(const trex_model *m);
+size_t trex_model_arena_peak(const trex_model *m);
 size_t trex_model_arena_reserved(const trex_model *m);
 
 #endif

@@ -145,6 +145,7 @@ struct trex_arena {
     arena_chunk *first; /* chunks in order of creation */
     arena_chunk *cur;   /* the chunk being carved */
     size_t used;        /* bytes handed out since reset, each rounded up to TREX_ALIGN */
+    size_t peak;        /* the most of used at once since reset */
     size_t reserved;    /* sum of chunk sizes */
 };
 
@@ -215,6 +216,15 @@ static void *chunk_carve(arena_chunk *c, size_t need, bool zero)
     return p;
 }
 
+/* p, carved for need bytes: counted as handed out. */
+static void *handed_out(trex_arena *a, void *p, size_t need)
+{
+    a->used += need;
+    if (a->used > a->peak)
+        a->peak = a->used;
+    return p;
+}
+
 static void *arena_alloc(trex_arena *a, size_t bytes, bool zero)
 {
     TREX_ASSERT(a);
@@ -225,10 +235,8 @@ static void *arena_alloc(trex_arena *a, size_t bytes, bool zero)
         need = TREX_ALIGN; /* distinct pointers for zero-byte requests */
     while (a->cur) {
         void *p = chunk_carve(a->cur, need, zero);
-        if (p) {
-            a->used += need;
-            return p;
-        }
+        if (p)
+            return handed_out(a, p, need);
         if (!a->cur->next)
             break;
         a->cur = a->cur->next;
@@ -250,8 +258,7 @@ static void *arena_alloc(trex_arena *a, size_t bytes, bool zero)
     a->cur = c;
     void *p = chunk_carve(c, need, zero);
     TREX_ASSERT(p);
-    a->used += need;
-    return p;
+    return handed_out(a, p, need);
 }
 
 void *trex_arena_alloc(trex_arena *a, size_t bytes)
@@ -276,7 +283,7 @@ void *trex_arena_xalloc(trex_arena *a, size_t bytes)
 void trex_arena_reset(trex_arena *a)
 {
     TREX_ASSERT(a);
-    a->used = 0;
+    a->used = a->peak = 0;
     for (arena_chunk *c = a->first; c; c = c->next)
         c->used = 0;
     a->cur = a->first;
@@ -307,6 +314,12 @@ size_t trex_arena_used(const trex_arena *a)
 {
     TREX_ASSERT(a);
     return a->used;
+}
+
+size_t trex_arena_peak(const trex_arena *a)
+{
+    TREX_ASSERT(a);
+    return a->peak;
 }
 
 size_t trex_arena_reserved(const trex_arena *a)

@@ -413,6 +413,11 @@ size_t trex_model_arena_used(const trex_model *m)
     return trex_arena_used(m->arena);
 }
 
+size_t trex_model_arena_peak(const trex_model *m)
+{
+    return trex_arena_peak(m->arena);
+}
+
 size_t trex_model_arena_reserved(const trex_model *m)
 {
     return trex_arena_reserved(m->arena);
@@ -972,8 +977,10 @@ static trex_code block_forward(trex_model *m, int64_t l, const trex_seqinfo *seq
          * output y is made; block_backward runs its forward again */
         const bool drop = bs && sub_dropped(m->opts.recompute, s);
         if (drop && s == 0 && m->opts.recompute == TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE) {
-            /* the core outlives the dropped cache: carved below the sub-layer's mark */
-            if (!(bs->core = trex_attn_core_reserve(&m->ctx, cfg, (int)l, N, m->opts.sparse, il != NULL, err)))
+            /* the core outlives the dropped cache: carved below the sub-layer's mark; it keeps the KL
+             * terms (kl true), so both forwards get an il, as under full-keep-core */
+            TREX_ASSERT(il != NULL);
+            if (!(bs->core = trex_attn_core_reserve(&m->ctx, cfg, (int)l, N, m->opts.sparse, true, err)))
                 return err ? err->code : TREX_ENOMEM;
             core = bs->core;
         }

@@ -171,9 +171,9 @@ static void print_fp32(FILE *out, const trex_plan_model *m, const trex_cluster *
     fprintf(out, "  time: forward %.3f s, backward %.3f s (%lld tokens); CPU time forward %.3f s, backward "
                  "%.3f s\n", g.fwd_s, g.bwd_s, (long long)(mr.B * mr.T), g.cpu_s[0], g.cpu_s[1]);
     fprintf(out, "  memory: peak RSS %.1f MiB; peak by region: params %.1f MiB grads %.1f MiB acts %.1f MiB; "
-                 "activations used %.1f MiB of %.1f MiB reserved\n",
+                 "activations used %.1f MiB of %.1f MiB reserved, peak %.1f MiB\n",
             g.rss_peak / MIB, g.params / MIB, g.grads / MIB, g.acts_reserved / MIB, g.acts_end / MIB,
-            g.acts_reserved / MIB);
+            g.acts_reserved / MIB, g.acts_peak / MIB);
     fprintf(out, "  peak RSS = max(step: baseline %.1f + params %.1f + gradient pages %.1f + arena pages %.1f "
                  "MiB; loading: baseline + params + the mapped file of %.1f MiB)\n",
             g.baseline / MIB, g.params / MIB, g.grads_resident / MIB, g.acts_resident / MIB,

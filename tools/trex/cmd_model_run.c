@@ -144,8 +144,9 @@ static void print_mem(const trex_mem *mem, const trex_model *m)
     for (int r = 0; r < TREX_REGION_COUNT; r++)
         if (mem->peak[r])
             printf(" %s %.1f MiB", trex_region_name((trex_region)r), (double)mem->peak[r] / MiB);
-    printf("; activations used %.1f MiB of %.1f MiB reserved\n", (double)trex_model_arena_used(m) / MiB,
-           (double)trex_model_arena_reserved(m) / MiB);
+    printf("; activations used %.1f MiB of %.1f MiB reserved, peak %.1f MiB\n",
+           (double)trex_model_arena_used(m) / MiB, (double)trex_model_arena_reserved(m) / MiB,
+           (double)trex_model_arena_peak(m) / MiB);
 }
 
 int trex_cmd_model_run(int argc, char **argv)
@@ -168,7 +169,7 @@ int trex_cmd_model_run(int argc, char **argv)
         {"threads", TREX_OPT_I64, &threads, "N", "worker threads (0: TREX_THREADS, else all cores)", false},
         {"precision", TREX_OPT_STR, &precision, "P", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; docs/precision.md)", false},
         {"head", TREX_OPT_STR, &head, "H", "LM head products: auto (bf16x2g1 under --precision bf16, else fp32), fp32, bf16x3 (3-term bf16 split on the bf16 GEMM, fp32-level accuracy, logits and gradients), bf16x3g1 (bf16x3 logits, 1-term bf16 gradient products), or bf16x2g1 (logits of the bf16 weight and the fp32 activation, 2-term split; 1-term bf16 gradient products; docs/precision.md)", false},
-        {"recompute", TREX_OPT_STR, &recompute, "R", "with --backward: none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its forward again before its backward), full (keep each block's input, run its forward again in the backward), full-keep-core or attention-keep-core (full or attention, keeping each block's attention core output too, which the attention forward run again in the backward then skips); same results, less memory", false},
+        {"recompute", TREX_OPT_STR, &recompute, "R", "with --backward: none (keep every block's activations), attention or moe (drop that sub-layer's internals, run its forward again before its backward), full (keep each block's input, run its forward again in the backward), full-keep-core or attention-keep-core (full or attention, keeping each block's attention core output and wo_a's products of it too, which the attention forward run again in the backward then skips); same results, less memory", false},
         {"head-chunk-rows", TREX_OPT_I64, &head_chunk_rows, "N", "rows of logits the head holds at once (0: automatic; docs/perf.md)", false},
         {"no-logits", TREX_OPT_FLAG, &no_logits, NULL, "do not compute or write logits / mtp_logits (big models)", false},
         {0}};

@@ -102,7 +102,8 @@ int trex_cmd_train(int argc, char **argv)
          "docs/precision.md); a resumed run keeps it [fp32]", NULL},
         {"weight_copies", "true|false", "bf16 mode: keep bf16 copies of the experts' weights, rewritten by each "
          "optimizer step (faster MoE products, the same results, about 4 bytes per expert weight more memory as "
-         "packed panels, 2 under --recompute attention and moe; docs/params.md) [true]", NULL},
+         "packed panels, 2 under --recompute attention, attention-keep-core and moe; docs/params.md) [true]",
+         NULL},
         {"muon_ns", "bf16|fp32", "precision of Muon's Newton-Schulz products: bf16 (bf16 operands, fp32 sums, "
          "on AMX) or fp32 (the reference); docs/optim.md [bf16]", NULL},
         {"recompute", "none|attention|moe|full|full-keep-core|attention-keep-core", "activations kept for the backward (same "
@@ -110,7 +111,8 @@ int trex_cmd_train(int argc, char **argv)
          "the attention (MoE) sub-layers' internals and runs that sub-layer's forward again before its "
          "backward; full keeps only each block's input and runs the block's forward again in the backward; "
          "full-keep-core and attention-keep-core as full and attention, also keeping each block's attention "
-         "core output (the attention forward run again in the backward skips the core loop) [none]", NULL},
+         "core output and wo_a's products of it (the attention forward run again in the backward skips the "
+         "core loop and those products) [none]", NULL},
         {"threads", "N", "threads, 0 = TREX_THREADS or every core [0]", NULL},
         {"peak_tflops", "X", "MFU denominator, 0 = the --cluster file's peak (fp32) or the AMX bf16 peak measured "
          "at start (bf16) [0]", NULL},
