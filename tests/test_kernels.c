@@ -1378,6 +1378,13 @@ static void split_fill(float *x, int64_t count)
         x[i] = (float)((i * 7919 % 1999) - 999) / 37.0f + (i % 5 == 0 ? 1e-30f : 0.0f);
 }
 
+/* The two bf16 terms of v that both splits write: hi = bf16(v), lo = bf16(v - hi). */
+static void split_ref(float v, uint16_t *hi, uint16_t *lo)
+{
+    *hi = trex_f32_to_bf16(v);
+    *lo = trex_f32_to_bf16(v - trex_bf16_to_f32(*hi));
+}
+
 /* trex_split_bf16x3_rows: each dst row holds hi = bf16(x) at hi0 and hi1 and lo = bf16(x - hi) at lo0,
  * for any row count and length (the bf16x3 operands of the LM head and the compressor). */
 static void test_split3(trex_pool *pool)
@@ -1394,7 +1401,8 @@ static void test_split3(trex_pool *pool)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t k = 0; k < n; k++) {
                 const float v = x[r * n + k];
-                const uint16_t hi = trex_f32_to_bf16(v), lo = trex_f32_to_bf16(v - trex_bf16_to_f32(hi));
+                uint16_t hi, lo;
+                split_ref(v, &hi, &lo);
                 const uint16_t *row = d + r * 3 * n;
                 bad += row[k] != hi || row[2 * n + k] != hi || row[n + k] != lo;
                 const double e = fabs((double)trex_bf16_to_f32(row[k]) + trex_bf16_to_f32(row[n + k]) - v);
@@ -1424,8 +1432,8 @@ static void test_split2(trex_pool *pool)
             int64_t bad = 0;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t k = 0; k < n; k++) {
-                    const float v = x[r * n + k];
-                    const uint16_t hi = trex_f32_to_bf16(v), lo = trex_f32_to_bf16(v - trex_bf16_to_f32(hi));
+                    uint16_t hi, lo;
+                    split_ref(x[r * n + k], &hi, &lo);
                     const uint16_t *row = d + r * 2 * n;
                     bad += row[k] != hi || row[n + k] != (weight ? hi : lo);
                 }

@@ -1400,10 +1400,8 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     if (opts && opts->compute != TREX_F32 && opts->compute != TREX_BF16)
         return trex_err_set(err, TREX_EINVAL, "model options: compute: %s — use F32 or BF16",
                             trex_dtype_name(opts->compute));
-    if (opts && opts->recompute != TREX_MODEL_RECOMPUTE_NONE && opts->recompute != TREX_MODEL_RECOMPUTE_FULL &&
-        opts->recompute != TREX_MODEL_RECOMPUTE_ATTENTION && opts->recompute != TREX_MODEL_RECOMPUTE_MOE &&
-        opts->recompute != TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE &&
-        opts->recompute != TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE)
+    if (opts && (opts->recompute < TREX_MODEL_RECOMPUTE_NONE ||
+                 opts->recompute > TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE)) /* the last policy */
         return trex_err_set(err, TREX_EINVAL,
                             "model options: recompute: %d — use NONE, ATTENTION, MOE, FULL, FULL_KEEP_CORE or "
                             "ATTENTION_KEEP_CORE",

@@ -1044,6 +1044,12 @@ static void split_rows(void *arg, int64_t i0, int64_t i1, int tid)
  * has turned over, and streaming stores skip the read for ownership of every line. */
 #define SPLIT_STREAM_BYTES ((int64_t)64 << 20)
 
+/* Rows per unit of the pool for the row splits: about 4096 values each. */
+static int64_t split_grain(int64_t n)
+{
+    return n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1);
+}
+
 typedef struct split2_job {
     uint16_t *dst;
     const float *src;
@@ -1078,7 +1084,7 @@ void trex_split_bf16x2_rows(trex_pool *pool, uint16_t *dst, const float *src, in
     TREX_ASSERT(rows >= 0 && n >= 0);
     split2_job j = {dst, src, n, weight,
                     weight && rows * 2 * n * 2 >= SPLIT_STREAM_BYTES ? trex_fused()->cvt_bf16_nt : NULL};
-    trex_pool_for(pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split2_rows, &j);
+    trex_pool_for(pool, rows, split_grain(n), split2_rows, &j);
 }
 
 /* One pass of the fused table's split3 per block of rows (hi, x - hi and lo in registers; the same bits
@@ -1088,5 +1094,5 @@ void trex_split_bf16x3_rows(trex_pool *pool, uint16_t *dst, const float *src, in
 {
     TREX_ASSERT(rows >= 0 && n >= 0);
     split_job j = {src, dst, n, hi0, lo0, hi1, rows * 3 * n * 2 >= SPLIT_STREAM_BYTES, trex_fused()};
-    trex_pool_for(pool, rows, n >= 4096 ? 1 : 4096 / (n > 0 ? n : 1), split_rows, &j);
+    trex_pool_for(pool, rows, split_grain(n), split_rows, &j);
 }
