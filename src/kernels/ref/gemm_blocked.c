@@ -9,7 +9,8 @@
  *      A block stays near 1 MiB). The rows of blocks of every problem of the batch form one list; each
  *      pool thread takes the next row from it (an atomic counter), packs that row's A block (A format)
  *      into its own buffer and computes the row's blocks from it while it is hot: packed A never goes
- *      back to memory, and a thread that the OS descheduled simply takes fewer rows. Inside a block,
+ *      back to memory, and a thread that the OS descheduled simply takes fewer rows (fewer rows than
+ *      threads: each row is cut into groups of column blocks, col_groups). Inside a block,
  *      each B panel (32 x Kp) meets the block's A panels in the micro-kernel, which keeps its 32x32
  *      block of C in registers over the whole of K: C is read (beta 1) and written once. A C that is
  *      only written (alpha 1, beta 0) and larger than STREAM_LIMIT in all is written with
@@ -72,7 +73,8 @@ typedef struct sub {
 typedef struct item {        /* a unit of work handed to whichever thread asks next */
     int32_t s;               /* sub-problem, relative to the batch's first */
     int32_t i, n;            /* pack: B panels i..i+n-1, or with b_ksteps its k steps i..i+n-1 of every
-                              * panel; compute: the row of blocks i (n unused) */
+                              * panel; compute: the row of blocks i, its column blocks j0..j1-1 */
+    int32_t j0, j1;
 } item;
 
 typedef struct run {
@@ -302,12 +304,44 @@ static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
                 ablk = s->apan + it->i * s->mb * s->Kp;
             else
                 pack_a_block(r, s, it->i, own);
-            for (int64_t bj = 0; bj < s->nblk; bj++)
+            for (int64_t bj = it->j0; bj < it->j1; bj++)
                 compute_block(r, s, it->i, bj, ablk);
         }
         if (begun && r->t->gemm_end)
             r->t->gemm_end();
     }
+}
+
+/* Compute items per row of blocks of a batch with `rows` rows of blocks on nslots threads: 1 (the row's
+ * blocks computed from one packed A block), unless there are fewer rows than threads: then each row is
+ * cut into nslots / rows groups of column blocks, each of which packs the row's A block again. With a
+ * thread per item that is never slower (the A block's packing plus a part of the row, against all of
+ * it); small weight gradients at short sequences (d wo_a: 256 rows of C, one row of blocks) take
+ * 0.65-0.75x the time on two threads. With more rows than threads the extra packing can cost more
+ * than the balance gains (d hn at T = 512: 7 rows of blocks, its A packed transposed, took 0.235
+ * against 0.164 s per step in column halves), so those rows are left whole. The bits of C do not
+ * change: a block is still one thread's, summed over all of K. */
+static int64_t col_groups(int64_t rows, int nslots)
+{
+    return rows > 0 && rows < nslots ? nslots / rows : 1;
+}
+
+/* The compute items of subs [b, e) (items NULL: only count them). */
+static int64_t compute_items(item *items, const sub *subs, int64_t b, int64_t e, int nslots)
+{
+    int64_t rows = 0, n = 0;
+    for (int64_t s = b; s < e; s++)
+        rows += subs[s].mblk;
+    const int64_t groups = col_groups(rows, nslots);
+    for (int64_t s = b; s < e; s++) {
+        const int64_t g = groups < subs[s].nblk ? groups : subs[s].nblk;
+        for (int64_t i = 0; i < subs[s].mblk; i++)
+            for (int64_t k = 0; k < g; k++, n++)
+                if (items)
+                    items[n] = (item){(int32_t)(s - b), (int32_t)i, 0, (int32_t)(k * subs[s].nblk / g),
+                                      (int32_t)((k + 1) * subs[s].nblk / g)};
+    }
+    return n;
 }
 
 /* ---- workspace ---------------------------------------------------------------------------------------- */
@@ -788,22 +822,22 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
 
     /* Batches: consecutive sub-problems while their B panels fit BATCH_LIMIT (at least one). Size
      * the workspace for the largest. */
+    const int nslots = trex_pool_size(pool);
     int64_t max_pack = 0, max_items = 0;
     for (int64_t b = 0; b < nsubs;) {
-        int64_t e = b, pack = 0, items_p = 0, items_c = 0;
+        int64_t e = b, pack = 0, items_p = 0;
         while (e < nsubs &&
                (e == b || 2 * (pack + sub_ws_packed(&subs[e], prepacked)) <= BATCH_LIMIT)) {
             pack += sub_ws_packed(&subs[e], prepacked);
             items_p += prepacked ? 0 : pack_items(&subs[e]);
-            items_c += subs[e].mblk;
             e++;
         }
+        const int64_t items_c = compute_items(NULL, subs, b, e, nslots);
         max_pack = pack > max_pack ? pack : max_pack;
         max_items = items_p > max_items ? items_p : max_items;
         max_items = items_c > max_items ? items_c : max_items;
         b = e;
     }
-    const int nslots = trex_pool_size(pool);
     const int mode = alpha == 1.0f && beta == 0.0f   ? MODE_SET
                      : alpha == 1.0f && beta == 1.0f ? MODE_ADD
                                                      : MODE_GENERAL;
@@ -836,18 +870,14 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
             for (int64_t s = b; s < e; s++) {
                 const int64_t span = pack_span(&subs[s]), u = pack_unit(&subs[s]);
                 for (int64_t p = 0; p < span; p += u)
-                    items[n++] = (item){(int32_t)(s - b), (int32_t)p, (int32_t)min64(u, span - p)};
+                    items[n++] = (item){(int32_t)(s - b), (int32_t)p, (int32_t)min64(u, span - p), 0, 0};
             }
             r.nitems = n;
             atomic_init(&next, 0);
             trex_pool_for(pool, nslots, 1, pack_slots, &r);
         }
 
-        n = 0;
-        for (int64_t s = b; s < e; s++)
-            for (int64_t i = 0; i < subs[s].mblk; i++)
-                items[n++] = (item){(int32_t)(s - b), (int32_t)i, 0};
-        r.nitems = n;
+        r.nitems = compute_items(items, subs, b, e, nslots);
         atomic_init(&next, 0);
         trex_pool_for(pool, nslots, 1, compute_slots, &r);
         b = e;
