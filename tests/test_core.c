@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -625,6 +626,85 @@ static void outer_fn(void *p, int64_t begin, int64_t end, int tid)
         __atomic_add_fetch(&a->inner_tid_ok, 1, __ATOMIC_RELAXED);
 }
 
+/* Waiting: a worker polls for the next job, then sleeps; the caller polls for the last chunk, then
+ * sleeps (core/pool.c). Calls spaced by pauses longer than the polling window make the threads sleep
+ * between them, and a 1 us window races every registration against a posting; each call must still
+ * run every index once, whatever the caller and the workers happen to be doing, with chunks fewer than
+ * the workers too and with two unrelated threads calling the same pool. */
+typedef struct wait_arg {
+    trex_pool *pool;
+    int64_t total;
+    int calls;
+} wait_arg;
+
+static void *wait_caller(void *p)
+{
+    wait_arg *a = p;
+    for (int i = 0; i < a->calls; i++)
+        trex_pool_for(a->pool, 5 + i % 7, 1, inner_fn, &a->total);
+    return NULL;
+}
+
+static void test_pool_waits(void)
+{
+    alarm(120); /* a lost wake-up hangs a call: end the test (SIGALRM) instead of the suite */
+    const char *saved = getenv("TREX_SPIN_US");
+    char *keep = saved ? strdup(saved) : NULL;
+    static const char *spins[] = {"0", "1", "50", NULL};
+    static const int sizes[] = {2, 3};
+    static const useconds_t pauses[] = {0, 0, 20, 0, 300, 1};
+    for (size_t si = 0; si < sizeof spins / sizeof spins[0]; si++) {
+        if (spins[si])
+            setenv("TREX_SPIN_US", spins[si], 1);
+        else
+            unsetenv("TREX_SPIN_US");
+        for (size_t zi = 0; zi < sizeof sizes / sizeof sizes[0]; zi++) {
+            trex_pool *pool = trex_pool_create(sizes[zi]);
+            CHECK(pool != NULL, "pool of %d with TREX_SPIN_US=%s", sizes[zi], spins[si] ? spins[si] : "(unset)");
+            if (!pool)
+                continue;
+            int64_t total = 0, want = 0;
+            for (int i = 0; i < 1200; i++) {
+                const int64_t n = 1 + i % 5; /* 1 .. 5 chunks of 1: fewer than the workers at times */
+                trex_pool_for(pool, n, 1, inner_fn, &total);
+                want += n;
+                const useconds_t us = pauses[i % (sizeof pauses / sizeof pauses[0])];
+                if (us && i % 10 == 0)
+                    usleep(us);
+            }
+            CHECK(total == want, "TREX_SPIN_US=%s, %d threads: %lld of %lld indices run", spins[si] ? spins[si] : "(unset)",
+                  sizes[zi], (long long)total, (long long)want);
+            wait_arg a[2] = {{pool, 0, 600}, {pool, 0, 600}};
+            pthread_t th;
+            const bool started = pthread_create(&th, NULL, wait_caller, &a[1]) == 0;
+            wait_caller(&a[0]);
+            if (started)
+                pthread_join(th, NULL);
+            int64_t w = 0;
+            for (int i = 0; i < 600; i++)
+                w += 5 + i % 7;
+            CHECK(started && a[0].total == w && a[1].total == w, "two callers of one pool: %lld and %lld of %lld",
+                  (long long)a[0].total, (long long)a[1].total, (long long)w);
+            trex_pool_destroy(pool);
+        }
+    }
+    static const char *bad[] = {"abc", "-1", "1000001", "5us"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("TREX_SPIN_US", bad[i], 1);
+        trex_err err = {0};
+        trex_pool *p = NULL;
+        const trex_code rc = trex_pool_create_checked(&p, 2, &err);
+        CHECK(rc == TREX_EINVAL && !p && strstr(err.msg, "TREX_SPIN_US"), "TREX_SPIN_US='%s': %s", bad[i], err.msg);
+        trex_pool_destroy(p);
+    }
+    if (keep)
+        setenv("TREX_SPIN_US", keep, 1);
+    else
+        unsetenv("TREX_SPIN_US");
+    free(keep);
+    alarm(0);
+}
+
 static void test_pool_misc(void)
 {
     float x[10007];
@@ -948,6 +1028,7 @@ int main(void)
     test_arena();
     test_pool_cover();
     test_pool_misc();
+    test_pool_waits();
     test_rng();
     test_io();
     return check_summary();

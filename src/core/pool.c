@@ -1,38 +1,59 @@
 /* core/pool.c — a fixed pthread pool with a deterministic static parallel-for.
  *
- * The caller is thread 0; nthreads-1 persistent workers sleep on a condition variable and wake when
- * the job generation counter moves. A call splits [0, n) into k = min(nthreads, n / grain) contiguous
- * chunks, the first n % k of them one index longer; chunk i runs on thread i. The boundaries depend
- * only on n, grain and the pool size, never on timing. Concurrent calls from unrelated threads are
- * serialised; a call from inside a task (of any pool) runs inline on the calling thread, which a
- * thread-local marker detects (the only per-thread state here, set only while a task runs). */
+ * The caller is thread 0; nthreads-1 persistent workers wait for the job generation counter to move.
+ * A call splits [0, n) into k = min(nthreads, n / grain) contiguous chunks, the first n % k of them one
+ * index longer; chunk i runs on thread i. The boundaries depend only on n, grain and the pool size,
+ * never on timing. Concurrent calls from unrelated threads are serialised; a call from inside a task
+ * (of any pool) runs inline on the calling thread, which a thread-local marker detects (the only
+ * per-thread state here, set only while a task runs).
+ *
+ * Waiting spins before it sleeps. A training step makes about 1 800 parallel calls, most of them a
+ * few hundred microseconds long with a few microseconds of the caller's serial work between them; a
+ * condition variable alone costs 60-75 us per call on the development VM (a sleeping thread's wake-up),
+ * about 0.12 s of a 3.5 s step at T = 512. So a worker polls the generation, and the caller the count
+ * of unfinished chunks, for up to TREX_SPIN_US microseconds (default SPIN_US; 0: never) before
+ * sleeping on the condition variable. A polling thread yields its core every 64 polls, so that a
+ * thread it waits for gets to run where threads outnumber cores (3 or 4 threads on this 2-core
+ * machine: 1 200 small calls in 21-26 ms polling against 82-83 ms sleeping at once). The sleep is
+ * registered (sleepers, waiting) and checked again under the lock, so a wake-up is never lost, and a
+ * thread that found nothing to do for that long stops costing CPU. */
 #include "trex/pool.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trex/status.h"
 
 #define POOL_MAX_THREADS 1024
+#define SPIN_US 200         /* default polling before a wait sleeps (TREX_SPIN_US overrides) */
+#define SPIN_US_MAX 1000000 /* TREX_SPIN_US at most this (one second) */
 
 struct trex_pool {
     int nthreads;
     pthread_t *threads; /* nthreads - 1 workers; worker w runs chunks for tid w + 1 */
     int started;        /* workers successfully created */
+    int64_t spin_ns;    /* polling before a wait sleeps */
 
     pthread_mutex_t call_lock; /* one parallel-for at a time */
-    pthread_mutex_t lock;      /* guards everything below */
+    pthread_mutex_t lock;      /* guards the sleeps on wake and done */
     pthread_cond_t wake;
     pthread_cond_t done;
-    uint64_t generation;
-    int stop;
-    int pending; /* worker chunks not yet finished */
+    _Atomic uint64_t generation; /* moves once per job, after the job is written */
+    atomic_int stop;
+    atomic_int pending;  /* workers that have not finished (or passed on) the current job */
+    atomic_int sleepers; /* workers asleep on wake, or about to be */
+    atomic_int waiting;  /* the caller asleep on done, or about to be */
 
-    /* the current job */
+    /* the current job: written by the caller before generation moves, read by the workers after it
+     * has; the caller writes the next one only when every worker has finished with this one */
     trex_task_fn fn;
     void *arg;
     int64_t n;
@@ -98,29 +119,102 @@ static void broadcast_or_die(pthread_cond_t *c)
         TREX_ABORT("pthread_cond_broadcast: %s", strerror(rc));
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Polls until done(pool, seen) holds or spin_ns have passed; true if it holds. */
+static bool spin_until(trex_pool *pool, bool (*done)(trex_pool *, uint64_t), uint64_t seen)
+{
+    if (pool->spin_ns <= 0)
+        return done(pool, seen);
+    const int64_t t0 = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (done(pool, seen))
+            return true;
+        cpu_relax();
+        if (i % 64 == 0) {
+            if (now_ns() - t0 > pool->spin_ns)
+                return done(pool, seen);
+            sched_yield(); /* a thread this one waits for may need the core */
+        }
+    }
+}
+
+static bool job_posted(trex_pool *pool, uint64_t seen)
+{
+    return atomic_load(&pool->generation) != seen || atomic_load(&pool->stop);
+}
+
+static bool job_finished(trex_pool *pool, uint64_t unused)
+{
+    (void)unused;
+    return atomic_load(&pool->pending) == 0;
+}
+
+/* The generation after `seen` (or any, once the pool stops): polled, then slept for. */
+static uint64_t await_job(trex_pool *pool, uint64_t seen)
+{
+    if (!spin_until(pool, job_posted, seen)) {
+        lock_or_die(&pool->lock);
+        atomic_fetch_add(&pool->sleepers, 1); /* before the check: the caller then sees it (below) */
+        while (!job_posted(pool, seen))
+            wait_or_die(&pool->wake, &pool->lock);
+        atomic_fetch_sub(&pool->sleepers, 1);
+        unlock_or_die(&pool->lock);
+    }
+    return atomic_load(&pool->generation);
+}
+
 static void *worker_main(void *p)
 {
     worker_arg wa = *(worker_arg *)p;
     free(p);
     trex_pool *pool = wa.pool;
-    uint64_t seen = 0;
-    lock_or_die(&pool->lock);
-    for (;;) {
-        while (!pool->stop && pool->generation == seen)
-            wait_or_die(&pool->wake, &pool->lock);
-        if (pool->stop)
+    for (uint64_t seen = 0;;) {
+        seen = await_job(pool, seen);
+        if (atomic_load(&pool->stop))
             break;
-        seen = pool->generation;
-        if (wa.tid >= pool->chunks)
-            continue;
-        unlock_or_die(&pool->lock);
-        run_chunk(pool, wa.tid);
-        lock_or_die(&pool->lock);
-        if (--pool->pending == 0)
+        if (wa.tid < pool->chunks)
+            run_chunk(pool, wa.tid);
+        /* the last worker out wakes the caller if it went to sleep: it registered (waiting) before
+         * checking pending under the lock, so one of the two sees the other */
+        if (atomic_fetch_sub(&pool->pending, 1) == 1 && atomic_load(&pool->waiting)) {
+            lock_or_die(&pool->lock);
             broadcast_or_die(&pool->done);
+            unlock_or_die(&pool->lock);
+        }
     }
-    unlock_or_die(&pool->lock);
     return NULL;
+}
+
+/* TREX_SPIN_US, or the default SPIN_US; an invalid value is an error (as TREX_THREADS). */
+static trex_code spin_setting(int64_t *ns, trex_err *err)
+{
+    const char *env = getenv("TREX_SPIN_US");
+    *ns = (int64_t)SPIN_US * 1000;
+    if (!env || !*env)
+        return TREX_OK;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < 0 || v > SPIN_US_MAX)
+        return trex_err_set(err, TREX_EINVAL,
+                            "TREX_SPIN_US='%s' is not a polling time: set it to microseconds in [0, %d] "
+                            "(0: threads sleep at once when they wait), or unset it for %d",
+                            env, SPIN_US_MAX, SPIN_US);
+    *ns = (int64_t)v * 1000;
+    return TREX_OK;
 }
 
 trex_code trex_pool_threads(int requested, int *out, trex_err *err)
@@ -163,10 +257,15 @@ trex_code trex_pool_create_checked(trex_pool **out, int nthreads, trex_err *err)
     trex_code rc = trex_pool_threads(nthreads, &n, err);
     if (rc != TREX_OK)
         return rc;
+    int64_t spin_ns = 0;
+    rc = spin_setting(&spin_ns, err);
+    if (rc != TREX_OK)
+        return rc;
     trex_pool *pool = calloc(1, sizeof *pool);
     if (!pool)
         return trex_err_set(err, TREX_ENOMEM, "thread pool: out of memory");
     pool->nthreads = n;
+    pool->spin_ns = spin_ns;
     int inited = 0;
     int prc;
     if ((prc = pthread_mutex_init(&pool->call_lock, NULL)) != 0)
@@ -236,8 +335,8 @@ void trex_pool_destroy(trex_pool *pool)
     if (!pool)
         return;
     TREX_ASSERT(in_task.pool != pool); /* destroying a pool from inside its own task */
+    atomic_store(&pool->stop, 1);
     lock_or_die(&pool->lock);
-    pool->stop = 1;
     broadcast_or_die(&pool->wake);
     unlock_or_die(&pool->lock);
     for (int w = 0; w < pool->started; w++) {
@@ -284,22 +383,28 @@ void trex_pool_for(trex_pool *pool, int64_t n, int64_t grain, trex_task_fn fn, v
         return;
     }
     lock_or_die(&pool->call_lock);
-    lock_or_die(&pool->lock);
-    TREX_ASSERT(pool->pending == 0);
+    TREX_ASSERT(atomic_load(&pool->pending) == 0);
     pool->fn = fn;
     pool->arg = arg;
     pool->n = n;
     pool->chunks = k;
-    pool->pending = k - 1;
-    pool->generation++;
-    broadcast_or_die(&pool->wake);
-    unlock_or_die(&pool->lock);
+    atomic_store(&pool->pending, pool->nthreads - 1); /* every worker passes through each job */
+    atomic_fetch_add(&pool->generation, 1);
+    if (atomic_load(&pool->sleepers) > 0) { /* a worker registered before checking: wake it */
+        lock_or_die(&pool->lock);
+        broadcast_or_die(&pool->wake);
+        unlock_or_die(&pool->lock);
+    }
 
     run_chunk(pool, 0);
 
-    lock_or_die(&pool->lock);
-    while (pool->pending > 0)
-        wait_or_die(&pool->done, &pool->lock);
-    unlock_or_die(&pool->lock);
+    if (!spin_until(pool, job_finished, 0)) {
+        lock_or_die(&pool->lock);
+        atomic_store(&pool->waiting, 1);
+        while (!job_finished(pool, 0))
+            wait_or_die(&pool->done, &pool->lock);
+        atomic_store(&pool->waiting, 0);
+        unlock_or_die(&pool->lock);
+    }
     unlock_or_die(&pool->call_lock);
 }
