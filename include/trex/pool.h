@@ -15,11 +15,12 @@ typedef struct trex_pool trex_pool;
 /* fn runs on indices [begin, end) from thread tid (0 <= tid < trex_pool_size). */
 typedef void (*trex_task_fn)(void *arg, int64_t begin, int64_t end, int tid);
 
-/* nthreads <= 0: the TREX_THREADS environment variable, else the number of online cores.
- * Returns NULL when threads cannot be started. */
+/* nthreads <= 0: the TREX_THREADS environment variable, else the number of online cores. Waiting
+ * threads poll for up to TREX_SPIN_US microseconds before they sleep (core/pool.c). Returns NULL when
+ * threads cannot be started or either variable is invalid. */
 trex_pool *trex_pool_create(int nthreads);
-/* Same, with a message: TREX_EINVAL for a bad TREX_THREADS or count, TREX_EUNSUPPORTED when threads
- * cannot be started, TREX_ENOMEM. */
+/* Same, with a message: TREX_EINVAL for a bad TREX_THREADS, TREX_SPIN_US or count, TREX_EUNSUPPORTED
+ * when threads cannot be started, TREX_ENOMEM. */
 trex_code trex_pool_create_checked(trex_pool **out, int nthreads, trex_err *err);
 /* The thread count trex_pool_create would use: requested if > 0, else TREX_THREADS, else the cores. */
 trex_code trex_pool_threads(int requested, int *out, trex_err *err);

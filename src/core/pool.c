@@ -7,21 +7,27 @@
  * (of any pool) runs inline on the calling thread, which a thread-local marker detects (the only
  * per-thread state here, set only while a task runs).
  *
- * Waiting spins before it sleeps. A training step makes about 1 800 parallel calls, most of them a
+ * Waiting polls before it sleeps. A training step makes about 1 800 parallel calls, most of them a
  * few hundred microseconds long with a few microseconds of the caller's serial work between them; a
- * condition variable alone costs 60-75 us per call on the development VM (a sleeping thread's wake-up),
- * about 0.12 s of a 3.5 s step at T = 512. So a worker polls the generation, and the caller the count
- * of unfinished chunks, for up to TREX_SPIN_US microseconds (default SPIN_US; 0: never) before
- * sleeping on the condition variable. A polling thread yields its core every 64 polls, so that a
- * thread it waits for gets to run where threads outnumber cores (3 or 4 threads on this 2-core
- * machine: 1 200 small calls in 21-26 ms polling against 82-83 ms sleeping at once). The sleep is
- * registered (sleepers, waiting) and checked again under the lock, so a wake-up is never lost, and a
- * thread that found nothing to do for that long stops costing CPU. */
+ * condition variable alone costs 60-75 us per call on the 2-core development VM (a sleeping thread's
+ * wake-up), about 0.12 s of a 3.5 s step at T = 512. So a worker polls the generation for up to
+ * TREX_SPIN_US microseconds (default SPIN_US; 0 for a pool with more threads than cores; 0: never
+ * poll) before it sleeps on a condition variable, and the caller polls the count of workers still on
+ * the job for an adaptive budget of at most that long (spin_until): where other processes hold the
+ * cores, the caller's polling would keep a core from a worker that has not even taken the job, so such
+ * waits cut the budget and the caller soon sleeps at once. 2-chunk calls in a loop: 1.6 us polling,
+ * 60-75 us sleeping at once; beside two busy loops on the 2 cores 3.3 us against 104 us.
+ *
+ * No wake-up is lost: a thread about to sleep registers (sleepers, waiting) and then checks its
+ * condition again, and the thread that makes the condition true publishes it and then reads the
+ * registration, all sequentially consistent atomics: in their single order one of the two sees the
+ * other (weakening either side to release/acquire would reopen the gap, and no test can show it). The
+ * lock only closes the interval between that second check and the wait, for the broadcast that a
+ * registration asks for. */
 #include "trex/pool.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,14 +39,16 @@
 #include "trex/status.h"
 
 #define POOL_MAX_THREADS 1024
-#define SPIN_US 200         /* default polling before a wait sleeps (TREX_SPIN_US overrides) */
+#define SPIN_US 200         /* default polling before a wait sleeps, at most (TREX_SPIN_US overrides) */
+#define SPIN_PROBE_NS 2000  /* polling when the adaptive budget has fallen below it (spin_until) */
 #define SPIN_US_MAX 1000000 /* TREX_SPIN_US at most this (one second) */
 
 struct trex_pool {
     int nthreads;
     pthread_t *threads; /* nthreads - 1 workers; worker w runs chunks for tid w + 1 */
     int started;        /* workers successfully created */
-    int64_t spin_ns;    /* polling before a wait sleeps */
+    int64_t spin_ns;    /* polling before a wait sleeps, at most */
+    int64_t call_budget; /* the caller's adaptive polling (spin_until; guarded by call_lock) */
 
     pthread_mutex_t call_lock; /* one parallel-for at a time */
     pthread_mutex_t lock;      /* guards the sleeps on wake and done */
@@ -49,6 +57,7 @@ struct trex_pool {
     _Atomic uint64_t generation; /* moves once per job, after the job is written */
     atomic_int stop;
     atomic_int pending;  /* workers that have not finished (or passed on) the current job */
+    atomic_int running;  /* workers that have taken the current job (pending - running: not yet) */
     atomic_int sleepers; /* workers asleep on wake, or about to be */
     atomic_int waiting;  /* the caller asleep on done, or about to be */
 
@@ -133,20 +142,31 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Polls until done(pool, seen) holds or spin_ns have passed; true if it holds. */
-static bool spin_until(trex_pool *pool, bool (*done)(trex_pool *, uint64_t), uint64_t seen)
+/* Polls until pred(pool, seen) holds, for at most *budget ns (SPIN_PROBE_NS when less); true if it
+ * holds. With `busy` (the caller's wait) the budget adapts: a wait that ends while polling doubles it
+ * (up to the pool's spin_ns), one that runs out while some worker has not taken the job quarters it
+ * (that worker is not running: polling only holds a core it may need), one that runs out while all of
+ * them work leaves it (the wait was only long). Without (a worker's wait for the next job) it stays:
+ * the caller's serial work between calls, not the load, decides how long those waits are. */
+static bool spin_until(trex_pool *pool, bool (*pred)(trex_pool *, uint64_t), uint64_t seen,
+                       int64_t *budget, bool (*busy)(trex_pool *))
 {
+    if (pred(pool, seen))
+        return true;
     if (pool->spin_ns <= 0)
-        return done(pool, seen);
-    const int64_t t0 = now_ns();
+        return false;
+    const int64_t t0 = now_ns(), limit = *budget > SPIN_PROBE_NS ? *budget : SPIN_PROBE_NS;
     for (unsigned i = 1;; i++) {
-        if (done(pool, seen))
-            return true;
         cpu_relax();
-        if (i % 64 == 0) {
-            if (now_ns() - t0 > pool->spin_ns)
-                return done(pool, seen);
-            sched_yield(); /* a thread this one waits for may need the core */
+        if (pred(pool, seen)) {
+            *budget = 2 * *budget + SPIN_PROBE_NS < pool->spin_ns ? 2 * *budget + SPIN_PROBE_NS
+                                                                  : pool->spin_ns;
+            return true;
+        }
+        if (i % 16 == 0 && now_ns() - t0 > limit) {
+            if (busy && !busy(pool))
+                *budget /= 4;
+            return pred(pool, seen);
         }
     }
 }
@@ -162,12 +182,20 @@ static bool job_finished(trex_pool *pool, uint64_t unused)
     return atomic_load(&pool->pending) == 0;
 }
 
-/* The generation after `seen` (or any, once the pool stops): polled, then slept for. */
-static uint64_t await_job(trex_pool *pool, uint64_t seen)
+/* Every worker has taken the current job: those still on it are running, not waiting for a core. */
+static bool workers_running(trex_pool *pool)
 {
-    if (!spin_until(pool, job_posted, seen)) {
+    return atomic_load_explicit(&pool->running, memory_order_relaxed) == pool->nthreads - 1;
+}
+
+/* The generation after `seen` (or any, once the pool stops): polled, then slept for. */
+static uint64_t await_job(trex_pool *pool, uint64_t seen, int64_t *budget)
+{
+    if (!spin_until(pool, job_posted, seen, budget, NULL)) {
         lock_or_die(&pool->lock);
-        atomic_fetch_add(&pool->sleepers, 1); /* before the check: the caller then sees it (below) */
+        /* registered before the check: either this check sees the new generation, or trex_pool_for,
+         * which reads sleepers after moving it, sees the registration and broadcasts */
+        atomic_fetch_add(&pool->sleepers, 1);
         while (!job_posted(pool, seen))
             wait_or_die(&pool->wake, &pool->lock);
         atomic_fetch_sub(&pool->sleepers, 1);
@@ -181,10 +209,12 @@ static void *worker_main(void *p)
     worker_arg wa = *(worker_arg *)p;
     free(p);
     trex_pool *pool = wa.pool;
+    int64_t budget = pool->spin_ns;
     for (uint64_t seen = 0;;) {
-        seen = await_job(pool, seen);
+        seen = await_job(pool, seen, &budget);
         if (atomic_load(&pool->stop))
             break;
+        atomic_fetch_add_explicit(&pool->running, 1, memory_order_relaxed);
         if (wa.tid < pool->chunks)
             run_chunk(pool, wa.tid);
         /* the last worker out wakes the caller if it went to sleep: it registered (waiting) before
@@ -198,22 +228,36 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* TREX_SPIN_US, or the default SPIN_US; an invalid value is an error (as TREX_THREADS). */
-static trex_code spin_setting(int64_t *ns, trex_err *err)
+/* The integer in environment variable `name`: false when it is unset or empty (*v untouched), else
+ * true with *ok telling whether it is a whole integer in [lo, hi]. */
+static bool env_integer(const char *name, long lo, long hi, long *v, bool *ok)
 {
-    const char *env = getenv("TREX_SPIN_US");
-    *ns = (int64_t)SPIN_US * 1000;
+    const char *env = getenv(name);
     if (!env || !*env)
-        return TREX_OK;
+        return false;
     char *end = NULL;
     errno = 0;
-    long v = strtol(env, &end, 10);
-    if (errno != 0 || end == env || *end != '\0' || v < 0 || v > SPIN_US_MAX)
+    const long x = strtol(env, &end, 10);
+    *ok = errno == 0 && end != env && *end == '\0' && x >= lo && x <= hi;
+    if (*ok)
+        *v = x;
+    return true;
+}
+
+/* TREX_SPIN_US, or the default for a pool of n threads: SPIN_US, or 0 when the threads outnumber the
+ * online cores (a polling thread would hold a core that a thread it waits for needs); an invalid
+ * value is an error (as TREX_THREADS). */
+static trex_code spin_setting(int n, int64_t *ns, trex_err *err)
+{
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long us = cores > 0 && n > cores ? 0 : SPIN_US;
+    bool ok = true;
+    if (env_integer("TREX_SPIN_US", 0, SPIN_US_MAX, &us, &ok) && !ok)
         return trex_err_set(err, TREX_EINVAL,
                             "TREX_SPIN_US='%s' is not a polling time: set it to microseconds in [0, %d] "
                             "(0: threads sleep at once when they wait), or unset it for %d",
-                            env, SPIN_US_MAX, SPIN_US);
-    *ns = (int64_t)v * 1000;
+                            getenv("TREX_SPIN_US"), SPIN_US_MAX, SPIN_US);
+    *ns = (int64_t)us * 1000;
     return TREX_OK;
 }
 
@@ -227,16 +271,14 @@ trex_code trex_pool_threads(int requested, int *out, trex_err *err)
         *out = requested;
         return TREX_OK;
     }
-    const char *env = getenv("TREX_THREADS");
-    if (env && *env) {
-        char *end = NULL;
-        errno = 0;
-        long v = strtol(env, &end, 10);
-        if (errno != 0 || end == env || *end != '\0' || v < 1 || v > POOL_MAX_THREADS)
+    long v = 0;
+    bool ok = true;
+    if (env_integer("TREX_THREADS", 1, POOL_MAX_THREADS, &v, &ok)) {
+        if (!ok)
             return trex_err_set(err, TREX_EINVAL,
                                 "TREX_THREADS='%s' is not a thread count: set it to an integer in "
                                 "[1, %d], or unset it to use every online core",
-                                env, POOL_MAX_THREADS);
+                                getenv("TREX_THREADS"), POOL_MAX_THREADS);
         *out = (int)v;
         return TREX_OK;
     }
@@ -258,7 +300,7 @@ trex_code trex_pool_create_checked(trex_pool **out, int nthreads, trex_err *err)
     if (rc != TREX_OK)
         return rc;
     int64_t spin_ns = 0;
-    rc = spin_setting(&spin_ns, err);
+    rc = spin_setting(n, &spin_ns, err);
     if (rc != TREX_OK)
         return rc;
     trex_pool *pool = calloc(1, sizeof *pool);
@@ -266,6 +308,7 @@ trex_code trex_pool_create_checked(trex_pool **out, int nthreads, trex_err *err)
         return trex_err_set(err, TREX_ENOMEM, "thread pool: out of memory");
     pool->nthreads = n;
     pool->spin_ns = spin_ns;
+    pool->call_budget = spin_ns;
     int inited = 0;
     int prc;
     if ((prc = pthread_mutex_init(&pool->call_lock, NULL)) != 0)
@@ -389,6 +432,7 @@ void trex_pool_for(trex_pool *pool, int64_t n, int64_t grain, trex_task_fn fn, v
     pool->n = n;
     pool->chunks = k;
     atomic_store(&pool->pending, pool->nthreads - 1); /* every worker passes through each job */
+    atomic_store_explicit(&pool->running, 0, memory_order_relaxed);
     atomic_fetch_add(&pool->generation, 1);
     if (atomic_load(&pool->sleepers) > 0) { /* a worker registered before checking: wake it */
         lock_or_die(&pool->lock);
@@ -398,7 +442,7 @@ void trex_pool_for(trex_pool *pool, int64_t n, int64_t grain, trex_task_fn fn, v
 
     run_chunk(pool, 0);
 
-    if (!spin_until(pool, job_finished, 0)) {
+    if (!spin_until(pool, job_finished, 0, &pool->call_budget, workers_running)) {
         lock_or_die(&pool->lock);
         atomic_store(&pool->waiting, 1);
         while (!job_finished(pool, 0))

@@ -239,11 +239,8 @@ int trex_cmd_model_run(int argc, char **argv)
 
     if (trex_config_load(&cfg, config, &err) != TREX_OK)
         goto fail;
-    pool = trex_pool_create((int)threads);
-    if (!pool) {
-        trex_err_set(&err, TREX_EUNSUPPORTED, "--threads: cannot start the worker threads");
+    if (trex_pool_create_checked(&pool, (int)threads, &err) != TREX_OK)
         goto fail;
-    }
     if (batch_load(&bb, batch, &err) != TREX_OK)
         goto fail;
     if (trex_model_check_batch(&cfg, &bb.b, batch, &err) != TREX_OK)
