@@ -642,11 +642,13 @@ static void env_restore(const char *name, char *saved)
     free(saved);
 }
 
-/* Waiting: a worker polls for the next job, then sleeps; the caller polls for the last chunk, then
- * sleeps (core/pool.c). Calls spaced by pauses longer than the polling window make the threads sleep
- * between them, and a 1 us window races every registration against a posting; each call must still
- * run every index once, whatever the caller and the workers happen to be doing, with chunks fewer than
- * the workers too and with two unrelated threads calling the same pool. */
+/* Waiting: a worker polls for the next job, then sleeps; the caller polls until every worker is done
+ * with the job, then sleeps (core/pool.c). Calls spaced by pauses longer than the polling window make
+ * the threads sleep between them, and a 1 us window races every registration against a posting; each
+ * call must still run every index once, whatever the caller and the workers happen to be doing, with
+ * fewer chunks than workers too, more threads than cores, and two unrelated threads calling one pool.
+ * (A lost wake-up hangs: main's alarm ends the test. Races the plain build cannot show are
+ * tests/test_pool_tsan.sh's.) */
 typedef struct wait_arg {
     trex_pool *pool;
     int64_t total;
