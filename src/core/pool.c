@@ -142,29 +142,37 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Polls until pred(pool, seen) holds, for at most *budget ns (SPIN_PROBE_NS when less); true if it
- * holds. With `busy` (the caller's wait) the budget adapts: a wait that ends while polling doubles it
- * (up to the pool's spin_ns), one that runs out while some worker has not taken the job quarters it
- * (that worker is not running: polling only holds a core it may need), one that runs out while all of
- * them work leaves it (the wait was only long). Without (a worker's wait for the next job) it stays:
- * the caller's serial work between calls, not the load, decides how long those waits are. */
+/* Every worker has taken the current job: those still on it are running, not waiting for a core. */
+static bool workers_running(trex_pool *pool)
+{
+    return atomic_load_explicit(&pool->running, memory_order_relaxed) == pool->nthreads - 1;
+}
+
+/* Polls until pred(pool, seen) holds; true if it holds. A worker's wait for the next job (budget NULL)
+ * polls for the pool's spin_ns: the caller's serial work between calls, not the load, decides how long
+ * those waits are. The caller's wait polls for *budget ns (SPIN_PROBE_NS when less), which adapts: a
+ * wait that ends while polling doubles it (up to spin_ns), one that runs out while some worker has not
+ * taken the job quarters it (that worker is not running: polling only holds a core it may need), one
+ * that runs out while all of them work leaves it (the wait was only long). */
 static bool spin_until(trex_pool *pool, bool (*pred)(trex_pool *, uint64_t), uint64_t seen,
-                       int64_t *budget, bool (*busy)(trex_pool *))
+                       int64_t *budget)
 {
     if (pred(pool, seen))
         return true;
     if (pool->spin_ns <= 0)
         return false;
-    const int64_t t0 = now_ns(), limit = *budget > SPIN_PROBE_NS ? *budget : SPIN_PROBE_NS;
+    const int64_t want = budget ? *budget : pool->spin_ns;
+    const int64_t t0 = now_ns(), limit = want > SPIN_PROBE_NS ? want : SPIN_PROBE_NS;
     for (unsigned i = 1;; i++) {
         cpu_relax();
         if (pred(pool, seen)) {
-            *budget = 2 * *budget + SPIN_PROBE_NS < pool->spin_ns ? 2 * *budget + SPIN_PROBE_NS
-                                                                  : pool->spin_ns;
+            if (budget)
+                *budget = 2 * want + SPIN_PROBE_NS < pool->spin_ns ? 2 * want + SPIN_PROBE_NS
+                                                                   : pool->spin_ns;
             return true;
         }
         if (i % 16 == 0 && now_ns() - t0 > limit) {
-            if (busy && !busy(pool))
+            if (budget && !workers_running(pool))
                 *budget /= 4;
             return pred(pool, seen);
         }
@@ -182,16 +190,10 @@ static bool job_finished(trex_pool *pool, uint64_t unused)
     return atomic_load(&pool->pending) == 0;
 }
 
-/* Every worker has taken the current job: those still on it are running, not waiting for a core. */
-static bool workers_running(trex_pool *pool)
-{
-    return atomic_load_explicit(&pool->running, memory_order_relaxed) == pool->nthreads - 1;
-}
-
 /* The generation after `seen` (or any, once the pool stops): polled, then slept for. */
-static uint64_t await_job(trex_pool *pool, uint64_t seen, int64_t *budget)
+static uint64_t await_job(trex_pool *pool, uint64_t seen)
 {
-    if (!spin_until(pool, job_posted, seen, budget, NULL)) {
+    if (!spin_until(pool, job_posted, seen, NULL)) {
         lock_or_die(&pool->lock);
         /* registered before the check: either this check sees the new generation, or trex_pool_for,
          * which reads sleepers after moving it, sees the registration and broadcasts */
@@ -209,9 +211,8 @@ static void *worker_main(void *p)
     worker_arg wa = *(worker_arg *)p;
     free(p);
     trex_pool *pool = wa.pool;
-    int64_t budget = pool->spin_ns;
     for (uint64_t seen = 0;;) {
-        seen = await_job(pool, seen, &budget);
+        seen = await_job(pool, seen);
         if (atomic_load(&pool->stop))
             break;
         atomic_fetch_add_explicit(&pool->running, 1, memory_order_relaxed);
@@ -442,7 +443,7 @@ void trex_pool_for(trex_pool *pool, int64_t n, int64_t grain, trex_task_fn fn, v
 
     run_chunk(pool, 0);
 
-    if (!spin_until(pool, job_finished, 0, &pool->call_budget, workers_running)) {
+    if (!spin_until(pool, job_finished, 0, &pool->call_budget)) {
         lock_or_die(&pool->lock);
         atomic_store(&pool->waiting, 1);
         while (!job_finished(pool, 0))
