@@ -14,6 +14,7 @@
  * fenced with a compiler barrier (the micro-kernel only touches memory through tile instructions, and
  * its callers reach it through a function pointer, a barrier of its own). */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -47,10 +48,42 @@ void trex_gemm_end_amx(void)
     _mm_sfence(); /* order streamed stores of C before the caller hands the results on */
 }
 
+/* The k of a B panel that fits L1 (32 x 512 bf16 = 32 KiB of the 48 KiB L1d) beside the A tiles. */
+#define L1_KP 512
+
+/* The sums of a 32x32 block over kp k into tiles 0-3: per step of 32 k, A rows 0-15 and 16-31 (1 KiB
+ * each) and B columns 0-15 and 16-31. The framework passes a block's A panels one after the other
+ * against one B panel, so with a B panel that fits L1 (a_hint: kp <= L1_KP), A is loaded with the
+ * non-temporal hint (TILELOADDT1) and streams past without evicting B: 4096 x 1024 x 512 went from 29%
+ * to 39-42% of the peak on two threads. A longer B panel streams from L2 either way, and there the
+ * hint measured 0-10% slower (docs/kernels.md "Round 13"). a_hint is a constant at each call, so the
+ * compiler makes two loops. */
+static inline __attribute__((always_inline)) void products(int64_t kp, const uint16_t *ap, const uint16_t *bp,
+                                                           bool a_hint)
+{
+    const size_t sa = 64, sb = 2 * TREX_GEMM_NR * 2;
+    for (int64_t k = 0; k < kp; k += 32, ap += 32 * TREX_GEMM_MR, bp += 32 * TREX_GEMM_NR) {
+        if (a_hint)
+            _tile_stream_loadd(4, ap, sa);
+        else
+            _tile_loadd(4, ap, sa);
+        _tile_loadd(6, bp, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, bp + 32, sb);
+        _tile_dpbf16ps(1, 4, 7);
+        if (a_hint)
+            _tile_stream_loadd(5, ap + 16 * 32, sa);
+        else
+            _tile_loadd(5, ap + 16 * 32, sa);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
 void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
                        unsigned flags)
 {
-    const size_t sc = (size_t)ldc * sizeof(float), sa = 64, sb = 2 * TREX_GEMM_NR * 2;
+    const size_t sc = (size_t)ldc * sizeof(float);
     if (flags & TREX_UKR_ACCUMULATE) {
         _tile_loadd(0, c, sc);
         _tile_loadd(1, c + 16, sc);
@@ -62,17 +95,10 @@ void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, float
         _tile_zero(2);
         _tile_zero(3);
     }
-    /* One step of 32 k: A rows 0-15 and 16-31 (1 KiB each), B columns 0-15 and 16-31. */
-    for (int64_t k = 0; k < kp; k += 32, ap += 32 * TREX_GEMM_MR, bp += 32 * TREX_GEMM_NR) {
-        _tile_loadd(4, ap, sa);
-        _tile_loadd(6, bp, sb);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, bp + 32, sb);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, ap + 16 * 32, sa);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    if (kp <= L1_KP)
+        products(kp, ap, bp, true);
+    else
+        products(kp, ap, bp, false);
     if ((flags & TREX_UKR_STREAM) && ((uintptr_t)c % 64) == 0 && ldc % 16 == 0) {
         /* Write-once output larger than the caches: through an L1 buffer, then non-temporal stores
          * (no read for ownership of C's lines, no eviction of the packed operands). */
