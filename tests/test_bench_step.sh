@@ -6,7 +6,7 @@
 #     the op classes' seconds sum to the mean step time with every class but "other" inside it, the
 #     classes the step runs were called, the peak given by --peak-tflops is the one used;
 #   - model_flops_per_token is the planner's convention (docs/mfu.md): the figure `trex plan` prints;
-#   - --no-weight-copies drops the experts' bf16 copies (params region, same losses), fp32 never has them;
+#   - --no-weight-copies drops the bf16 weight copies (params region, same losses), fp32 never has them;
 #   - --gemm-profile lists the bf16 products by shape (JSON array gemm, a text table): FLOPs = 2 M N K per
 #     call, the sums, the LM head's logits product among them, no bit of the step changed;
 #   - fp32 and bf16, AdamW and Muon run; the text report has its lines; the peak is measured when not
@@ -72,16 +72,17 @@ PY
 # --- --no-weight-copies: the same bf16 step without the experts' bf16 copies (their memory, same losses) ------
 "$TREX" bench step "${fast[@]}" --precision bf16 --peak-tflops 1.5 --no-weight-copies --json >"$tmp/nowc.json" 2>"$tmp/err"; rc=$?
 [ $rc -eq 0 ] && ok || { bad "bench step --no-weight-copies exit $rc"; cat "$tmp/err"; }
-"$PY" - "$tmp/bf16.json" "$tmp/nowc.json" "$tmp/muon.json" <<'PY' && ok || bad "weight copies: in bf16 only, ~4 bytes per expert weight (packed panels), same losses"
+"$PY" - "$tmp/bf16.json" "$tmp/nowc.json" "$tmp/muon.json" <<'PY' && ok || bad "weight copies: in bf16 only, ~4 bytes per expert and projection weight (packed panels), same losses"
 import json, sys
 a, n, m = (json.load(open(f)) for f in sys.argv[1:4])
 assert a["weight_copies"] is True and n["weight_copies"] is False and m["weight_copies"] is False
 # dsv4-tiny: params ~= grads without copies; the copies (packed panels of both products under the default
-# --recompute none: docs/params.md) add the experts' fp32 bytes (and padding); the experts are ~58% of it
+# --recompute none: docs/params.md) add the fp32 bytes (and padding) of the experts (~58% of the weights)
+# and of the attention's and indexer's projections but wo_a (78% in all, measured)
 assert abs(n["memory_mib"]["params"] - n["memory_mib"]["grads"]) < 1, n["memory_mib"]
 assert abs(m["memory_mib"]["params"] - m["memory_mib"]["grads"]) < 1, "fp32 mode never keeps copies"
 extra = a["memory_mib"]["params"] - n["memory_mib"]["params"]
-assert 0.5 * a["memory_mib"]["grads"] < extra < 0.75 * a["memory_mib"]["grads"], extra
+assert 0.7 * a["memory_mib"]["grads"] < extra < 0.9 * a["memory_mib"]["grads"], extra
 assert (a["loss_first"], a["loss_last"]) == (n["loss_first"], n["loss_last"]), "the copies change no bit"
 PY
 # --recompute attention keeps the copies as rows (~2 bytes per expert weight): the same losses

@@ -654,19 +654,31 @@ static bool panels_equal(const uint16_t *got, bool tb, int64_t N, int64_t K, con
 
 /* PANELS: whether every expert's matrices ([W1; W3] and W2) hold the packed panels of their fp32 values
  * in both orientations; counts the matrices in *n. */
+/* Whether PANELS copies p besides the experts: the attention's projections but wo_a, and the
+ * indexer's (docs/params.md "bf16 compute copies"). */
+static bool proj_copied(const trex_param *p)
+{
+    const size_t len = strlen(p->name);
+    const bool wo_a = len > 12 && !strcmp(p->name + len - 12, ".wo_a.weight");
+    return p->ndim == 2 && ((p->kind == TREX_P_ATTN && !wo_a) || p->kind == TREX_P_INDEXER);
+}
+
+/* Every PANELS copy against the packers' rounding of its source; *n counts the tensors (an expert's w1
+ * and w3 share one matrix). */
 static bool panels_match(const trex_weights *w, int64_t *n)
 {
     bool ok = true;
     *n = 0;
     for (int64_t k = 0; k < w->layout.count; k++) {
         const trex_param *p = &w->layout.params[k];
-        const bool expert = p->kind == TREX_P_EXPERT || p->kind == TREX_P_SHARED_EXPERT;
+        const bool copied = p->kind == TREX_P_EXPERT || p->kind == TREX_P_SHARED_EXPERT || proj_copied(p);
         const float *src = w->f + p->offset;
         const int64_t i = p->is_int ? -1 : trex_wcopy_index(w->bf16, src);
-        if (!expert || i < 0) {
-            ok = ok && !expert && i < 0;
+        if (!copied || i < 0) {
+            ok = ok && !copied && i < 0;
             continue;
         }
+        (*n)++;
         const trex_wcopy_tensor *t = &w->bf16->t[i];
         const size_t len = strlen(p->name);
         const bool w3 = len > 9 && !strcmp(p->name + len - 9, "w3.weight");
@@ -674,7 +686,6 @@ static bool panels_match(const trex_weights *w, int64_t *n)
             ok = ok && t->row0 == t->mrows - p->shape[0] && !t->pf && !t->pb; /* under its w1 */
             continue;
         }
-        (*n)++;
         const int64_t rows = t->mrows, cols = p->shape[1]; /* the matrix: w1 and w3 adjacent in f */
         ok = ok && t->row0 == 0 && t->pf && t->pb && trex_wcopy_find_packed(w->bf16, src, false) == t->pf &&
              trex_wcopy_find_packed(w->bf16, src, true) == t->pb;
@@ -705,12 +716,7 @@ static bool stale_read_aborts(const trex_weights *w, const float *src)
 
 static bool layout_match(const trex_weights *w, int64_t *n)
 {
-    if (w->bf16->layout == TREX_WCOPY_ROWS)
-        return copies_match(w, n);
-    int64_t m = 0;
-    const bool ok = panels_match(w, &m);
-    *n = m * 3 / 2; /* two matrices per expert: three tensors */
-    return ok;
+    return w->bf16->layout == TREX_WCOPY_ROWS ? copies_match(w, n) : panels_match(w, n);
 }
 
 static void test_bf16_copies(trex_wcopy_layout layout)
@@ -732,14 +738,26 @@ static void test_bf16_copies(trex_wcopy_layout layout)
         goto out;
     const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, d = c.hidden_size;
     const int64_t nb = trex_config_n_blocks(&c);
-    const size_t want =
+    size_t want =
         layout == TREX_WCOPY_ROWS
             ? (size_t)(nb * (E + 1)) * (size_t)(2 * I * (d + TREX_WCOPY_PAD) + d * (I + TREX_WCOPY_PAD)) * 2
             : (size_t)(nb * (E + 1)) * (2 * trex_gemm_pack_b_bytes(2 * I, d) + 2 * trex_gemm_pack_b_bytes(d, I));
+    int64_t nproj = 0; /* PANELS: the projections' two panel sets, one tensor each */
+    size_t pbytes = 0;
+    for (int64_t k = 0; k < w.layout.count; k++) {
+        const trex_param *p = &w.layout.params[k];
+        if (layout == TREX_WCOPY_PANELS && proj_copied(p)) {
+            nproj++;
+            pbytes += trex_gemm_pack_b_bytes(p->shape[0], p->shape[1]) + trex_gemm_pack_b_bytes(p->shape[1], p->shape[0]);
+        }
+    }
+    CHECK(layout == TREX_WCOPY_ROWS || nproj >= 4 * nb, "PANELS: wq_a, wq_b, wkv, wo_b of %lld blocks copied", (long long)nb);
+    want += pbytes;
+    const int64_t ntensors = nb * (E + 1) * 3 + nproj;
     CHECK(w.bf16->bytes == want && mem.live[TREX_REGION_PARAMS] - before == want,
           "copies: %zu bytes charged to params, want %zu", mem.live[TREX_REGION_PARAMS] - before, want);
     int64_t n = 0;
-    CHECK(layout_match(&w, &n) && n == nb * (E + 1) * 3, "copies: the packers' rounding of %lld tensors",
+    CHECK(layout_match(&w, &n) && n == ntensors, "copies: the packers' rounding of %lld tensors",
           (long long)n);
     CHECK(trex_weights_bf16_enable(pool, &w, layout, &err) == TREX_OK &&
               mem.live[TREX_REGION_PARAMS] - before == want,
@@ -784,7 +802,7 @@ static void test_bf16_copies(trex_wcopy_layout layout)
             trex_optimizer_update(o, pool, w.f, g, &rep);
             CHECK(!rep.skipped, "%s step %d", trex_optim_kind_name(s.kind), step);
             trex_weights_changed(pool, &w, true);
-            CHECK(trex_wcopy_fresh(w.bf16) && layout_match(&w, &n) && n == nb * (E + 1) * 3,
+            CHECK(trex_wcopy_fresh(w.bf16) && layout_match(&w, &n) && n == ntensors,
                   "%s step %d: the step wrote every copy", trex_optim_kind_name(s.kind), step);
         }
         /* copies of a tensor the step does not update are refused */

@@ -2075,6 +2075,38 @@ static bool core_carve(trex_arena *ar, const attn_dims *dm, bool sparse, bool kl
     return true;
 }
 
+/* ---- the projections' products ------------------------------------------------------------------
+ * y = x W^T and dx (+)= dy W of a projection W [out, in]: from the bf16 panels that bf16 training keeps
+ * of W (trex_attn_w.wc, docs/params.md "bf16 compute copies") when there are any, else packing W per
+ * call. The panels hold the bytes the packers make of W, so the bits are the same either way. */
+static const trex_gemm_packed *w_panels(const trex_attn_w *w, trex_dtype dt, const float *W, bool bwd)
+{
+    return dt == TREX_BF16 && w->wc ? trex_wcopy_find_packed(w->wc, W, bwd) : NULL;
+}
+
+static void proj_forward(trex_pool *pool, trex_gemm_ws *ws, trex_dtype dt, const trex_attn_w *w, float *y,
+                         const float *x, const float *W, int64_t n, int64_t in, int64_t out)
+{
+    const trex_gemm_packed *pf = w_panels(w, dt, W, false);
+    if (pf)
+        trex_gemm_prepacked(pool, ws, TREX_F32, false, n, 1.0f, x, in, pf, 0.0f, y, out);
+    else
+        trex_linear_forward_ex(pool, ws, dt, y, x, W, n, in, out);
+}
+
+/* trex_linear_backward_ex (dx NULL: only dW), dx from the panels when there are any. */
+static void proj_backward(trex_pool *pool, trex_gemm_ws *ws, trex_dtype dt, const trex_attn_w *w, float *dx,
+                          float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,
+                          int64_t out, bool acc)
+{
+    const trex_gemm_packed *pb = dx ? w_panels(w, dt, W, true) : NULL;
+    if (pb) {
+        trex_gemm_prepacked(pool, ws, TREX_F32, false, n, 1.0f, dy, out, pb, acc ? 1.0f : 0.0f, dx, in);
+        dx = NULL;
+    }
+    trex_linear_backward_ex(pool, ws, dt, dx, dW, dy, x, W, n, in, out, acc);
+}
+
 trex_attn_core *trex_attn_core_reserve(const trex_ctx *ctx, const trex_config *cfg, int layer, int64_t N,
                                        bool sparse, bool kl, trex_err *err)
 {
@@ -2165,18 +2197,18 @@ trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, in
     FALLOC_W(C->qa, N * dc);
     FALLOC_W(C->qa_rstd, N);
     FALLOC_W(C->qr, N * dc);
-    trex_linear_forward_ex(pool, gws, gdt, C->qa, x, w->wq_a, N, d, dc);
+    proj_forward(pool, gws, gdt, w, C->qa, x, w->wq_a, N, d, dc);
     trex_rmsnorm_forward(pool, C->qr, C->qa_rstd, C->qa, w->q_norm, N, dc, dm->eps);
     FALLOC_W(C->q, N * hc);
     FALLOC_W(C->q_rstd, N * H);
-    trex_linear_forward_ex(pool, gws, gdt, C->q, C->qr, w->wq_b, N, dc, hc);
+    proj_forward(pool, gws, gdt, w, C->q, C->qr, w->wq_b, N, dc, hc);
     AP(AP_F_QPROJ); /* its per-head norm and RoPE run right before the core loop (qprep_rows) */
 
     /* window kv path */
     FALLOC_W(C->kva, N * c); /* written by the product, the norm */
     FALLOC_W(C->kv_rstd, N);
     FALLOC_W(C->kv, N * c);
-    trex_linear_forward_ex(pool, gws, gdt, C->kva, x, w->wkv, N, d, c);
+    proj_forward(pool, gws, gdt, w, C->kva, x, w->wkv, N, d, c);
     trex_rmsnorm_forward(pool, C->kv, C->kv_rstd, C->kva, w->kv_norm, N, c, dm->eps);
     rope_apply(pool, C->kv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, false);
     AP(AP_F_KVPROJ);
@@ -2193,9 +2225,9 @@ trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, in
         const int64_t nI = dm->nI, cI = dm->cI;
         FALLOC_W(C->iq, N * nI * cI); /* written by the products */
         FALLOC_W(C->hw, N * nI);
-        trex_linear_forward_ex(pool, gws, gdt, C->iq, C->qr, w->idx_wq_b, N, dc, nI * cI);
+        proj_forward(pool, gws, gdt, w, C->iq, C->qr, w->idx_wq_b, N, dc, nI * cI);
         rope_apply(pool, C->iq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, false);
-        trex_linear_forward_ex(pool, gws, gdt, C->hw, x, w->idx_weights_proj, N, d, nI);
+        proj_forward(pool, gws, gdt, w, C->hw, x, w->idx_weights_proj, N, d, nI);
         for (int64_t i = 0; i < N * nI; i++)
             C->hw[i] *= dm->hscale;
         AP(AP_F_IDXPROJ);
@@ -2327,7 +2359,7 @@ trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, in
                          w->wo_a + gi * dg * gin, gin, 0.0f, C->u + gi * dg, G * dg);
         }
     }
-    trex_linear_forward_ex(pool, gws, gdt, y, C->u, w->wo_b, N, G * dg, d);
+    proj_forward(pool, gws, gdt, w, y, C->u, w->wo_b, N, G * dg, d);
     AP(AP_F_OUT);
 
     if (C->kl) {
@@ -2385,7 +2417,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     AP_START;
     /* output projections */
     float *du = xalloc_uninit(ctx->arena, (size_t)(N * G * dg) * sizeof(float)); /* acc false below */
-    trex_linear_backward_ex(pool, gws, gdt, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
+    proj_backward(pool, gws, gdt, w, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
     float *gO = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float)); /* beta 0 below */
     for (int64_t gi = 0; gi < G; gi++) {
         trex_gemm_ex(pool, gws, gdt, false, false, N, gin, dg, 1.0f, du + gi * dg, G * dg,
@@ -2598,22 +2630,26 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     float *dqa = xalloc_uninit(ctx->arena, (size_t)(N * dc) * sizeof(float));
     if (dqb) {
         TREX_ASSERT(gdt == TREX_BF16);
+        const trex_gemm_packed *pb = w_panels(w, gdt, w->wq_b, true);
         const trex_gemm_problem px = {N, dc, hc, dqb, hc, w->wq_b, dc, dqr, dc};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, &px, 1);
+        if (pb)
+            trex_gemm_prepacked(pool, gws, TREX_BF16, false, N, 1.0f, dqb, hc, pb, 0.0f, dqr, dc);
+        else
+            trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, &px, 1);
         const trex_gemm_problem pw = {hc, dc, N, dqb, hc, C->qr, dc, g->wq_b, dc};
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, true, false, 1.0f, 1.0f, &pw, 1);
     } else {
-        trex_linear_backward_ex(pool, gws, gdt, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
+        proj_backward(pool, gws, gdt, w, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
     }
     trex_rmsnorm_backward(pool, dqa, g->q_norm, dqr, C->qa, w->q_norm, C->qa_rstd, N, dc, false);
-    trex_linear_backward_ex(pool, gws, gdt, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
+    proj_backward(pool, gws, gdt, w, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
     AP(AP_B_QPATH);
 
     /* kv path */
     rope_apply(pool, dkv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, true);
     float *dkva = xalloc_uninit(ctx->arena, (size_t)(N * c) * sizeof(float)); /* acc false below */
     trex_rmsnorm_backward(pool, dkva, g->kv_norm, dkv, C->kva, w->kv_norm, C->kv_rstd, N, c, false);
-    trex_linear_backward_ex(pool, gws, gdt, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
+    proj_backward(pool, gws, gdt, w, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
     AP(AP_B_KVPATH);
 
     /* compressor */
@@ -2627,11 +2663,11 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     if (kl) {
         const int64_t nI = dm->nI, cI = dm->cI;
         rope_apply(pool, diq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, true);
-        trex_linear_backward_ex(pool, gws, gdt, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc,
+        proj_backward(pool, gws, gdt, w, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc,
                                 nI * cI, false);
         for (int64_t i = 0; i < N * nI; i++)
             dhw[i] *= dm->hscale;
-        trex_linear_backward_ex(pool, gws, gdt, NULL, g->idx_weights_proj, dhw, x,
+        proj_backward(pool, gws, gdt, w, NULL, g->idx_weights_proj, dhw, x,
                                 w->idx_weights_proj, N, d, nI, false);
         AP(AP_B_IDX);
         if (dik)

@@ -64,6 +64,7 @@ typedef struct trex_attn_w {
     float *wq_a, *q_norm, *wq_b, *wkv, *kv_norm, *wo_a, *wo_b, *attn_sink;
     float *cmp_wkv, *cmp_wgate, *cmp_ape, *cmp_norm;
     float *idx_wq_b, *idx_weights_proj, *idx_cmp_wkv, *idx_cmp_wgate, *idx_cmp_ape, *idx_cmp_norm;
+    const trex_wcopy *wc; /* bf16 panels of the projections read by bf16 mode (NULL: none; docs/params.md) */
 } trex_attn_w;
 
 typedef struct trex_attn_cache trex_attn_cache;

@@ -364,8 +364,10 @@ trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *
     rc = bind_model(&m->w, cfg, &w->layout, w->f, w->i, m->eptr_w, false, err);
     if (rc != TREX_OK)
         goto fail;
-    for (int64_t l = 0; l < m->nblocks; l++) /* the experts' bf16 copies, if any (docs/moe.md) */
+    for (int64_t l = 0; l < m->nblocks; l++) { /* the bf16 copies, if any (docs/params.md) */
         m->blk_w[l].moe.wc = w->bf16;
+        m->blk_w[l].attn.wc = w->bf16;
+    }
     *out = m;
     return TREX_OK;
 oom:

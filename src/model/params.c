@@ -866,6 +866,19 @@ const struct trex_gemm_packed *trex_wcopy_find_packed(const trex_wcopy *c, const
     return bwd ? c->t[k].pb : c->t[k].pf;
 }
 
+/* Whether bf16 mode keeps a copy of p in the layout: the experts' matrices always; with PANELS also the
+ * attention's and the indexer's projections that trex_attention multiplies through its weight helpers
+ * (wq_a, wq_b, wkv, wo_b, the indexer's wq_b and weights_proj: not wo_a, whose grouped products read it
+ * in place), so that no product packs them per call. As rows they would save only the rounding. */
+static bool copied(const trex_param *p, trex_wcopy_layout layout)
+{
+    if (p->kind == TREX_P_EXPERT || p->kind == TREX_P_SHARED_EXPERT)
+        return true;
+    if (layout != TREX_WCOPY_PANELS || p->ndim != 2)
+        return false;
+    return (p->kind == TREX_P_ATTN && !name_ends(p->name, ".wo_a.weight")) || p->kind == TREX_P_INDEXER;
+}
+
 trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_wcopy_layout layout,
                                    trex_err *err)
 {
@@ -875,7 +888,7 @@ trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_wcopy_
     const trex_layout *lay = &w->layout;
     int64_t n = 0;
     for (int64_t k = 0; k < lay->count; k++)
-        n += lay->params[k].kind == TREX_P_EXPERT || lay->params[k].kind == TREX_P_SHARED_EXPERT;
+        n += copied(&lay->params[k], layout);
     trex_wcopy_tensor *list = calloc((size_t)(n > 0 ? n : 1), sizeof *list);
     if (!list)
         return trex_err_set(err, TREX_ENOMEM, "config %s: out of memory listing the bf16 weight copies",
@@ -883,7 +896,7 @@ trex_code trex_weights_bf16_enable(trex_pool *pool, trex_weights *w, trex_wcopy_
     n = 0;
     for (int64_t k = 0; k < lay->count; k++) {
         const trex_param *p = &lay->params[k];
-        if (p->kind != TREX_P_EXPERT && p->kind != TREX_P_SHARED_EXPERT)
+        if (!copied(p, layout))
             continue;
         TREX_ASSERT(p->ndim == 2 && !p->is_int);
         /* an expert's w3 right after its w1 (layout order): one [W1; W3] matrix */

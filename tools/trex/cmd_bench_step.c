@@ -79,8 +79,8 @@ int trex_cmd_bench_step(int argc, char **argv)
          "attention core output and wo_a's products of it too: about H*c*2 + G*d_g*4 bytes per token and "
          "block more in bf16, H*c*4 + G*d_g*4 in fp32; no core loop in the backward)", false},
         {"no-weight-copies", TREX_OPT_FLAG, &no_weight_copies, NULL,
-         "bf16: without the bf16 copies of the experts' weights that training keeps by default (less memory, "
-         "slower MoE products, the same results; docs/params.md)", false},
+         "bf16: without the bf16 copies of the experts' weights (and, as panels, of the attention's projections) "
+         "that training keeps by default (less memory, slower products, the same results; docs/params.md)", false},
         {"threads", TREX_OPT_I64, &threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"peak-tflops", TREX_OPT_F64, &peak_tflops, "X",
          "MFU denominator in TFLOP/s (0: measure the precision's peak loop on the threads used)", false},
@@ -165,7 +165,7 @@ int trex_cmd_bench_step(int argc, char **argv)
                "kernels %s; %lld warm-up + %lld timed steps\n",
                cfg.name, (long long)seq, (long long)mbs, precision,
                copies == NULL ? (bo.compute == TREX_BF16 ? " (no weight copies)" : "")
-               : !strcmp(copies, "panels") ? " (expert weight copies as panels)"
+               : !strcmp(copies, "panels") ? " (expert and attention weight copies as panels)"
                                            : " (expert weight copies as rows)",
                optimizer, recompute, nthreads,
                trex_isa_name(trex_kernels_isa()), (long long)warmup, (long long)steps);

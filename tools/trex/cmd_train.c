@@ -102,7 +102,8 @@ int trex_cmd_train(int argc, char **argv)
          "docs/precision.md); a resumed run keeps it [fp32]", NULL},
         {"weight_copies", "true|false", "bf16 mode: keep bf16 copies of the experts' weights, rewritten by each "
          "optimizer step (faster MoE products, the same results, about 4 bytes per expert weight more memory as "
-         "packed panels, 2 under --recompute attention, attention-keep-core and moe; docs/params.md) [true]",
+         "packed panels, with the attention's projections too, 2 under --recompute attention, attention-keep-core "
+         "and moe; docs/params.md) [true]",
          NULL},
         {"muon_ns", "bf16|fp32", "precision of Muon's Newton-Schulz products: bf16 (bf16 operands, fp32 sums, "
          "on AMX) or fp32 (the reference); docs/optim.md [bf16]", NULL},
