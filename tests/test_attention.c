@@ -8,7 +8,9 @@
  *  4. trex_attn_backward against central differences of trex_attn_forward in fp32 (random directions),
  *     the LM path and the indexer KL path separately (each must leave the other's parameters alone);
  *  5. visibility: with a window of 1, query p depends on compressed block i iff i < floor((p+1)/m);
- *  6. a packed row equals each document run alone; sparse with top-k >= visible equals dense;
+ *  6. a packed row equals each document run alone; sparse with top-k >= visible equals dense; in bf16,
+ *     the projections read from bf16 panels (trex_attn_w.wc) give the bits of packing the weights per
+ *     call, and the products do read the panels;
  *  7. bitwise identical results with no pool and with a 2-thread pool, in fp32 and in bf16 mode (the
  *     bf16 attention core and indexer scores of the kernel level, AMX where the machine has it);
  *  8. the fused axpy entry (kernels/fused.h) gives y + a x, element by element, at every level, and
@@ -38,6 +40,7 @@
 #include "model/layers.h"
 #include "model/rope.h"
 #include "trex/alloc.h"
+#include "trex/params.h"
 #include "trex/pool.h"
 
 #define AM_REAL double
@@ -1284,6 +1287,85 @@ static void test_kept_core(trex_arena *ar, trex_pool *pool)
     }
 }
 
+/* ---- 6. the projections from bf16 panels -------------------------------------------------------- */
+
+/* bf16 training keeps the projections' weights as packed bf16 panels (trex_attn_w.wc; docs/params.md
+ * "bf16 compute copies"): the pass that reads them gives the bits of the one that packs the fp32 weights
+ * per call, and it does read them (a copy left holding other values than the weights shows in y). */
+static void test_weight_panels(trex_arena *ar, trex_pool *pool)
+{
+    trex_config cfg = small_cfg();
+    cfg.sliding_window = 6;
+    cfg.index_topk = 3;
+    const int64_t lens[] = {30, 20, 50}, T = 50, N = 100, d = cfg.hidden_size;
+    tseq sq;
+    make_seq(&sq, 2, T, lens, 3);
+    const size_t proj[] = {offsetof(trex_attn_w, wq_a), offsetof(trex_attn_w, wq_b), offsetof(trex_attn_w, wkv),
+                           offsetof(trex_attn_w, wo_b), offsetof(trex_attn_w, idx_wq_b),
+                           offsetof(trex_attn_w, idx_weights_proj)};
+    for (int k = 0; k < NCASES; k++) {
+        const int layer = CASES[k].layer;
+        rng r = {900 + (uint64_t)k};
+        float *x = malloc(sizeof(float) * N * d), *dy = malloc(sizeof(float) * N * d);
+        fill_f(x, N * d, 1.0, &r);
+        fill_f(dy, N * d, 1.0, &r);
+        trex_attn_w w;
+        weights_make(&w, &cfg, layer, &r);
+        wdesc L[32];
+        const int nl = weight_list(L, &cfg, layer);
+        trex_wcopy_tensor list[8];
+        int64_t n = 0;
+        for (int i = 0; i < nl; i++)
+            for (size_t q = 0; q < sizeof proj / sizeof proj[0]; q++)
+                if (L[i].off == proj[q])
+                    list[n++] = (trex_wcopy_tensor){.src = *wfield(&w, &L[i]), .rows = L[i].n / L[i].fanin,
+                                                    .cols = L[i].fanin};
+        run_out A, B, C;
+        run_full(&A, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, pool, ar, 0.1);
+        uint64_t version = 0;
+        trex_mem mem = {0};
+        trex_err err = {0};
+        trex_wcopy *wc = NULL;
+        CHECK(trex_wcopy_create(&wc, list, n, TREX_WCOPY_PANELS, &version, &mem, &err) == TREX_OK,
+              "%s: panels of %lld projections: %s", CASES[k].name, (long long)n, err.msg);
+        if (!wc) {
+            run_free(&A, &cfg, layer);
+            weights_free(&w, &cfg, layer);
+            free(x);
+            free(dy);
+            continue;
+        }
+        trex_wcopy_refresh(pool, wc);
+        w.wc = wc;
+        run_full(&B, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, pool, ar, 0.1);
+        bool bw;
+        grads_diff(&B.g, &A.g, &cfg, layer, &bw);
+        CHECK(memcmp(B.y, A.y, sizeof(float) * N * d) == 0 && memcmp(B.dx, A.dx, sizeof(float) * N * d) == 0 &&
+                  bw && B.kl == A.kl && B.count == A.count,
+              "%s: from the panels, the bits of the pass that packs the weights (y, dx, gradients, indexer "
+              "loss)", CASES[k].name);
+        /* wo_b's fp32 values change (no norm follows it), its copy is not rewritten: the forward reads the
+         * copy */
+        for (int64_t q = 0; q < d * cfg.o_groups * cfg.o_lora_rank; q++)
+            w.wo_b[q] += 0.01f;
+        run_full(&C, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, pool, ar, 0.1);
+        CHECK(memcmp(C.y, A.y, sizeof(float) * N * d) == 0, "%s: the products read the panels, not the weights",
+              CASES[k].name);
+        run_free(&C, &cfg, layer);
+        w.wc = NULL;
+        run_full(&C, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, pool, ar, 0.1);
+        CHECK(memcmp(C.y, A.y, sizeof(float) * N * d) != 0, "%s: without them, the changed weights show in y",
+              CASES[k].name);
+        run_free(&A, &cfg, layer);
+        run_free(&B, &cfg, layer);
+        run_free(&C, &cfg, layer);
+        trex_wcopy_destroy(wc);
+        weights_free(&w, &cfg, layer);
+        free(x);
+        free(dy);
+    }
+}
+
 /* ---- 7. threads ------------------------------------------------------------------------------- */
 
 static void test_threads(trex_arena *ar)
@@ -1752,6 +1834,8 @@ int main(int argc, char **argv)
             test_kept_core(ar, NULL);
             test_kept_core(ar, p2);
         }
+        run_dtype = TREX_BF16;
+        test_weight_panels(ar, p2);
         trex_pool_destroy(p2);
         run_dtype = TREX_F32;
         test_axpy_levels();

@@ -2663,12 +2663,11 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     if (kl) {
         const int64_t nI = dm->nI, cI = dm->cI;
         rope_apply(pool, diq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, true);
-        proj_backward(pool, gws, gdt, w, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc,
-                                nI * cI, false);
+        proj_backward(pool, gws, gdt, w, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc, nI * cI, false);
         for (int64_t i = 0; i < N * nI; i++)
             dhw[i] *= dm->hscale;
-        proj_backward(pool, gws, gdt, w, NULL, g->idx_weights_proj, dhw, x,
-                                w->idx_weights_proj, N, d, nI, false);
+        proj_backward(pool, gws, gdt, w, NULL, g->idx_weights_proj, dhw, x, w->idx_weights_proj, N, d, nI,
+                      false);
         AP(AP_B_IDX);
         if (dik)
             compressor_backward(ctx, &C->icmp, dm, docs, 4, 2, dik, NULL, x, w->idx_cmp_wkv,

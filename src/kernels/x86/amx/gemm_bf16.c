@@ -54,10 +54,10 @@ void trex_gemm_end_amx(void)
 /* The sums of a 32x32 block over kp k into tiles 0-3: per step of 32 k, A rows 0-15 and 16-31 (1 KiB
  * each) and B columns 0-15 and 16-31. The framework passes a block's A panels one after the other
  * against one B panel, so with a B panel that fits L1 (a_hint: kp <= L1_KP), A is loaded with the
- * non-temporal hint (TILELOADDT1) and streams past without evicting B: 4096 x 1024 x 512 went from 29%
- * to 39-42% of the peak on two threads. A longer B panel streams from L2 either way, and there the
- * hint measured 0-10% slower (docs/kernels.md "Round 13"). a_hint is a constant at each call, so the
- * compiler makes two loops. */
+ * non-temporal hint (TILELOADDT1) and streams past without evicting B: 4096 x 1024 x 512 went from 27-28%
+ * to 35-39% of the peak on two threads. A longer B panel streams from L2 either way, and there the
+ * hint measured up to 14% slower (docs/kernels.md "Round 13"). a_hint is a constant at each call, so
+ * the compiler makes two loops. */
 static inline __attribute__((always_inline)) void products(int64_t kp, const uint16_t *ap, const uint16_t *bp,
                                                            bool a_hint)
 {
