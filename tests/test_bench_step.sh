@@ -69,7 +69,7 @@ if m["kernels"] != "ref":
     assert m["peak_source"] == "avx512_fp32_fma" and m["peak_flops"] > 0, "fp32 peak measured"
 PY
 
-# --- --no-weight-copies: the same bf16 step without the experts' bf16 copies (their memory, same losses) ------
+# --- --no-weight-copies: the same bf16 step without the bf16 weight copies (their memory, same losses) --------
 "$TREX" bench step "${fast[@]}" --precision bf16 --peak-tflops 1.5 --no-weight-copies --json >"$tmp/nowc.json" 2>"$tmp/err"; rc=$?
 [ $rc -eq 0 ] && ok || { bad "bench step --no-weight-copies exit $rc"; cat "$tmp/err"; }
 "$PY" - "$tmp/bf16.json" "$tmp/nowc.json" "$tmp/muon.json" <<'PY' && ok || bad "weight copies: in bf16 only, ~4 bytes per expert and projection weight (packed panels), same losses"
@@ -77,12 +77,12 @@ import json, sys
 a, n, m = (json.load(open(f)) for f in sys.argv[1:4])
 assert a["weight_copies"] is True and n["weight_copies"] is False and m["weight_copies"] is False
 # dsv4-tiny: params ~= grads without copies; the copies (packed panels of both products under the default
-# --recompute none: docs/params.md) add the fp32 bytes (and padding) of the experts (~58% of the weights)
-# and of the attention's and indexer's projections but wo_a (78% in all, measured)
+# --recompute none: docs/params.md) add the fp32 bytes (and padding) of the experts (~69% of the weights)
+# and of the attention's and indexer's projections except wo_a (78% in all, measured)
 assert abs(n["memory_mib"]["params"] - n["memory_mib"]["grads"]) < 1, n["memory_mib"]
 assert abs(m["memory_mib"]["params"] - m["memory_mib"]["grads"]) < 1, "fp32 mode never keeps copies"
 extra = a["memory_mib"]["params"] - n["memory_mib"]["params"]
-assert 0.7 * a["memory_mib"]["grads"] < extra < 0.9 * a["memory_mib"]["grads"], extra
+assert 0.74 * a["memory_mib"]["grads"] < extra < 0.9 * a["memory_mib"]["grads"], extra
 assert (a["loss_first"], a["loss_last"]) == (n["loss_first"], n["loss_last"]), "the copies change no bit"
 PY
 # --recompute attention keeps the copies as rows (~2 bytes per expert weight): the same losses

@@ -7,7 +7,8 @@
  * - load rejects a missing tensor, a wrong shape, a wrong dtype, a repeated or out-of-range expert in a
  *   tid2eid row, an extra tensor and a quantisation scale, each with the tensor named;
  * - bf16 compute copies of the experts' weights: the packers' rounding of every routed and shared
- *   expert tensor, padded rows, [W1; W3] one matrix, nothing else copied; stale after a change of the
+ *   expert tensor, padded rows, [W1; W3] one matrix, as panels also the attention's projections but
+ *   wo_a, nothing else copied; stale after a change of the
  *   weights until rewritten (reading a stale copy aborts); the optimizer's step writes them fresh
  *   (AdamW and Muon), and refuses copies it would not update. Run from the repository root. */
 #include <inttypes.h>
@@ -652,9 +653,7 @@ static bool panels_equal(const uint16_t *got, bool tb, int64_t N, int64_t K, con
     return ok;
 }
 
-/* PANELS: whether every expert's matrices ([W1; W3] and W2) hold the packed panels of their fp32 values
- * in both orientations; counts the matrices in *n. */
-/* Whether PANELS copies p besides the experts: the attention's projections but wo_a, and the
+/* Whether PANELS copies p besides the experts: the attention's projections except wo_a, and the
  * indexer's (docs/params.md "bf16 compute copies"). */
 static bool proj_copied(const trex_param *p)
 {
@@ -663,8 +662,9 @@ static bool proj_copied(const trex_param *p)
     return p->ndim == 2 && ((p->kind == TREX_P_ATTN && !wo_a) || p->kind == TREX_P_INDEXER);
 }
 
-/* Every PANELS copy against the packers' rounding of its source; *n counts the tensors (an expert's w1
- * and w3 share one matrix). */
+/* PANELS: whether every copied matrix ([W1; W3] and W2 of each expert, the projections) holds the packed
+ * panels of its fp32 values in both orientations and nothing else is copied; *n counts the tensors (an
+ * expert's w1 and w3 share one matrix). */
 static bool panels_match(const trex_weights *w, int64_t *n)
 {
     bool ok = true;
@@ -748,10 +748,12 @@ static void test_bf16_copies(trex_wcopy_layout layout)
         const trex_param *p = &w.layout.params[k];
         if (layout == TREX_WCOPY_PANELS && proj_copied(p)) {
             nproj++;
-            pbytes += trex_gemm_pack_b_bytes(p->shape[0], p->shape[1]) + trex_gemm_pack_b_bytes(p->shape[1], p->shape[0]);
+            pbytes += trex_gemm_pack_b_bytes(p->shape[0], p->shape[1]) +
+                      trex_gemm_pack_b_bytes(p->shape[1], p->shape[0]);
         }
     }
-    CHECK(layout == TREX_WCOPY_ROWS || nproj >= 4 * nb, "PANELS: wq_a, wq_b, wkv, wo_b of %lld blocks copied", (long long)nb);
+    CHECK(layout == TREX_WCOPY_ROWS || nproj >= 4 * nb, "PANELS: wq_a, wq_b, wkv, wo_b of %lld blocks copied",
+          (long long)nb);
     want += pbytes;
     const int64_t ntensors = nb * (E + 1) * 3 + nproj;
     CHECK(w.bf16->bytes == want && mem.live[TREX_REGION_PARAMS] - before == want,

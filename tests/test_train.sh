@@ -14,7 +14,7 @@
 #     with another config or gbs, an existing run directory, bad flags — each a clear error, nothing lost;
 #   - --recompute full, attention, moe, full-keep-core and attention-keep-core give the bf16 run's losses,
 #     expert loads and weights bit for bit;
-#     so does --weight-copies false (the experts' products then round the fp32 weights per call);
+#     so does --weight-copies false (the experts' and attention's products then round the fp32 weights per call);
 #   - --precision bf16: the loss falls, the run records bf16 (settings.json, trainer.json), a killed bf16 run
 #     resumes bit for bit (with another thread count); a bad value and a precision change on resume fail;
 #   - --run-file with a flag overriding it; generate: greedy is reproducible, sampling follows the seed.
@@ -226,7 +226,7 @@ expect_line "$tmp/outRF" "recompute=full" "recompute in the effective settings"
 [ "$(losses "$tmp/P/metrics.jsonl")" = "$(losses "$tmp/RF/metrics.jsonl")" ] && ok || bad "recompute full: same losses"
 [ "$(body_sha "$tmp/P/step-6/model.safetensors")" = "$(body_sha "$tmp/RF/step-6/model.safetensors")" ] && ok ||
   bad "recompute full: same final weights"
-# --- --weight-copies false: the same bf16 run bit for bit, the experts' products from the fp32 weights -------
+# --- --weight-copies false: the same bf16 run bit for bit, the products from the fp32 weights ----------------
 "$TREX" train "${common[@]}" --precision bf16 --weight-copies false --out "$tmp/WC" >"$tmp/outWC" 2>"$tmp/errWC" && ok ||
   { bad "weight-copies false run"; cat "$tmp/errWC"; }
 expect_line "$tmp/outWC" "weight_copies=false" "weight_copies in the effective settings"

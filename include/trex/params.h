@@ -104,7 +104,7 @@ void trex_layout_count(const trex_layout *lay, const trex_config *cfg, trex_para
 
 /* ---- bf16 compute copies (docs/params.md "bf16 compute copies") ---------------------------------------
  * bf16 copies of fp32 tensors that bf16 products read many times per optimizer step (the experts'
- * w1, w3, w2), rounded to nearest even as trex_f32_to_bf16 — the bytes the GEMM's packers make of the
+ * w1, w3, w2; as PANELS also the attention's projections), rounded to nearest even as trex_f32_to_bf16 — the bytes the GEMM's packers make of the
  * fp32 values, so a product that reads a copy gives the bits of one that rounds the fp32 tensor while
  * packing. Two layouts:
  *   TREX_WCOPY_ROWS    each tensor [rows, cols] becomes a bf16 matrix with rows `cols + TREX_WCOPY_PAD`
@@ -188,7 +188,7 @@ typedef struct trex_weights {
     /* Bumped by whoever changes f after init or load (trex_weights_changed); the bf16 copies record
      * the version they were written from. The struct must not move while bf16 is set. */
     uint64_t version;
-    trex_wcopy *bf16; /* bf16 copies of the experts' weights (trex_weights_bf16_enable), or NULL */
+    trex_wcopy *bf16; /* bf16 copies of weights (trex_weights_bf16_enable), or NULL */
 } trex_weights;
 
 /* Allocates the buffers and initialises them (docs/model-conventions.md "Initialisation") from seed. */
@@ -208,7 +208,8 @@ void trex_weights_free(trex_weights *w); /* the bf16 copies too */
 
 /* bf16 compute copies of every routed and shared expert's w1, w3, w2 (each expert's w1 and w3 form one
  * [2 inter, d] matrix) in the given layout, written now from f: about 2 bytes per expert weight with
- * TREX_WCOPY_ROWS (dsv4-bench: 0.99 GiB), 4 with TREX_WCOPY_PANELS (1.9 GiB), charged to region params.
+ * TREX_WCOPY_ROWS (dsv4-bench: 0.99 GiB), 4 with TREX_WCOPY_PANELS (1.9 GiB), which also holds the
+ * attention's and the indexer's projections except wo_a (+0.18 GiB), charged to region params.
  * For bf16 training: enable before creating the model (trex_model_create binds the copies), then call
  * trex_weights_changed after every change of f. A no-op when already enabled. TREX_ENOMEM with a
  * message when out of memory. */

@@ -75,8 +75,9 @@ typedef struct trex_train_settings {
                               * JSON/flag "precision": "fp32" | "bf16"; a resumed run keeps it */
     bool weight_copies;      /* bf16: keep bf16 copies of the experts' weights, rewritten by each optimizer step
                               * (docs/params.md "bf16 compute copies"; faster MoE products, same results,
-                              * ~4 bytes per expert weight as packed panels, ~2 as rows under --recompute
-                              * attention and moe); JSON/flag "weight_copies"; default true */
+                              * ~4 bytes per expert weight as packed panels, which also hold the attention's
+                              * projections, ~2 as rows under --recompute attention, attention-keep-core and
+                              * moe); JSON/flag "weight_copies"; default true */
     trex_model_recompute recompute; /* what the forward keeps: "none" (default), "attention" / "moe" (that
                                * sub-layer's forward runs again in the backward) or "full" (the blocks'
                                * forward runs again in the backward); same results, less memory */
@@ -130,9 +131,10 @@ typedef struct trex_train_faults {
 trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *faults, trex_err *err);
 
 /* bf16 training keeps the experts' bf16 weight copies (settings weight_copies) as the products' packed
- * panels of both orientations (true: ~4 bytes per expert weight, no per-call packing) or as rows (~2
- * bytes): panels under recompute none and full, rows under attention and moe, whose dsv4-bench T = 4096
- * peaks have no room for the panels (docs/params.md "bf16 compute copies"). */
+ * panels of both orientations (true: ~4 bytes per expert weight, no per-call packing; the attention's
+ * projections get panels too) or as rows (~2 bytes, the experts only): panels under recompute none, full
+ * and full-keep-core, rows under attention, attention-keep-core and moe, whose dsv4-bench T = 4096 peaks
+ * have no room for the panels (docs/params.md "bf16 compute copies"). */
 bool trex_train_copies_as_panels(trex_model_recompute recompute);
 
 /* Model FLOPs of one training step of gbs sequences of seq tokens under the planner's convention
@@ -163,7 +165,7 @@ typedef struct trex_train_bench_opts {
     trex_dtype compute;       /* TREX_F32 or TREX_BF16 */
     trex_model_recompute recompute; /* TREX_MODEL_RECOMPUTE_NONE, _ATTENTION, _MOE, _FULL, _FULL_KEEP_CORE or
                                      * _ATTENTION_KEEP_CORE */
-    bool no_weight_copies;    /* bf16: run without the experts' bf16 copies (trex_train_settings.weight_copies) */
+    bool no_weight_copies;    /* bf16: run without the bf16 weight copies (trex_train_settings.weight_copies) */
     int64_t threads;          /* 0: TREX_THREADS, else every core */
     uint64_t seed;            /* weights and tokens */
     trex_prof *prof;          /* when not NULL: reset, then attached to this thread for the timed steps */

@@ -7,7 +7,7 @@
  *      global-batch objective (token means over all targets of the step; see "Means" below);
  *   3. during the indexer warm-up, zero every gradient but the indexer's (dense attention);
  *   4. NaN/Inf in the loss or any gradient: skip (nothing changes), log, count; else clip, step
- *      (trex_optimizer_update; in bf16 mode it also writes the experts' bf16 weight copies, see
+ *      (trex_optimizer_update; in bf16 mode it also writes the bf16 weight copies, see
  *      setup_step), and the aux-loss-free bias update from the step's expert loads;
  *   5. metrics line, progress line, expert loads, evaluation and checkpoint when due.
  *
@@ -291,9 +291,9 @@ static trex_code setup_step(trainer *t, trex_err *err)
     TREX_TRY(trex_optimizer_create(&t->opt, lay, &t->cfg, &os, trex_pool_size(t->pool), &t->mem, err));
     /* bf16 products read bf16 copies of the experts' weights, rewritten after every change of the
      * weights (trex_weights_changed below; docs/params.md "bf16 compute copies"): as packed panels of
-     * both products (2 bytes per weight more) under --recompute none, full and full-keep-core, as rows
-     * under attention, attention-keep-core and moe, whose dsv4-bench T = 4096 peaks have no room for
-     * them */
+     * both products (2 bytes per weight more), with the attention's projections, under --recompute none,
+     * full and full-keep-core, as rows of the experts' alone under attention, attention-keep-core and
+     * moe, whose dsv4-bench T = 4096 peaks have no room for them */
     if (s->compute == TREX_BF16 && s->weight_copies) {
         const trex_wcopy_layout wl = trex_train_copies_as_panels(s->recompute) ? TREX_WCOPY_PANELS : TREX_WCOPY_ROWS;
         TREX_TRY(trex_weights_bf16_enable(t->pool, &t->w, wl, err));

@@ -156,7 +156,7 @@ int trex_cmd_bench_step(int argc, char **argv)
     if (!(peak > 0))
         fprintf(stderr, "trex bench step: warning: kernel level %s has no %s peak loop: MFU unknown (give "
                         "--peak-tflops)\n", trex_isa_name(trex_kernels_isa()), precision);
-    /* the layout of the experts' bf16 copies the trainer keeps (NULL: none) */
+    /* the layout of the bf16 weight copies the trainer keeps (NULL: none) */
     const char *copies = bo.compute != TREX_BF16 || no_weight_copies ? NULL
                          : trex_train_copies_as_panels(bo.recompute) ? "panels"
                                                                      : "rows";

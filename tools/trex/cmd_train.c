@@ -101,9 +101,9 @@ int trex_cmd_train(int argc, char **argv)
         {"precision", "fp32|bf16", "large matrix products: fp32 (reference) or bf16 (bf16 inputs, fp32 sums; "
          "docs/precision.md); a resumed run keeps it [fp32]", NULL},
         {"weight_copies", "true|false", "bf16 mode: keep bf16 copies of the experts' weights, rewritten by each "
-         "optimizer step (faster MoE products, the same results, about 4 bytes per expert weight more memory as "
-         "packed panels, with the attention's projections too, 2 under --recompute attention, attention-keep-core "
-         "and moe; docs/params.md) [true]",
+         "optimizer step (faster products, the same results, about 4 bytes per expert weight more memory as "
+         "packed panels, which then hold the attention's projections too, 2 as rows under --recompute attention, "
+         "attention-keep-core and moe; docs/params.md) [true]",
          NULL},
         {"muon_ns", "bf16|fp32", "precision of Muon's Newton-Schulz products: bf16 (bf16 operands, fp32 sums, "
          "on AMX) or fp32 (the reference); docs/optim.md [bf16]", NULL},
