@@ -1212,18 +1212,28 @@ static void test_sparse_is_dense(trex_arena *ar)
     free(dy);
 }
 
+/* The small config with a window of 6 and top-k 3, and a batch of two rows of WINDOW_T tokens (documents
+ * of 30 and 20, then 50), for the tests of the pass's variants (kept core, weight panels). */
+#define WINDOW_T 50
+static trex_config window_cfg(tseq *sq)
+{
+    trex_config cfg = small_cfg();
+    cfg.sliding_window = 6;
+    cfg.index_topk = 3;
+    const int64_t lens[] = {30, 20, 50};
+    make_seq(sq, 2, WINDOW_T, lens, 3);
+    return cfg;
+}
+
 /* A kept core (trex_attn_forward_core, recompute full-keep-core): the forward that makes it gives the
  * plain forward's y and indexer loss; a second forward that takes it, and the backward from that pass,
  * give the plain pass's bits; and the second forward really reads the core: on another input it still
  * gives the first input's y (the output projections of the kept o), where running the loop would not. */
 static void test_kept_core(trex_arena *ar, trex_pool *pool)
 {
-    trex_config cfg = small_cfg();
-    cfg.sliding_window = 6;
-    cfg.index_topk = 3;
-    const int64_t lens[] = {30, 20, 50}, T = 50, N = 100, d = cfg.hidden_size;
     tseq sq;
-    make_seq(&sq, 2, T, lens, 3);
+    const trex_config cfg = window_cfg(&sq);
+    const int64_t N = 2 * WINDOW_T, d = cfg.hidden_size;
     const char *md = run_dtype == TREX_BF16 ? "bf16" : "fp32";
     for (int k = 0; k < NCASES; k++) {
         const int layer = CASES[k].layer;
@@ -1294,12 +1304,9 @@ static void test_kept_core(trex_arena *ar, trex_pool *pool)
  * per call, and it does read them (a copy left holding other values than the weights shows in y). */
 static void test_weight_panels(trex_arena *ar, trex_pool *pool)
 {
-    trex_config cfg = small_cfg();
-    cfg.sliding_window = 6;
-    cfg.index_topk = 3;
-    const int64_t lens[] = {30, 20, 50}, T = 50, N = 100, d = cfg.hidden_size;
     tseq sq;
-    make_seq(&sq, 2, T, lens, 3);
+    const trex_config cfg = window_cfg(&sq);
+    const int64_t N = 2 * WINDOW_T, d = cfg.hidden_size;
     const size_t proj[] = {offsetof(trex_attn_w, wq_a), offsetof(trex_attn_w, wq_b), offsetof(trex_attn_w, wkv),
                            offsetof(trex_attn_w, wo_b), offsetof(trex_attn_w, idx_wq_b),
                            offsetof(trex_attn_w, idx_weights_proj)};
