@@ -1065,6 +1065,19 @@ static void test_visibility(trex_arena *ar)
 
 /* ---- 6. documents; sparse with k >= visible -------------------------------------------------- */
 
+/* A case's inputs, drawn from r in this order: x and dy (n floats each, unit-scale normals; the
+ * caller frees them) and the layer's weights. */
+static void case_inputs(const trex_config *cfg, int layer, int64_t n, rng *r, float **x, float **dy,
+                        trex_attn_w *w)
+{
+    *x = malloc(sizeof(float) * (size_t)n);
+    *dy = malloc(sizeof(float) * (size_t)n);
+    TREX_ASSERT(*x && *dy);
+    fill_f(*x, n, 1.0, r);
+    fill_f(*dy, n, 1.0, r);
+    weights_make(w, cfg, layer, r);
+}
+
 typedef struct run_out {
     float *y, *dx;
     trex_attn_w g;
@@ -1191,11 +1204,9 @@ static void test_sparse_is_dense(trex_arena *ar)
     rng r = {500};
     tseq sq;
     make_seq(&sq, 1, N, lens, 2);
-    float *x = malloc(sizeof(float) * N * d), *dy = malloc(sizeof(float) * N * d);
-    fill_f(x, N * d, 1.0, &r);
-    fill_f(dy, N * d, 1.0, &r);
+    float *x, *dy;
     trex_attn_w w;
-    weights_make(&w, &cfg, 1, &r);
+    case_inputs(&cfg, 1, N * d, &r, &x, &dy, &w);
     run_out S, D;
     run_full(&S, &cfg, 1, true, &sq, x, dy, &w, NULL, ar, 0.5);
     run_full(&D, &cfg, 1, false, &sq, x, dy, &w, NULL, ar, 0.5);
@@ -1313,11 +1324,9 @@ static void test_weight_panels(trex_arena *ar, trex_pool *pool)
     for (int k = 0; k < NCASES; k++) {
         const int layer = CASES[k].layer;
         rng r = {900 + (uint64_t)k};
-        float *x = malloc(sizeof(float) * N * d), *dy = malloc(sizeof(float) * N * d);
-        fill_f(x, N * d, 1.0, &r);
-        fill_f(dy, N * d, 1.0, &r);
+        float *x, *dy;
         trex_attn_w w;
-        weights_make(&w, &cfg, layer, &r);
+        case_inputs(&cfg, layer, N * d, &r, &x, &dy, &w);
         wdesc L[32];
         const int nl = weight_list(L, &cfg, layer);
         trex_wcopy_tensor list[8];
@@ -1398,11 +1407,9 @@ static void test_threads(trex_arena *ar)
     for (int k = 0; k < NCASES; k++) {
         const int layer = CASES[k].layer;
         rng r = {600 + (uint64_t)k};
-        float *x = malloc(sizeof(float) * N * d), *dy = malloc(sizeof(float) * N * d);
-        fill_f(x, N * d, 1.0, &r);
-        fill_f(dy, N * d, 1.0, &r);
+        float *x, *dy;
         trex_attn_w w;
-        weights_make(&w, &cfg, layer, &r);
+        case_inputs(&cfg, layer, N * d, &r, &x, &dy, &w);
         run_out A, B;
         run_full(&A, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, NULL, ar, 0.1);
         run_full(&B, &cfg, layer, CASES[k].sparse, &sq, x, dy, &w, pool, ar, 0.1);

@@ -104,9 +104,9 @@ void trex_layout_count(const trex_layout *lay, const trex_config *cfg, trex_para
 
 /* ---- bf16 compute copies (docs/params.md "bf16 compute copies") ---------------------------------------
  * bf16 copies of fp32 tensors that bf16 products read many times per optimizer step (the experts'
- * w1, w3, w2; as PANELS also the attention's projections), rounded to nearest even as trex_f32_to_bf16 — the bytes the GEMM's packers make of the
- * fp32 values, so a product that reads a copy gives the bits of one that rounds the fp32 tensor while
- * packing. Two layouts:
+ * w1, w3, w2; as PANELS also the attention's projections), rounded to nearest even as
+ * trex_f32_to_bf16 — the bytes the GEMM's packers make of the fp32 values, so a product that reads a
+ * copy gives the bits of one that rounds the fp32 tensor while packing. Two layouts:
  *   TREX_WCOPY_ROWS    each tensor [rows, cols] becomes a bf16 matrix with rows `cols + TREX_WCOPY_PAD`
  *                      apart (not a power-of-two stride: the packers read 16-32 rows at once); the copies
  *                      lie in the order of the list with nothing between them (an expert's w1 and w3,

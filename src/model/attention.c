@@ -2094,16 +2094,25 @@ static void proj_forward(trex_pool *pool, trex_gemm_ws *ws, trex_dtype dt, const
         trex_linear_forward_ex(pool, ws, dt, y, x, W, n, in, out);
 }
 
+/* dx (+)= dy W from W's backward panels, dy [n, out] of type dy_in (fp32, or bf16 already rounded);
+ * false, doing nothing, when W has none. */
+static bool proj_dx_panels(trex_pool *pool, trex_gemm_ws *ws, trex_dtype dt, const trex_attn_w *w,
+                           trex_dtype dy_in, float *dx, const void *dy, const float *W, int64_t n, int64_t in,
+                           int64_t out, bool acc)
+{
+    const trex_gemm_packed *pb = w_panels(w, dt, W, true);
+    if (pb)
+        trex_gemm_prepacked(pool, ws, dy_in, false, n, 1.0f, dy, out, pb, acc ? 1.0f : 0.0f, dx, in);
+    return pb != NULL;
+}
+
 /* trex_linear_backward_ex (dx NULL: only dW), dx from the panels when there are any. */
 static void proj_backward(trex_pool *pool, trex_gemm_ws *ws, trex_dtype dt, const trex_attn_w *w, float *dx,
                           float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,
                           int64_t out, bool acc)
 {
-    const trex_gemm_packed *pb = dx ? w_panels(w, dt, W, true) : NULL;
-    if (pb) {
-        trex_gemm_prepacked(pool, ws, TREX_F32, false, n, 1.0f, dy, out, pb, acc ? 1.0f : 0.0f, dx, in);
+    if (dx && proj_dx_panels(pool, ws, dt, w, TREX_F32, dx, dy, W, n, in, out, acc))
         dx = NULL;
-    }
     trex_linear_backward_ex(pool, ws, dt, dx, dW, dy, x, W, n, in, out, acc);
 }
 
@@ -2630,12 +2639,10 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     float *dqa = xalloc_uninit(ctx->arena, (size_t)(N * dc) * sizeof(float));
     if (dqb) {
         TREX_ASSERT(gdt == TREX_BF16);
-        const trex_gemm_packed *pb = w_panels(w, gdt, w->wq_b, true);
-        const trex_gemm_problem px = {N, dc, hc, dqb, hc, w->wq_b, dc, dqr, dc};
-        if (pb)
-            trex_gemm_prepacked(pool, gws, TREX_BF16, false, N, 1.0f, dqb, hc, pb, 0.0f, dqr, dc);
-        else
+        if (!proj_dx_panels(pool, gws, gdt, w, TREX_BF16, dqr, dqb, w->wq_b, N, dc, hc, false)) {
+            const trex_gemm_problem px = {N, dc, hc, dqb, hc, w->wq_b, dc, dqr, dc};
             trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, &px, 1);
+        }
         const trex_gemm_problem pw = {hc, dc, N, dqb, hc, C->qr, dc, g->wq_b, dc};
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, true, false, 1.0f, 1.0f, &pw, 1);
     } else {
