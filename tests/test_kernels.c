@@ -295,7 +295,8 @@ static void test_ukr(const trex_kernel_table *t)
             memcpy(c, c0, sizeof c);
             if (t->gemm_begin)
                 t->gemm_begin();
-            t->gemm_ukr(kc, ap, bp, c, LDC, acc ? TREX_UKR_ACCUMULATE : TREX_UKR_STREAM);
+            const trex_ukr_c io = {.out = c, .ldo = LDC, .in = c, .ldi = LDC};
+            t->gemm_ukr(kc, ap, bp, &io, acc ? TREX_UKR_ACCUMULATE : TREX_UKR_STREAM);
             if (t->gemm_end)
                 t->gemm_end();
             double worst = 0;
@@ -582,81 +583,103 @@ static void test_chunked(const trex_kernel_table *t, trex_pool *pool)
  * over vocabulary blocks) gives the bits of one call: each call continues C's fp32 sums in k order.
  * Also with each block's B pre-packed, and with A stored [K, M] and B [K, N] (both packed step by
  * step across their panels). */
+/* A product cut along K into calls chained with beta 1 has the bits of one call: the fp32 sums are
+ * exact in C between calls. K = 1100 also checks the framework's own K slices (compute_block: one call
+ * of 1100 is summed in slices of 384, 384 and 352 k through the thread's buffer; each cut call is
+ * one slice), with two column blocks, edge tiles, C from zero (beta 0) and from C (beta 1). */
 static void test_ksplit(const trex_kernel_table *t, trex_pool *pool)
 {
-    const int64_t M = 70, N = 100, K = 305, cuts[] = {0, 96, 160, 305};
-    for (int layout = 0; layout < 2; layout++) {
-        mats m = mats_make(M, N, K, layout == 1, false, 91 + (uint64_t)layout);
-        float *C1 = xmalloc((size_t)(M * m.ldc) * sizeof *C1), *C2 = xmalloc((size_t)(M * m.ldc) * sizeof *C2);
-        float *C3 = xmalloc((size_t)(M * m.ldc) * sizeof *C3);
-        run_one(t, pool, &m, false, 1.0f, 0.0f, false, C1);
-        memcpy(C2, m.C0, (size_t)(M * m.ldc) * sizeof *C2);
-        memcpy(C3, m.C0, (size_t)(M * m.ldc) * sizeof *C3);
-        for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
-            const int64_t k0 = cuts[c], kn = cuts[c + 1] - k0;
-            const uint16_t *A = m.Ab + (m.ta ? k0 * m.lda : k0), *B = m.Bb + k0 * m.ldb;
-            trex_gemm_problem p = {M, N, kn, A, m.lda, B, m.ldb, C2, m.ldc};
-            trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, m.ta, false, 1.0f, c ? 1.0f : 0.0f, &p, 1);
-            trex_gemm_packed *Bp = trex_gemm_pack_b_with(t, pool, TREX_BF16, false, N, kn, B, m.ldb);
-            CHECK(Bp != NULL, "ksplit pack");
-            p.B = Bp;
-            p.C = C3;
-            trex_gemm_grouped_prepacked_with(t, pool, NULL, TREX_BF16, m.ta, 1.0f, c ? 1.0f : 0.0f, &p, 1);
-            trex_gemm_packed_free(Bp);
-        }
-        const size_t bytes = (size_t)(M * m.ldc) * sizeof *C1;
-        CHECK(!memcmp(C1, C2, bytes) && !memcmp(C1, C3, bytes),
-              "%s: %s product in K blocks (packed per call / pre-packed) = one call, bit for bit",
-              t->gemm_name, m.ta ? "A^T B" : "A B");
-        free(C1);
-        free(C2);
-        free(C3);
-        mats_free(&m);
-    }
+    static const struct {
+        int64_t M, N, K, cuts[4];
+    } cases[] = {{70, 100, 305, {0, 96, 160, 305}}, {70, 300, 1100, {0, 480, 992, 1100}}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int layout = 0; layout < 2; layout++)
+            for (int beta0 = 0; beta0 < 2; beta0++) {
+                const int64_t M = cases[ci].M, N = cases[ci].N, K = cases[ci].K, *cuts = cases[ci].cuts;
+                mats m = mats_make(M, N, K, layout == 1, false, 91 + (uint64_t)layout);
+                const size_t bytes = (size_t)(M * m.ldc) * sizeof(float);
+                float *C1 = xmalloc(bytes), *C2 = xmalloc(bytes), *C3 = xmalloc(bytes);
+                run_one(t, pool, &m, false, 1.0f, (float)beta0, false, C1);
+                memcpy(C2, m.C0, bytes);
+                memcpy(C3, m.C0, bytes);
+                for (int c = 0; c < 3; c++) {
+                    const int64_t k0 = cuts[c], kn = cuts[c + 1] - k0;
+                    const float beta = c || beta0 ? 1.0f : 0.0f;
+                    const uint16_t *A = m.Ab + (m.ta ? k0 * m.lda : k0), *B = m.Bb + k0 * m.ldb;
+                    trex_gemm_problem p = {M, N, kn, A, m.lda, B, m.ldb, C2, m.ldc};
+                    trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, m.ta, false, 1.0f, beta, &p, 1);
+                    trex_gemm_packed *Bp = trex_gemm_pack_b_with(t, pool, TREX_BF16, false, N, kn, B, m.ldb);
+                    CHECK(Bp != NULL, "ksplit pack");
+                    p.B = Bp;
+                    p.C = C3;
+                    trex_gemm_grouped_prepacked_with(t, pool, NULL, TREX_BF16, m.ta, 1.0f, beta, &p, 1);
+                    trex_gemm_packed_free(Bp);
+                }
+                CHECK(!memcmp(C1, C2, bytes) && !memcmp(C1, C3, bytes),
+                      "%s: %s product (K %lld, beta %d) in K blocks (packed per call / pre-packed) = one "
+                      "call, bit for bit",
+                      t->gemm_name, m.ta ? "A^T B" : "A B", (long long)K, beta0);
+                free(C1);
+                free(C2);
+                free(C3);
+                mats_free(&m);
+            }
 }
 
-/* A written-once C larger than 8 MiB (64-byte aligned rows) is stored with non-temporal stores: the
- * bits must equal those of two calls of half the rows each (small enough to be stored normally). */
+/* A C larger than 8 MiB (64-byte aligned rows) is stored with non-temporal stores where nothing reads
+ * it first: written once (beta 0), or summed over K slices (beta 1, K > 512: the first slice reads C,
+ * the last writes it back). The bits must equal those of two calls of half the rows each (small enough
+ * to be stored normally), and stay within the bound of the fp64 sum. */
 static void test_stream(const trex_kernel_table *t, trex_pool *pool)
 {
-    const int64_t M = 1100, N = 2048, K = 40;
-    uint64_t st = 31;
-    uint16_t *A = xmalloc((size_t)(M * K) * sizeof *A), *B = xmalloc((size_t)(N * K) * sizeof *B);
-    for (int64_t i = 0; i < M * K; i++)
-        A[i] = trex_f32_to_bf16(rnd(&st));
-    for (int64_t i = 0; i < N * K; i++)
-        B[i] = trex_f32_to_bf16(rnd(&st));
-    float *C1 = aligned_alloc(64, (size_t)(M * N) * sizeof *C1);
-    float *C2 = aligned_alloc(64, (size_t)(M * N) * sizeof *C2);
-    if (!C1 || !C2) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    const trex_gemm_problem whole = {M, N, K, A, K, B, K, C1, N};
-    trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, 0.0f, &whole, 1);
-    const int64_t h = 544; /* 17 panels: both halves below 8 MiB of C */
-    const trex_gemm_problem halves[2] = {{h, N, K, A, K, B, K, C2, N},
-                                         {M - h, N, K, A + h * K, K, B, K, C2 + h * N, N}};
-    for (int i = 0; i < 2; i++)
-        trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, false, true, 1.0f, 0.0f, &halves[i], 1);
-    CHECK(memcmp(C1, C2, (size_t)(M * N) * sizeof *C1) == 0,
-          "%s: streamed C differs from normally stored C", t->gemm_name);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < M; i += 37)
-        for (int64_t j = 0; j < N; j++) {
-            double s = 0, sa = 0;
-            for (int64_t k = 0; k < K; k++) {
-                double p = (double)trex_bf16_to_f32(A[i * K + k]) * trex_bf16_to_f32(B[j * K + k]);
-                s += p;
-                sa += fabs(p);
-            }
-            bad += !(fabs(C1[i * N + j] - s) <= 2.0 * (K + 4) * 0x1p-24 * sa);
+    const int64_t M = 1100, N = 2048, Ks[] = {40, 544};
+    for (int beta = 0; beta < 2; beta++) {
+        const int64_t K = Ks[beta];
+        uint64_t st = 31 + (uint64_t)beta;
+        uint16_t *A = xmalloc((size_t)(M * K) * sizeof *A), *B = xmalloc((size_t)(N * K) * sizeof *B);
+        for (int64_t i = 0; i < M * K; i++)
+            A[i] = trex_f32_to_bf16(rnd(&st));
+        for (int64_t i = 0; i < N * K; i++)
+            B[i] = trex_f32_to_bf16(rnd(&st));
+        float *C0 = xmalloc((size_t)(M * N) * sizeof *C0);
+        float *C1 = aligned_alloc(64, (size_t)(M * N) * sizeof *C1);
+        float *C2 = aligned_alloc(64, (size_t)(M * N) * sizeof *C2);
+        if (!C1 || !C2) {
+            fprintf(stderr, "out of memory\n");
+            exit(2);
         }
-    CHECK(bad == 0, "%s streamed C: %lld bad elements", t->gemm_name, (long long)bad);
-    free(A);
-    free(B);
-    free(C1);
-    free(C2);
+        for (int64_t i = 0; i < M * N; i++)
+            C0[i] = beta ? rnd(&st) : 0.0f;
+        memcpy(C1, C0, (size_t)(M * N) * sizeof *C1);
+        memcpy(C2, C0, (size_t)(M * N) * sizeof *C2);
+        const trex_gemm_problem whole = {M, N, K, A, K, B, K, C1, N};
+        trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, (float)beta, &whole, 1);
+        const int64_t h = 544; /* 17 panels: both halves below 8 MiB of C */
+        const trex_gemm_problem halves[2] = {{h, N, K, A, K, B, K, C2, N},
+                                             {M - h, N, K, A + h * K, K, B, K, C2 + h * N, N}};
+        for (int i = 0; i < 2; i++)
+            trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, false, true, 1.0f, (float)beta, &halves[i], 1);
+        CHECK(memcmp(C1, C2, (size_t)(M * N) * sizeof *C1) == 0,
+              "%s: streamed C (beta %d, K %lld) differs from normally stored C", t->gemm_name, beta,
+              (long long)K);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < M; i += 37)
+            for (int64_t j = 0; j < N; j++) {
+                double sum = C0[i * N + j], sa = fabs(sum);
+                for (int64_t k = 0; k < K; k++) {
+                    double p = (double)trex_bf16_to_f32(A[i * K + k]) * trex_bf16_to_f32(B[j * K + k]);
+                    sum += p;
+                    sa += fabs(p);
+                }
+                bad += !(fabs(C1[i * N + j] - sum) <= 2.0 * (K + 4) * 0x1p-24 * sa);
+            }
+        CHECK(bad == 0, "%s streamed C (beta %d): %lld bad elements", t->gemm_name, beta, (long long)bad);
+        free(A);
+        free(B);
+        free(C0);
+        free(C1);
+        free(C2);
+    }
 }
 
 /* ---- 6b. pre-packed B ------------------------------------------------------------------------------ */

@@ -47,13 +47,24 @@ typedef struct trex_cpu_features {
 } trex_cpu_features;
 
 /* The micro-kernel and packing contract (see kernels/gemm_panels.h for the panel formats).
- * flags: TREX_UKR_ACCUMULATE adds to C instead of overwriting it; TREX_UKR_STREAM asks for
- * non-temporal stores of C (a hint: taken when c is 64-byte aligned and ldc a multiple of 16; the
- * run's gemm_end then fences them). */
+ * A call computes one 32x32 block over kp k and writes it to out (ldo floats apart). flags:
+ * TREX_UKR_ACCUMULATE starts the sums from the block at in (ldi apart; it may be out) instead of zero;
+ * TREX_UKR_STREAM asks for non-temporal stores of out (a hint: taken when out is 64-byte aligned and
+ * ldo a multiple of 16; the run's gemm_end then fences them). prefetch, when not NULL, names
+ * prefetch_lines consecutive 64-byte lines that the framework reads next (the following slice of B):
+ * a level may bring them towards L2 while it computes (a hint; levels without prefetching ignore it). */
 #define TREX_UKR_ACCUMULATE 1u
 #define TREX_UKR_STREAM 2u
-typedef void (*trex_gemm_ukr_fn)(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c,
-                                 int64_t ldc, unsigned flags);
+typedef struct trex_ukr_c {
+    float *out;
+    int64_t ldo;
+    const float *in;
+    int64_t ldi;
+    const void *prefetch;
+    int64_t prefetch_lines;
+} trex_ukr_c;
+typedef void (*trex_gemm_ukr_fn)(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                                 unsigned flags);
 /* Packs a [rows <= 32] x [kc] source view X (X[r][k] = src[r*rs + k*ks], rs or ks is 1, src pointing
  * at X[0][0]) into one panel of kcp columns (kcp: kc rounded up to 32; kernels/gemm_panels.h),
  * zero-filling rows >= rows and k >= kc. f32 sources are rounded to bf16 (trex_f32_to_bf16). */

@@ -16,14 +16,16 @@
  * Rows past the operand's end and k past K are zero, so every micro-kernel call computes a full 32x32
  * block, and padding contributes exact zeros.
  *
- * The micro-kernel contract (trex_gemm_ukr_fn in kernels/dispatch.h): over a whole panel pair,
- *   C[0:32, 0:32] (ldc floats apart) = (flags & ACCUMULATE ? C : 0) + sum over k < kp of A[:, k] B[:, k]^T
- * kp a positive multiple of 32. The block of C stays in registers for the whole sum (loaded and stored
- * once). Sums are fp32; bf16 inputs are exact in fp32, so every product is exact. Subnormal bf16
- * inputs count as zero (the AMX and AVX512_BF16 instructions do so; the reference micro-kernel copies
- * them). Each output element is summed in a fixed order that depends only on kp. With TREX_UKR_STREAM
- * (and c 64-byte aligned, ldc a multiple of 16) C may be written with non-temporal stores, which the
- * level's gemm_end fences.
+ * The micro-kernel contract (trex_gemm_ukr_fn in kernels/dispatch.h): over a panel pair's first kp k,
+ *   out[0:32, 0:32] (ldo floats apart) = (flags & ACCUMULATE ? in : 0) + sum over k < kp of A[:, k] B[:, k]^T
+ * kp a positive multiple of 32 (a slice of longer panels starts at their step k0/32). The block stays in
+ * registers for the whole sum (in loaded and out stored once). Sums are fp32; bf16 inputs are exact in
+ * fp32, so every product is exact. Subnormal bf16 inputs count as zero (the AMX and AVX512_BF16
+ * instructions do so; the reference micro-kernel copies them). Each output element is summed in
+ * increasing k in a fixed order that depends only on kp, and the block between two calls is that fp32
+ * sum: a call over k [0, k1) followed by one over [k1, kp) starting from its out gives the bits of one
+ * call over kp (the framework's K slices rely on it). With TREX_UKR_STREAM (and out 64-byte aligned,
+ * ldo a multiple of 16) out may be written with non-temporal stores, which the level's gemm_end fences.
  *
  * A pre-packed B (trex_gemm_pack_b in kernels/kernels.h) is exactly these VNNI panels, ceil(N/32) of
  * them one after the other, packed once by the caller with the level's pack_b; every level packs the
@@ -71,7 +73,7 @@ void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *poo
                                       const trex_gemm_problem *probs, int64_t count);
 
 /* ---- leaves: plain C reference (kernels/ref/bf16.c) ---------------------------------------------- */
-void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                        unsigned flags);
 void trex_pack_a_bf16_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
                           int64_t kc, int64_t kcp);
@@ -86,7 +88,7 @@ void trex_cvt_bf16_f32_ref(float *dst, const uint16_t *src, int64_t n);
 void trex_gemm_f32_ukr_ref(int64_t K, const float *ap, const float *bp, float *acc); /* kernels/ref/gemm.c */
 
 /* ---- leaves: AVX-512 F/BW/VL + BF16 (kernels/x86/avx512/) ------------------------------------- */
-void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                           unsigned flags);
 void trex_pack_a_bf16_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
                              int64_t kc, int64_t kcp);
@@ -104,7 +106,7 @@ double trex_peak_f32_fma_avx512(int64_t iters);
 double trex_peak_bf16_dp_avx512(int64_t iters);
 
 /* ---- leaves: AMX-TILE + AMX-BF16 (kernels/x86/amx/) ---------------------------------------------- */
-void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                        unsigned flags);
 void trex_gemm_begin_amx(void);
 void trex_gemm_end_amx(void);

@@ -644,7 +644,7 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
 #define HEAD3G1_CHUNK_ROWS 1024
 /* At most this many rows per chunk (one row of the chunk's d logits sits on the stack). */
 #define HEAD3_MAX_ROWS 2048
-/* Vocabulary rows per d hn GEMM: the GEMM keeps each block of C in registers over the whole of K, so
+/* Vocabulary rows per d hn GEMM: the GEMM sums each block of C over the whole of K before the next, so
  * one call over K = 3V would stream both operands' panels from memory for every block of C; blocks of
  * 256 (K = 768) measured 15-30x faster than K = 3V (docs/perf.md "LM head in bf16 mode"). */
 #define HEAD3_DHN_VOCAB 256

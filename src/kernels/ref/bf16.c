@@ -18,15 +18,16 @@ static inline float bf16_daz(uint16_t h)
     return f;
 }
 
-void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                        unsigned flags)
 {
-    const bool accumulate = flags & TREX_UKR_ACCUMULATE; /* TREX_UKR_STREAM: plain stores here */
+    /* TREX_UKR_STREAM: plain stores here; the prefetch hint is not taken */
+    const bool accumulate = flags & TREX_UKR_ACCUMULATE;
     enum { M = TREX_GEMM_MR, N = TREX_GEMM_NR };
     float acc[M][N];
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
-            acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
+            acc[i][j] = accumulate ? c->in[i * c->ldi + j] : 0.0f;
     for (int64_t k = 0; k < kp; k++) {
         float b[N];
         const uint16_t *bk = bp + (k / 2) * (2 * N) + (k % 2);
@@ -41,7 +42,7 @@ void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, float
     }
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
-            c[i * ldc + j] = acc[i][j];
+            c->out[i * c->ldo + j] = acc[i][j];
 }
 
 static inline uint16_t load_bf16(const void *src, int64_t idx)

@@ -10,20 +10,26 @@
  *      pool thread takes the next row from it (an atomic counter), packs that row's A block (A format)
  *      into its own buffer and computes the row's blocks from it while it is hot: packed A never goes
  *      back to memory, and a thread that the OS descheduled simply takes fewer rows (fewer rows than
- *      threads: each row is cut into groups of column blocks, col_groups). Inside a block,
- *      each B panel (32 x Kp) meets the block's A panels in the micro-kernel, which keeps its 32x32
- *      block of C in registers over the whole of K: C is read (beta 1) and written once. A C that is
- *      only written (alpha 1, beta 0) and larger than STREAM_LIMIT in all is written with
- *      non-temporal stores: it would not stay in cache, and streaming saves reading its lines first.
- *      (Cutting K into cache-sized blocks instead costs a reload of the C block and a drain of the AMX
- *      pipeline per K block, which measured slower: docs/kernels.md.)
+ *      threads: each row is cut into groups of column blocks, col_groups). Inside a block, K is cut
+ *      into slices of at most KSLICE (512) k; for each slice, each B panel's slice (32 x 512 bf16, 32 KiB:
+ *      it stays in L1) meets the block's A panels' slices in the micro-kernel, which keeps its 32x32
+ *      block in registers for the slice. Between slices the block's sums wait in the thread's buffer
+ *      (fp32, exactly as the registers held them); the first slice starts from C (beta 1) or zero, the
+ *      last writes C. Each call also names the B slice the thread reads next, which the AMX level
+ *      prefetches into L2: B comes from L3 or memory, and the hardware prefetchers stop at each 4 KiB
+ *      page of the panels (docs/kernels.md "Round 14": 2048^3 +14%, the head's forward +31%; without
+ *      the prefetch the slices measured no faster than whole K, rounds 5, 10 and 13). A C larger than
+ *      STREAM_LIMIT in all is written with non-temporal stores where nothing reads it first: written
+ *      once (alpha 1, beta 0), or summed over several slices (beta 1: the first slice read C long
+ *      before), which saves reading its lines again for ownership.
  * fp32 sources are rounded to bf16 while packed. A pre-packed B (trex_gemm_pack_b: the same panels,
  * packed once by the caller) skips step 1; a pre-packed A (trex_gemm_pack_a) is read in place instead
  * of being packed per block row. Everything else is the same, so are the bits.
  * Which thread computes a block varies from run to run, but each element of C is owned by one block and
- * summed over all of K by one micro-kernel call in a fixed order, then combined with alpha and beta
- * once: the bits of C never depend on the thread count or on the schedule. (The atomic counter hands
- * out work; no floating-point value is ever reduced across threads.)
+ * summed over all of K by one thread in a fixed order (slice after slice: the bits of one micro-kernel
+ * call over all of K), then combined with alpha and beta once: the bits of C never depend on the
+ * thread count or on the schedule. (The atomic counter hands out work; no floating-point value is ever
+ * reduced across threads.)
  *
  * This file is the framework shared by every level; it lives in ref/ because it is plain C. */
 #include <stdatomic.h>
@@ -44,6 +50,7 @@
 #define PACK_UNIT 4              /* B panels per unit of packing work */
 #define PACK_STEPS 256           /* panel steps (32 k x 32 n) per unit when B is stored by rows of k */
 #define STREAM_LIMIT (8l << 20)  /* bytes of C in a call above which a written-once C is streamed */
+#define KSLICE 512               /* k per slice of a block, at most (compute_block) */
 
 /* alpha 1 beta 0: tiles stored into C | alpha 1 beta 1: tiles loaded from C and stored back |
  * anything else: the sum goes through a 32x32 buffer, then C = alpha * sum + beta * C. */
@@ -83,12 +90,15 @@ typedef struct run {
     bool a_f32, b_f32;       /* source types of A and of B (B unused when pre-packed) */
     size_t a_esz, b_esz;
     int mode;
-    bool stream;             /* MODE_SET with a large C: non-temporal stores */
+    bool stream;             /* a large C, MODE_SET or MODE_ADD: written with non-temporal stores where
+                              * nothing reads it first (compute_block) */
     float alpha, beta;
     const sub *subs;         /* the batch's sub-problems */
     uint16_t *bpack;         /* packed B panels of the batch */
     uint16_t *apack;         /* nslots packed A blocks of ablock elements */
     int64_t ablock;
+    float *sums;             /* nslots buffers of sblock floats: a block's sums between K slices */
+    int64_t sblock;
     const item *items;
     int64_t nitems;
     atomic_llong *next;      /* the next item to hand out */
@@ -245,40 +255,78 @@ static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
            min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K, s->Kp);
 }
 
-static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, const uint16_t *ablk)
+/* K slices of a block: at most KSLICE k each, as even as whole steps allow (kernels/x86/amx/gemm_bf16.c:
+ * a B slice of 32 x 512 bf16 stays in L1 while the block's A panels stream past it). */
+static int64_t slice_k(int64_t Kp)
+{
+    const int64_t ns = ceil_div(Kp, KSLICE);
+    return ceil_div(Kp / TREX_GEMM_KU, ns) * TREX_GEMM_KU;
+}
+
+/* The block (bi, bj) of C, K slice by K slice: for each slice, each B panel's slice meets the block's A
+ * panels' slices in turn. Between slices a 32x32 tile's sums wait in `sums` (the thread's buffer, tile
+ * (ip, jp) at (ip np + jp) 1024, 32 floats apart), exact fp32 as the micro-kernel keeps them: the bits
+ * are those of one call over all of K. The first slice starts from C (beta 1) or zero, the last writes
+ * C. Each call also names the B slice that comes next (the next panel's, the next slice's first, or
+ * next_b: the next block's first), a share of it per A panel, for the level to prefetch. */
+static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, const uint16_t *ablk,
+                          float *sums, const uint16_t *next_b)
 {
     enum { R = TREX_GEMM_MR, Q = TREX_GEMM_NR };
-    const int64_t m0 = bi * s->mb, n0 = bj * NB;
+    const int64_t m0 = bi * s->mb, n0 = bj * NB, Kp = s->Kp, kc = slice_k(Kp);
     const int64_t mp = ceil_div(min64(s->mb, s->M - m0), R), np = ceil_div(min64(NB, s->N - n0), Q);
     const trex_gemm_ukr_fn ukr = r->t->gemm_ukr;
+    const uint16_t *const bblk = s->bpan + (n0 / Q) * Q * Kp;
     float tmp[R * Q] = {0};
-    for (int64_t jp = 0; jp < np; jp++) {
-        const uint16_t *bpan = s->bpan + (n0 / Q + jp) * Q * s->Kp;
-        for (int64_t ip = 0; ip < mp; ip++) {
-            const uint16_t *apan = ablk + ip * R * s->Kp;
-            const int64_t i0 = m0 + ip * R, j0 = n0 + jp * Q;
-            const int64_t rows = min64(R, s->M - i0), cols = min64(Q, s->N - j0);
-            float *c = s->C + i0 * s->ldc + j0;
-            if (r->mode != MODE_GENERAL && rows == R && cols == Q) {
-                ukr(s->Kp, apan, bpan, c, s->ldc,
-                    r->mode == MODE_ADD ? TREX_UKR_ACCUMULATE : r->stream ? TREX_UKR_STREAM : 0);
-                continue;
-            }
-            if (r->mode == MODE_ADD)
-                for (int64_t i = 0; i < rows; i++)
-                    memcpy(tmp + i * Q, c + i * s->ldc, (size_t)cols * sizeof *c);
-            ukr(s->Kp, apan, bpan, tmp, Q, r->mode == MODE_ADD ? TREX_UKR_ACCUMULATE : 0);
-            for (int64_t i = 0; i < rows; i++) {
-                float *ci = c + i * s->ldc;
-                const float *t = tmp + i * Q;
-                if (r->mode != MODE_GENERAL)
-                    memcpy(ci, t, (size_t)cols * sizeof *c);
-                else if (r->beta == 0.0f)
-                    for (int64_t j = 0; j < cols; j++)
-                        ci[j] = r->alpha * t[j];
-                else
-                    for (int64_t j = 0; j < cols; j++)
-                        ci[j] = r->alpha * t[j] + r->beta * ci[j];
+    for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
+        const int64_t kl = min64(kc, Kp - k0);
+        const bool first = k0 == 0, last = k0 + kl == Kp;
+        for (int64_t jp = 0; jp < np; jp++) {
+            const uint16_t *bsl = bblk + jp * Q * Kp + k0 * Q;
+            const uint16_t *next = jp + 1 < np ? bsl + Q * Kp : !last ? bblk + (k0 + kl) * Q : next_b;
+            const int64_t lines = jp + 1 < np ? kl : min64(kc, Kp - (last ? 0 : k0 + kl)); /* 64 B per k */
+            const int64_t share = ceil_div(lines, mp);
+            for (int64_t ip = 0; ip < mp; ip++) {
+                const int64_t i0 = m0 + ip * R, j0 = n0 + jp * Q;
+                const int64_t rows = min64(R, s->M - i0), cols = min64(Q, s->N - j0);
+                const bool direct = r->mode != MODE_GENERAL && rows == R && cols == Q;
+                float *c = s->C + i0 * s->ldc + j0;
+                float *part = first && last ? NULL : sums + (ip * np + jp) * R * Q; /* one slice: unused */
+                trex_ukr_c io = {.out = part, .ldo = Q, .in = part, .ldi = Q};
+                if (next && ip * share < lines) {
+                    io.prefetch = (const char *)next + ip * share * 64;
+                    io.prefetch_lines = min64(share, lines - ip * share);
+                }
+                unsigned flags = first ? 0 : TREX_UKR_ACCUMULATE;
+                if (first && r->mode == MODE_ADD) {
+                    flags = TREX_UKR_ACCUMULATE;
+                    io.in = c, io.ldi = s->ldc;
+                    if (!direct) {
+                        for (int64_t i = 0; i < rows; i++)
+                            memcpy(tmp + i * Q, c + i * s->ldc, (size_t)cols * sizeof *c);
+                        io.in = tmp, io.ldi = Q;
+                    }
+                }
+                if (last) {
+                    io.out = direct ? c : tmp, io.ldo = direct ? s->ldc : Q;
+                    if (direct && r->stream && (r->mode == MODE_SET || !first))
+                        flags |= TREX_UKR_STREAM;
+                }
+                ukr(kl, ablk + ip * R * Kp + k0 * R, bsl, &io, flags);
+                if (!last || direct)
+                    continue;
+                for (int64_t i = 0; i < rows; i++) {
+                    float *ci = c + i * s->ldc;
+                    const float *t = tmp + i * Q;
+                    if (r->mode != MODE_GENERAL)
+                        memcpy(ci, t, (size_t)cols * sizeof *c);
+                    else if (r->beta == 0.0f)
+                        for (int64_t j = 0; j < cols; j++)
+                            ci[j] = r->alpha * t[j];
+                    else
+                        for (int64_t j = 0; j < cols; j++)
+                            ci[j] = r->alpha * t[j] + r->beta * ci[j];
+                }
             }
         }
     }
@@ -292,6 +340,7 @@ static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
     const run *r = arg;
     for (int64_t w = w0; w < w1; w++) {
         uint16_t *const own = r->apack + w * r->ablock;
+        float *const sums = r->sums + w * r->sblock;
         bool begun = false;
         for (int64_t i; (i = next_item(r)) >= 0;) {
             const item *it = &r->items[i];
@@ -305,7 +354,8 @@ static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
             else
                 pack_a_block(r, s, it->i, own);
             for (int64_t bj = it->j0; bj < it->j1; bj++)
-                compute_block(r, s, it->i, bj, ablk);
+                compute_block(r, s, it->i, bj, ablk, sums,
+                              bj + 1 < it->j1 ? s->bpan + (bj + 1) * NB * s->Kp : NULL);
         }
         if (begun && r->t->gemm_end)
             r->t->gemm_end();
@@ -769,7 +819,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
     trex_gemm_ws local = {0};
     trex_gemm_ws *w = ws ? ws : &local;
     sub *subs = ws_grow(&w->subs, &w->subs_cap, (size_t)nsubs * sizeof *subs);
-    int64_t ns = 0, ablock = 0;
+    int64_t ns = 0, ablock = 0, sblock = 0;
     double cbytes = 0;
     for (int64_t p = 0; p < count; p++) {
         const trex_gemm_problem *q = &probs[p];
@@ -815,6 +865,8 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
             s->nblk = ceil_div(s->N, NB);
             if (!a_prepacked)
                 ablock = mb * Kp > ablock ? mb * Kp : ablock;
+            if (Kp > KSLICE)
+                sblock = mb * NB > sblock ? mb * NB : sblock;
             cbytes += 4.0 * (double)s->M * (double)s->N;
         }
     }
@@ -842,16 +894,17 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
                      : alpha == 1.0f && beta == 1.0f ? MODE_ADD
                                                      : MODE_GENERAL;
     const size_t bbytes = ((size_t)max_pack * 2 + 63) / 64 * 64;
-    const size_t abytes = ((size_t)ablock * 2 + 63) / 64 * 64;
-    char *packed = ws_grow(&w->pack, &w->pack_cap, bbytes + (size_t)nslots * abytes);
+    const size_t abytes = ((size_t)ablock * 2 + 63) / 64 * 64, sbytes = (size_t)sblock * sizeof(float);
+    char *packed = ws_grow(&w->pack, &w->pack_cap, bbytes + (size_t)nslots * (abytes + sbytes));
     item *items = ws_grow(&w->items, &w->items_cap, (size_t)max_items * sizeof(item));
     atomic_llong next;
 
     run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32,
              .a_esz = a_esz, .b_esz = b_esz, .mode = mode,
-             .stream = mode == MODE_SET && cbytes > (double)STREAM_LIMIT, .alpha = alpha,
+             .stream = mode != MODE_GENERAL && cbytes > (double)STREAM_LIMIT, .alpha = alpha,
              .beta = beta, .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
-             .ablock = (int64_t)(abytes / 2), .items = items, .next = &next, .nslots = nslots};
+             .ablock = (int64_t)(abytes / 2), .sums = (float *)(packed + bbytes + (size_t)nslots * abytes),
+             .sblock = sblock, .items = items, .next = &next, .nslots = nslots};
     for (int64_t b = 0; b < nsubs;) {
         int64_t e = b, off = 0;
         while (e < nsubs &&

@@ -53,16 +53,23 @@ void trex_gemm_end_amx(void)
 
 /* The sums of a 32x32 block over kp k into tiles 0-3: per step of 32 k, A rows 0-15 and 16-31 (1 KiB
  * each) and B columns 0-15 and 16-31. The framework passes a block's A panels one after the other
- * against one B panel, so with a B panel that fits L1 (a_hint: kp <= L1_KP), A is loaded with the
- * non-temporal hint (TILELOADDT1) and streams past without evicting B: 4096 x 1024 x 512 went from 27-28%
- * to 35-39% of the peak on two threads. A longer B panel streams from L2 either way, and there the
- * hint measured up to 14% slower (docs/kernels.md "Round 13"). a_hint is a constant at each call, so
- * the compiler makes two loops. */
+ * against one B panel (of at most L1_KP k when K is sliced), so with a B panel that fits L1 (a_hint:
+ * kp <= L1_KP), A is loaded with the non-temporal hint (TILELOADDT1) and streams past without evicting
+ * B: 4096 x 1024 x 512 went from 27-28% to 35-39% of the peak on two threads. A longer B panel streams
+ * from L2 either way, and there the hint measured up to 14% slower (docs/kernels.md "Round 13").
+ * Alongside, pf_step lines of the next B slice per step (pf NULL: none) are prefetched into L2
+ * (PREFETCHT1): the hardware prefetchers stop at each 4 KiB page of the packed panels, and B comes from
+ * L3 or memory. a_hint is a constant at each call, so the compiler makes two loops. */
 static inline __attribute__((always_inline)) void products(int64_t kp, const uint16_t *ap, const uint16_t *bp,
-                                                           bool a_hint)
+                                                           bool a_hint, const char *pf, int64_t pf_step)
 {
     const size_t sa = 64, sb = 2 * TREX_GEMM_NR * 2;
     for (int64_t k = 0; k < kp; k += 32, ap += 32 * TREX_GEMM_MR, bp += 32 * TREX_GEMM_NR) {
+        if (pf) {
+            for (int64_t i = 0; i < pf_step; i++)
+                _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
+            pf += 64 * pf_step;
+        }
         if (a_hint)
             _tile_stream_loadd(4, ap, sa);
         else
@@ -80,26 +87,31 @@ static inline __attribute__((always_inline)) void products(int64_t kp, const uin
     }
 }
 
-void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
-                       unsigned flags)
+void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, unsigned flags)
 {
-    const size_t sc = (size_t)ldc * sizeof(float);
+    float *const out = c->out;
+    const int64_t ldo = c->ldo;
     if (flags & TREX_UKR_ACCUMULATE) {
-        _tile_loadd(0, c, sc);
-        _tile_loadd(1, c + 16, sc);
-        _tile_loadd(2, c + 16 * ldc, sc);
-        _tile_loadd(3, c + 16 * ldc + 16, sc);
+        const float *in = c->in;
+        const size_t si = (size_t)c->ldi * sizeof(float);
+        _tile_loadd(0, in, si);
+        _tile_loadd(1, in + 16, si);
+        _tile_loadd(2, in + 16 * c->ldi, si);
+        _tile_loadd(3, in + 16 * c->ldi + 16, si);
     } else {
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
     }
+    const int64_t steps = kp / 32;
+    const char *pf = c->prefetch;
+    const int64_t pf_step = pf ? (c->prefetch_lines + steps - 1) / steps : 0;
     if (kp <= L1_KP)
-        products(kp, ap, bp, true);
+        products(kp, ap, bp, true, pf, pf_step);
     else
-        products(kp, ap, bp, false);
-    if ((flags & TREX_UKR_STREAM) && ((uintptr_t)c % 64) == 0 && ldc % 16 == 0) {
+        products(kp, ap, bp, false, pf, pf_step);
+    if ((flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0) {
         /* Write-once output larger than the caches: through an L1 buffer, then non-temporal stores
          * (no read for ownership of C's lines, no eviction of the packed operands). */
         float t[32 * 32] __attribute__((aligned(64)));
@@ -109,15 +121,16 @@ void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, float
         _tile_stored(3, t + 16 * 32 + 16, 128);
         __asm__ volatile("" : : : "memory");
         for (int i = 0; i < 32; i++) {
-            _mm512_stream_ps(c + i * ldc, _mm512_load_ps(t + i * 32));
-            _mm512_stream_ps(c + i * ldc + 16, _mm512_load_ps(t + i * 32 + 16));
+            _mm512_stream_ps(out + i * ldo, _mm512_load_ps(t + i * 32));
+            _mm512_stream_ps(out + i * ldo + 16, _mm512_load_ps(t + i * 32 + 16));
         }
         return;
     }
-    _tile_stored(0, c, sc);
-    _tile_stored(1, c + 16, sc);
-    _tile_stored(2, c + 16 * ldc, sc);
-    _tile_stored(3, c + 16 * ldc + 16, sc);
+    const size_t so = (size_t)ldo * sizeof(float);
+    _tile_stored(0, out, so);
+    _tile_stored(1, out + 16, so);
+    _tile_stored(2, out + 16 * ldo, so);
+    _tile_stored(3, out + 16 * ldo + 16, so);
 }
 
 /* Register-only: four independent accumulators, operands loaded once. */

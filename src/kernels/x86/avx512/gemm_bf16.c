@@ -19,8 +19,8 @@ static inline __m512bh bcast_pair(const uint16_t *p)
 }
 
 #define ROW_INIT(r)                                                                         \
-    __m512 c##r##a = accumulate ? _mm512_loadu_ps(c + (rb + r) * ldc) : _mm512_setzero_ps(), \
-           c##r##b = accumulate ? _mm512_loadu_ps(c + (rb + r) * ldc + 16) : _mm512_setzero_ps()
+    __m512 c##r##a = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi) : _mm512_setzero_ps(), \
+           c##r##b = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi + 16) : _mm512_setzero_ps()
 #define ROW_STEP(r)                                                    \
     do {                                                               \
         const __m512bh a = bcast_pair(ar + (r) * 32 + 2 * q);          \
@@ -30,11 +30,11 @@ static inline __m512bh bcast_pair(const uint16_t *p)
 #define ROW_STORE(r)                                               \
     do {                                                           \
         if (stream) {                                              \
-            _mm512_stream_ps(c + (rb + r) * ldc, c##r##a);         \
-            _mm512_stream_ps(c + (rb + r) * ldc + 16, c##r##b);    \
+            _mm512_stream_ps(out + (rb + r) * ldo, c##r##a);       \
+            _mm512_stream_ps(out + (rb + r) * ldo + 16, c##r##b);  \
         } else {                                                   \
-            _mm512_storeu_ps(c + (rb + r) * ldc, c##r##a);         \
-            _mm512_storeu_ps(c + (rb + r) * ldc + 16, c##r##b);    \
+            _mm512_storeu_ps(out + (rb + r) * ldo, c##r##a);       \
+            _mm512_storeu_ps(out + (rb + r) * ldo + 16, c##r##b);  \
         }                                                          \
     } while (0)
 
@@ -43,11 +43,14 @@ void trex_gemm_end_avx512(void)
     _mm_sfence(); /* order streamed stores of C before the caller hands the results on */
 }
 
-void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                           unsigned flags)
 {
+    float *const out = c->out;
+    const float *const in = c->in;
+    const int64_t ldo = c->ldo, ldi = c->ldi;
     const bool accumulate = flags & TREX_UKR_ACCUMULATE;
-    const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)c % 64) == 0 && ldc % 16 == 0;
+    const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0;
     for (int64_t rb = 0; rb < TREX_GEMM_MR; rb += 8) {
         ROW_INIT(0);
         ROW_INIT(1);
