@@ -5,8 +5,8 @@
  * is cut along N into sub-problems whose packed B fits a bounded workspace (never along K);
  * consecutive sub-problems form a batch. For each batch:
  *   1. pack: every 32-column panel of op(B) (VNNI format, kernels/gemm_panels.h), shared by all blocks;
- *   2. compute: C is cut into blocks of mb x NB (mb <= 256, fewer rows when K is long, so that a packed
- *      A block stays near 1 MiB). The rows of blocks of every problem of the batch form one list; each
+ *   2. compute: C is cut into blocks of mb x NB (mb <= 256, fewer rows when K is over 16 384, so that a
+ *      packed A block stays within 8 MiB). The rows of blocks of every problem of the batch form one list; each
  *      pool thread takes the next row from it (an atomic counter), packs that row's A block (A format)
  *      into its own buffer and computes the row's blocks from it while it is hot: packed A never goes
  *      back to memory, and a thread that the OS descheduled simply takes fewer rows (fewer rows than
@@ -44,7 +44,7 @@
 
 #define MB_MAX 256               /* rows of C per block, at most: a multiple of TREX_GEMM_MR */
 #define NB 256                   /* columns of C per block: a multiple of TREX_GEMM_NR */
-#define ABLOCK_LIMIT (1l << 20)  /* bytes of a packed A block (MB x Kp), at most, above 32 rows */
+#define ABLOCK_LIMIT (8l << 20)  /* bytes of a packed A block (MB x Kp), at most, above 32 rows */
 #define OPERAND_LIMIT (12l << 20) /* packed bytes of B of one sub-problem, at most */
 #define BATCH_LIMIT (24l << 20)  /* packed bytes of B of a batch, unless one sub-problem is larger */
 #define PACK_UNIT 4              /* B panels per unit of packing work */
@@ -459,7 +459,11 @@ static int64_t chunk_cols(int64_t Kp)
     return cols >= NB ? cols / NB * NB : cols;
 }
 
-/* Rows of an A block: MB_MAX, fewer (whole panels, at least one) when K is long. */
+/* Rows of an A block: MB_MAX, fewer (whole panels, at least one) when K is very long. Every row of blocks
+ * reads all of B, so taller blocks read B less often; a block's calls need only its current K slice
+ * in cache (256 x 512 bf16, 256 KiB), so the whole block need not fit L2: with a 1 MiB cap (mb 160 at
+ * K = 3 072, 64 at 16 384) the products with long K ran 1.1-2.1x slower than with 256 rows
+ * (docs/kernels.md "Round 14"). The cap bounds the per-thread buffer: K up to 16 384 gets 256 rows. */
 static int64_t block_rows(int64_t Kp)
 {
     int64_t pan = ABLOCK_LIMIT / (TREX_GEMM_MR * Kp * 2);
