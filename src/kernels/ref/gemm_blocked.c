@@ -6,22 +6,22 @@
  * consecutive sub-problems form a batch. For each batch:
  *   1. pack: every 32-column panel of op(B) (VNNI format, kernels/gemm_panels.h), shared by all blocks;
  *   2. compute: C is cut into blocks of mb x NB (mb <= 256, fewer rows when K is over 16 384, so that a
- *      packed A block stays within 8 MiB). The rows of blocks of every problem of the batch form one list; each
- *      pool thread takes the next row from it (an atomic counter), packs that row's A block (A format)
- *      into its own buffer and computes the row's blocks from it while it is hot: packed A never goes
- *      back to memory, and a thread that the OS descheduled simply takes fewer rows (fewer rows than
- *      threads: each row is cut into groups of column blocks, col_groups). Inside a block, K is cut
- *      into slices of at most KSLICE (512) k; for each slice, each B panel's slice (32 x 512 bf16, 32 KiB:
- *      it stays in L1) meets the block's A panels' slices in the micro-kernel, which keeps its 32x32
- *      block in registers for the slice. Between slices the block's sums wait in the thread's buffer
- *      (fp32, exactly as the registers held them); the first slice starts from C (beta 1) or zero, the
- *      last writes C. Each call also names the B slice the thread reads next, which the AMX level
- *      prefetches into L2: B comes from L3 or memory, and the hardware prefetchers stop at each 4 KiB
- *      page of the panels (docs/kernels.md "Round 14": 2048^3 +14%, the head's forward +31%; without
- *      the prefetch the slices measured no faster than whole K, rounds 5, 10 and 13). A C larger than
- *      STREAM_LIMIT in all is written with non-temporal stores where nothing reads it first: written
- *      once (alpha 1, beta 0), or summed over several slices (beta 1: the first slice read C long
- *      before), which saves reading its lines again for ownership.
+ *      packed A block stays within 8 MiB). The rows of blocks of every problem of the batch form one
+ *      list; each pool thread takes the next row from it (an atomic counter), packs that row's A block
+ *      (A format) into its own buffer (slice by slice during the first block when it exceeds 1 MiB) and
+ *      computes the row's blocks from it while it is hot; a thread that the OS descheduled simply takes
+ *      fewer rows (fewer rows than threads: each row is cut into groups of column blocks, col_groups).
+ *      Inside a block, K is cut into slices of at most KSLICE (512) k; for each slice, each B panel's slice
+ *      (32 x 512 bf16, 32 KiB: it stays in L1) meets the block's A panels' slices in the micro-kernel, which
+ *      keeps its 32x32 block in registers for the slice. Between slices the block's sums wait in the thread's
+ *      buffer (fp32, exactly as the registers held them); the first slice starts from C (beta 1) or zero, the
+ *      last writes C. Each call also names the B slice the thread reads next, which the AMX level prefetches
+ *      into L2: B comes from L3 or memory, and the hardware prefetchers stop at each 4 KiB page of the panels
+ *      (docs/kernels.md "Round 14": 2048^3 +14%, the head's forward +31%; without the prefetch the slices
+ *      measured no faster than whole K, rounds 5, 10 and 13). A C larger than STREAM_LIMIT in all is written
+ *      with non-temporal stores where nothing reads it first: written once (alpha 1, beta 0), or summed over
+ *      several slices (beta 1: the first slice read C long before), which saves reading its lines again for
+ *      ownership.
  * fp32 sources are rounded to bf16 while packed. A pre-packed B (trex_gemm_pack_b: the same panels,
  * packed once by the caller) skips step 1; a pre-packed A (trex_gemm_pack_a) is read in place instead
  * of being packed per block row. Everything else is the same, so are the bits.
@@ -45,6 +45,7 @@
 #define MB_MAX 256               /* rows of C per block, at most: a multiple of TREX_GEMM_MR */
 #define NB 256                   /* columns of C per block: a multiple of TREX_GEMM_NR */
 #define ABLOCK_LIMIT (8l << 20)  /* bytes of a packed A block (MB x Kp), at most, above 32 rows */
+#define ABLOCK_L2 (1l << 20)     /* bytes of a packed A block above which it is packed slice by slice */
 #define OPERAND_LIMIT (12l << 20) /* packed bytes of B of one sub-problem, at most */
 #define BATCH_LIMIT (24l << 20)  /* packed bytes of B of a batch, unless one sub-problem is larger */
 #define PACK_UNIT 4              /* B panels per unit of packing work */
@@ -134,11 +135,11 @@ static int64_t next_item(const run *r)
 static _Thread_local _Alignas(64) float gather_slab[TREX_GEMM_MR * GATHER_SLAB];
 
 static void pack_gathered_rows(trex_pack_fn fn, uint16_t *dst, const char *base, int64_t ld, const int32_t *idx,
-                               size_t esz, int64_t r0, int64_t rows, int64_t K)
+                               size_t esz, int64_t r0, int64_t rows, int64_t k0, int64_t k1)
 {
     char *slab = (char *)gather_slab;
-    for (int64_t k = 0; k < K; k += GATHER_SLAB) {
-        const int64_t kc = min64(GATHER_SLAB, K - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
+    for (int64_t k = k0; k < k1; k += GATHER_SLAB) {
+        const int64_t kc = min64(GATHER_SLAB, k1 - k), kcp = ceil_div(kc, TREX_GEMM_KU) * TREX_GEMM_KU;
         for (int64_t i = 0; i < rows; i++)
             memcpy(slab + (size_t)(i * kc) * esz, base + (size_t)((int64_t)idx[r0 + i] * ld + k) * esz,
                    (size_t)kc * esz);
@@ -171,12 +172,12 @@ static void pack_steps(trex_pack_fn fn, uint16_t *panels, int64_t Kp, const char
  * pieces into the slab (one contiguous piece per row, not one per row and panel: docs/kernels.md
  * "Round 11"), then packs every panel's step from there. */
 static void pack_gathered_steps(trex_pack_fn fn, uint16_t *dst, int64_t Kp, const char *base, int64_t ld,
-                                const int32_t *idx, size_t esz, int64_t r0, int64_t R, int64_t K)
+                                const int32_t *idx, size_t esz, int64_t r0, int64_t R, int64_t k0, int64_t k1)
 {
     char *slab = (char *)gather_slab;
     TREX_ASSERT((size_t)R * TREX_GEMM_KU * esz <= sizeof gather_slab);
-    for (int64_t k = 0; k < K; k += TREX_GEMM_KU) {
-        const int64_t kc = min64(TREX_GEMM_KU, K - k);
+    for (int64_t k = k0; k < k1; k += TREX_GEMM_KU) {
+        const int64_t kc = min64(TREX_GEMM_KU, k1 - k);
         for (int64_t j = 0; j < kc; j++)
             memcpy(slab + (size_t)(j * R) * esz, base + (size_t)((int64_t)idx[k + j] * ld + r0) * esz,
                    (size_t)R * esz);
@@ -213,14 +214,14 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
         if (s->brow && !s->b_byr) { /* the unit's panels step by step */
             pack_gathered_steps(fn, r->bpack + s->b_off + u0 * TREX_GEMM_NR * s->Kp, s->Kp, s->B, s->ldb,
                                 s->brow, r->b_esz, s->b_n0 + u0 * TREX_GEMM_NR,
-                                min64(un * TREX_GEMM_NR, s->N - u0 * TREX_GEMM_NR), s->K);
+                                min64(un * TREX_GEMM_NR, s->N - u0 * TREX_GEMM_NR), 0, s->K);
             continue;
         }
         for (int64_t p = u0; p < u0 + un; p++)
             if (s->brow)
                 pack_gathered_rows(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
                                    r->b_esz, s->b_n0 + p * TREX_GEMM_NR, min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR),
-                                   s->K);
+                                   0, s->K);
             else
                 fn(r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp,
                    s->B + (size_t)(p * TREX_GEMM_NR * s->b_rs) * r->b_esz, s->b_rs, s->b_ks,
@@ -230,29 +231,32 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
 
 /* ---- phase 2: compute, A packed per block row on the thread that uses it ---------------------------- */
 
-static void pack_a_block(const run *r, const sub *s, int64_t bi, uint16_t *dst)
+/* Steps [k0, k1) of the A block of row of blocks bi (k0 and k1 multiples of 32, k1 <= Kp; the panels'
+ * steps past K are zeros), packed where the block's panels are (dst, 32 Kp apart): compute_block packs
+ * each K slice just before its first use, so a block used once never has to fit L2 whole. */
+static void pack_a_slice(const run *r, const sub *s, int64_t bi, uint16_t *dst, int64_t k0, int64_t k1)
 {
     const trex_pack_fn fn = r->a_f32 ? r->t->pack_a_f32 : r->t->pack_a_bf16;
-    const int64_t m0 = bi * s->mb, mb = min64(s->mb, s->M - m0);
+    const int64_t m0 = bi * s->mb, mb = min64(s->mb, s->M - m0), kend = min64(k1, s->K);
     if (s->arow && !s->a_byr) {
-        pack_gathered_steps(fn, dst, s->Kp, s->A, s->lda, s->arow, r->a_esz, m0, mb, s->K);
+        pack_gathered_steps(fn, dst, s->Kp, s->A, s->lda, s->arow, r->a_esz, m0, mb, k0, kend);
         return;
     }
     if (s->arow) {
         for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
             pack_gathered_rows(fn, dst + ip * TREX_GEMM_MR * s->Kp, s->A, s->lda, s->arow, r->a_esz,
-                               m0 + ip * TREX_GEMM_MR, min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K);
+                               m0 + ip * TREX_GEMM_MR, min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), k0, kend);
         return;
     }
     if (s->a_rs == 1 && mb > TREX_GEMM_MR) { /* A stored [K, M], more than one panel */
         pack_steps(fn, dst, s->Kp, s->A + (size_t)m0 * r->a_esz, r->a_esz, s->a_ks, mb, s->K, 0,
-                   ceil_div(mb, TREX_GEMM_MR), 0, s->K);
+                   ceil_div(mb, TREX_GEMM_MR), k0, kend);
         return;
     }
     for (int64_t ip = 0; ip * TREX_GEMM_MR < mb; ip++)
-        fn(dst + ip * TREX_GEMM_MR * s->Kp,
-           s->A + (size_t)((m0 + ip * TREX_GEMM_MR) * s->a_rs) * r->a_esz, s->a_rs, s->a_ks,
-           min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), s->K, s->Kp);
+        fn(dst + ip * TREX_GEMM_MR * s->Kp + k0 * TREX_GEMM_MR,
+           s->A + (size_t)((m0 + ip * TREX_GEMM_MR) * s->a_rs + k0 * s->a_ks) * r->a_esz, s->a_rs, s->a_ks,
+           min64(TREX_GEMM_MR, mb - ip * TREX_GEMM_MR), kend - k0, k1 - k0);
 }
 
 /* K slices of a block: at most KSLICE k each, as even as whole steps allow (kernels/x86/amx/gemm_bf16.c:
@@ -268,9 +272,10 @@ static int64_t slice_k(int64_t Kp)
  * (ip, jp) at (ip np + jp) 1024, 32 floats apart), exact fp32 as the micro-kernel keeps them: the bits
  * are those of one call over all of K. The first slice starts from C (beta 1) or zero, the last writes
  * C. Each call also names the B slice that comes next (the next panel's, the next slice's first, or
- * next_b: the next block's first), a share of it per A panel, for the level to prefetch. */
+ * next_b: the next block's first), a share of it per A panel, for the level to prefetch. pack_a (not
+ * NULL: ablk itself) asks for each slice of the A block to be packed just before the slice. */
 static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, const uint16_t *ablk,
-                          float *sums, const uint16_t *next_b)
+                          uint16_t *pack_a, float *sums, const uint16_t *next_b)
 {
     enum { R = TREX_GEMM_MR, Q = TREX_GEMM_NR };
     const int64_t m0 = bi * s->mb, n0 = bj * NB, Kp = s->Kp, kc = slice_k(Kp);
@@ -281,6 +286,8 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
     for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
         const int64_t kl = min64(kc, Kp - k0);
         const bool first = k0 == 0, last = k0 + kl == Kp;
+        if (pack_a)
+            pack_a_slice(r, s, bi, pack_a, k0, k0 + kl);
         for (int64_t jp = 0; jp < np; jp++) {
             const uint16_t *bsl = bblk + jp * Q * Kp + k0 * Q;
             const uint16_t *next = jp + 1 < np ? bsl + Q * Kp : !last ? bblk + (k0 + kl) * Q : next_b;
@@ -333,7 +340,10 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
 }
 
 /* Slot w (one per pool thread) takes rows of blocks until none is left: packs the row's A block into
- * its own buffer (or points at the pre-packed A), then computes the row's blocks from it. */
+ * its own buffer (or points at the pre-packed A), then computes the row's blocks from it. A block larger
+ * than ABLOCK_L2 (K over 2 048) is packed slice by slice during the row's first block instead, each
+ * slice while it is needed: whole, it would not stay in L2 between its packing and its use (round 14:
+ * the T = 4096 step's long-K products 0.25 s faster, docs/perf.md). */
 static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
 {
     (void)tid;
@@ -348,13 +358,12 @@ static void compute_slots(void *arg, int64_t w0, int64_t w1, int tid)
             if (!begun && r->t->gemm_begin)
                 r->t->gemm_begin();
             begun = true;
-            const uint16_t *ablk = own;
-            if (s->apan)
-                ablk = s->apan + it->i * s->mb * s->Kp;
-            else
-                pack_a_block(r, s, it->i, own);
+            const uint16_t *ablk = s->apan ? s->apan + it->i * s->mb * s->Kp : own;
+            const bool by_slice = !s->apan && s->mb * s->Kp * 2 > ABLOCK_L2;
+            if (!s->apan && !by_slice)
+                pack_a_slice(r, s, it->i, own, 0, s->Kp);
             for (int64_t bj = it->j0; bj < it->j1; bj++)
-                compute_block(r, s, it->i, bj, ablk, sums,
+                compute_block(r, s, it->i, bj, ablk, by_slice && bj == it->j0 ? own : NULL, sums,
                               bj + 1 < it->j1 ? s->bpan + (bj + 1) * NB * s->Kp : NULL);
         }
         if (begun && r->t->gemm_end)
