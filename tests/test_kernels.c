@@ -17,7 +17,8 @@
  * 6. Grouped GEMM: each problem against the fp64 product and bit-identical to a call of its own; a
  *    problem large enough to be cut into chunks.
  * 7. Determinism: bit-identical C with no pool and with 1, 2 and 3 threads, for every level.
- * 8. A large written-once C (non-temporal stores) bit-identical to the same product stored normally.
+ * 8. A large C streamed (non-temporal stores: written once, or summed over K slices with beta 1)
+ *    bit-identical to the same product stored normally.
  * Calls alternate between a shared workspace (reused across sizes) and none (allocated per call).
  * A level this machine cannot run is skipped with a line saying so. */
 #include <inttypes.h>
@@ -548,8 +549,8 @@ static void test_grouped(const trex_kernel_table *t, trex_pool *pool)
 }
 
 /* A problem cut into chunks along N (more than 12 MiB of packed B: chunks of 1536 columns at K = 4096),
- * with blocks of 128 rows (long K): against fp64 on a sample of columns on both sides of the
- * chunk boundary. */
+ * with A blocks over 1 MiB (256 rows at long K, packed slice by slice): against fp64 on a sample of
+ * columns on both sides of the chunk boundary. */
 static void test_chunked(const trex_kernel_table *t, trex_pool *pool)
 {
     const int64_t M = 300, N = 1600, K = 4096;
@@ -579,46 +580,57 @@ static void test_chunked(const trex_kernel_table *t, trex_pool *pool)
     mats_free(&m);
 }
 
-/* A product split along K at multiples of 32 into calls that accumulate into C (the LM head's d hn
- * over vocabulary blocks) gives the bits of one call: each call continues C's fp32 sums in k order.
- * Also with each block's B pre-packed, and with A stored [K, M] and B [K, N] (both packed step by
- * step across their panels). */
-/* A product cut along K into calls chained with beta 1 has the bits of one call: the fp32 sums are
- * exact in C between calls. K = 1100 also checks the framework's own K slices (compute_block: one call
- * of 1100 is summed in slices of 384, 384 and 352 k through the thread's buffer; each cut call is
- * one slice), with two column blocks, edge tiles, C from zero (beta 0) and from C (beta 1). */
+/* A product cut along K at multiples of 32 into calls chained with beta 1 (the LM head's d hn over
+ * vocabulary blocks) has the bits of one call: the fp32 sums are exact in C between calls. Also with
+ * each piece's B pre-packed, and with A stored [K, M] (packed step by step across its panels). The
+ * framework's own K slices are checked the same way: one call of K = 1 100 is summed in slices of 384,
+ * 384 and 352 k through the thread's buffer, one of K = 2 100 in five slices with its A block (over
+ * 1 MiB) packed slice by slice, and with 64 rows of C (one row of blocks, cut into column groups on two
+ * or more threads) the second column group packs its own A slices; each cut call is at most 512 k,
+ * one slice with its A block packed whole. Two column blocks, edge tiles, bf16 and fp32 sources, C from
+ * zero (beta 0) and from C (beta 1). */
 static void test_ksplit(const trex_kernel_table *t, trex_pool *pool)
 {
     static const struct {
-        int64_t M, N, K, cuts[4];
-    } cases[] = {{70, 100, 305, {0, 96, 160, 305}}, {70, 300, 1100, {0, 480, 992, 1100}}};
+        int64_t M, N, K, cuts[8];
+        int ncuts;
+        bool f32;
+    } cases[] = {{70, 100, 305, {0, 96, 160, 305}, 3, false},
+                 {70, 300, 1100, {0, 480, 992, 1100}, 3, false},
+                 {64, 300, 2100, {0, 512, 1024, 1536, 2048, 2100}, 5, false},
+                 {64, 300, 2100, {0, 320, 832, 1344, 1856, 2100}, 5, true}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int layout = 0; layout < 2; layout++)
             for (int beta0 = 0; beta0 < 2; beta0++) {
                 const int64_t M = cases[ci].M, N = cases[ci].N, K = cases[ci].K, *cuts = cases[ci].cuts;
+                const bool f32 = cases[ci].f32;
+                const trex_dtype in = f32 ? TREX_F32 : TREX_BF16;
+                const size_t esz = f32 ? sizeof(float) : sizeof(uint16_t);
                 mats m = mats_make(M, N, K, layout == 1, false, 91 + (uint64_t)layout);
+                const char *Ab = f32 ? (const char *)m.Af : (const char *)m.Ab;
+                const char *Bb = f32 ? (const char *)m.Bf : (const char *)m.Bb;
                 const size_t bytes = (size_t)(M * m.ldc) * sizeof(float);
                 float *C1 = xmalloc(bytes), *C2 = xmalloc(bytes), *C3 = xmalloc(bytes);
-                run_one(t, pool, &m, false, 1.0f, (float)beta0, false, C1);
+                run_one(t, pool, &m, f32, 1.0f, (float)beta0, false, C1);
                 memcpy(C2, m.C0, bytes);
                 memcpy(C3, m.C0, bytes);
-                for (int c = 0; c < 3; c++) {
+                for (int c = 0; c < cases[ci].ncuts; c++) {
                     const int64_t k0 = cuts[c], kn = cuts[c + 1] - k0;
                     const float beta = c || beta0 ? 1.0f : 0.0f;
-                    const uint16_t *A = m.Ab + (m.ta ? k0 * m.lda : k0), *B = m.Bb + k0 * m.ldb;
+                    const char *A = Ab + (size_t)(m.ta ? k0 * m.lda : k0) * esz, *B = Bb + (size_t)(k0 * m.ldb) * esz;
                     trex_gemm_problem p = {M, N, kn, A, m.lda, B, m.ldb, C2, m.ldc};
-                    trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, m.ta, false, 1.0f, beta, &p, 1);
-                    trex_gemm_packed *Bp = trex_gemm_pack_b_with(t, pool, TREX_BF16, false, N, kn, B, m.ldb);
+                    trex_gemm_grouped_with(t, pool, NULL, in, m.ta, false, 1.0f, beta, &p, 1);
+                    trex_gemm_packed *Bp = trex_gemm_pack_b_with(t, pool, in, false, N, kn, B, m.ldb);
                     CHECK(Bp != NULL, "ksplit pack");
                     p.B = Bp;
                     p.C = C3;
-                    trex_gemm_grouped_prepacked_with(t, pool, NULL, TREX_BF16, m.ta, 1.0f, beta, &p, 1);
+                    trex_gemm_grouped_prepacked_with(t, pool, NULL, in, m.ta, 1.0f, beta, &p, 1);
                     trex_gemm_packed_free(Bp);
                 }
                 CHECK(!memcmp(C1, C2, bytes) && !memcmp(C1, C3, bytes),
-                      "%s: %s product (K %lld, beta %d) in K blocks (packed per call / pre-packed) = one "
+                      "%s: %s product (K %lld, %s, beta %d) in K blocks (packed per call / pre-packed) = one "
                       "call, bit for bit",
-                      t->gemm_name, m.ta ? "A^T B" : "A B", (long long)K, beta0);
+                      t->gemm_name, m.ta ? "A^T B" : "A B", (long long)K, f32 ? "fp32" : "bf16", beta0);
                 free(C1);
                 free(C2);
                 free(C3);

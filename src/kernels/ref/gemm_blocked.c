@@ -50,7 +50,8 @@
 #define BATCH_LIMIT (24l << 20)  /* packed bytes of B of a batch, unless one sub-problem is larger */
 #define PACK_UNIT 4              /* B panels per unit of packing work */
 #define PACK_STEPS 256           /* panel steps (32 k x 32 n) per unit when B is stored by rows of k */
-#define STREAM_LIMIT (8l << 20)  /* bytes of C in a call above which a written-once C is streamed */
+#define STREAM_LIMIT (8l << 20)  /* bytes of C in a call above which C is streamed where nothing reads it
+                                  * first (compute_block) */
 #define KSLICE 512               /* k per slice of a block, at most (compute_block) */
 
 /* alpha 1 beta 0: tiles stored into C | alpha 1 beta 1: tiles loaded from C and stored back |
@@ -471,7 +472,7 @@ static int64_t chunk_cols(int64_t Kp)
 /* Rows of an A block: MB_MAX, fewer (whole panels, at least one) when K is very long. Every row of blocks
  * reads all of B, so taller blocks read B less often; a block's calls need only its current K slice
  * in cache (256 x 512 bf16, 256 KiB), so the whole block need not fit L2: with a 1 MiB cap (mb 160 at
- * K = 3 072, 64 at 16 384) the products with long K ran 1.1-2.1x slower than with 256 rows
+ * K = 3 072, 32 at 16 384) the products with long K ran 1.1-2.1x slower than with 256 rows
  * (docs/kernels.md "Round 14"). The cap bounds the per-thread buffer: K up to 16 384 gets 256 rows. */
 static int64_t block_rows(int64_t Kp)
 {

@@ -57,18 +57,23 @@ void trex_gemm_end_amx(void)
  * kp <= L1_KP), A is loaded with the non-temporal hint (TILELOADDT1) and streams past without evicting
  * B: 4096 x 1024 x 512 went from 27-28% to 35-39% of the peak on two threads. A longer B panel streams
  * from L2 either way, and there the hint measured up to 14% slower (docs/kernels.md "Round 13").
- * Alongside, pf_step lines of the next B slice per step (pf NULL: none) are prefetched into L2
- * (PREFETCHT1): the hardware prefetchers stop at each 4 KiB page of the packed panels, and B comes from
- * L3 or memory. a_hint is a constant at each call, so the compiler makes two loops. */
+ * Alongside, the pf_lines lines at pf (the next B slice; pf NULL: none) are prefetched into L2
+ * (PREFETCHT1), spread over the steps and none past the last: the hardware prefetchers stop at each
+ * 4 KiB page of the packed panels, and B comes from L3 or memory. a_hint is a constant at each call, so
+ * the compiler makes two loops. */
 static inline __attribute__((always_inline)) void products(int64_t kp, const uint16_t *ap, const uint16_t *bp,
-                                                           bool a_hint, const char *pf, int64_t pf_step)
+                                                           bool a_hint, const char *pf, int64_t pf_lines)
 {
+    const int64_t pf_step = (pf_lines + kp / 32 - 1) / (kp / 32); /* lines per step, the last steps fewer */
+    int64_t pf_left = pf ? pf_lines : 0;
     const size_t sa = 64, sb = 2 * TREX_GEMM_NR * 2;
     for (int64_t k = 0; k < kp; k += 32, ap += 32 * TREX_GEMM_MR, bp += 32 * TREX_GEMM_NR) {
-        if (pf) {
-            for (int64_t i = 0; i < pf_step; i++)
+        if (pf_left > 0) {
+            const int64_t n = pf_left < pf_step ? pf_left : pf_step;
+            for (int64_t i = 0; i < n; i++)
                 _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
-            pf += 64 * pf_step;
+            pf += 64 * n;
+            pf_left -= n;
         }
         if (a_hint)
             _tile_stream_loadd(4, ap, sa);
@@ -104,13 +109,10 @@ void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const
         _tile_zero(2);
         _tile_zero(3);
     }
-    const int64_t steps = kp / 32;
-    const char *pf = c->prefetch;
-    const int64_t pf_step = pf ? (c->prefetch_lines + steps - 1) / steps : 0;
     if (kp <= L1_KP)
-        products(kp, ap, bp, true, pf, pf_step);
+        products(kp, ap, bp, true, c->prefetch, c->prefetch_lines);
     else
-        products(kp, ap, bp, false, pf, pf_step);
+        products(kp, ap, bp, false, c->prefetch, c->prefetch_lines);
     if ((flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0) {
         /* Write-once output larger than the caches: through an L1 buffer, then non-temporal stores
          * (no read for ownership of C's lines, no eviction of the packed operands). */
