@@ -268,6 +268,22 @@ static int64_t slice_k(int64_t Kp)
     return ceil_div(Kp / TREX_GEMM_KU, ns) * TREX_GEMM_KU;
 }
 
+/* C = alpha t + beta C (or C = t for MODE_SET and MODE_ADD, whose sum already holds C) for the rows x
+ * cols corner of a 32x32 sum t: edge tiles and MODE_GENERAL go through here. */
+static void store_tile(const run *r, float *c, int64_t ldc, const float *t, int64_t rows, int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++, c += ldc, t += TREX_GEMM_NR) {
+        if (r->mode != MODE_GENERAL)
+            memcpy(c, t, (size_t)cols * sizeof *c);
+        else if (r->beta == 0.0f)
+            for (int64_t j = 0; j < cols; j++)
+                c[j] = r->alpha * t[j];
+        else
+            for (int64_t j = 0; j < cols; j++)
+                c[j] = r->alpha * t[j] + r->beta * c[j];
+    }
+}
+
 /* The block (bi, bj) of C, K slice by K slice: for each slice, each B panel's slice meets the block's A
  * panels' slices in turn. Between slices a 32x32 tile's sums wait in `sums` (the thread's buffer, tile
  * (ip, jp) at (ip np + jp) 1024, 32 floats apart), exact fp32 as the micro-kernel keeps them: the bits
@@ -291,8 +307,9 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
             pack_a_slice(r, s, bi, pack_a, k0, k0 + kl);
         for (int64_t jp = 0; jp < np; jp++) {
             const uint16_t *bsl = bblk + jp * Q * Kp + k0 * Q;
+            /* What this thread reads next, and its length in k (a slice's 64-byte lines) */
             const uint16_t *next = jp + 1 < np ? bsl + Q * Kp : !last ? bblk + (k0 + kl) * Q : next_b;
-            const int64_t lines = jp + 1 < np ? kl : min64(kc, Kp - (last ? 0 : k0 + kl)); /* 64 B per k */
+            const int64_t lines = jp + 1 < np ? kl : !last ? min64(kc, Kp - k0 - kl) : kc;
             const int64_t share = ceil_div(lines, mp);
             for (int64_t ip = 0; ip < mp; ip++) {
                 const int64_t i0 = m0 + ip * R, j0 = n0 + jp * Q;
@@ -321,20 +338,8 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                         flags |= TREX_UKR_STREAM;
                 }
                 ukr(kl, ablk + ip * R * Kp + k0 * R, bsl, &io, flags);
-                if (!last || direct)
-                    continue;
-                for (int64_t i = 0; i < rows; i++) {
-                    float *ci = c + i * s->ldc;
-                    const float *t = tmp + i * Q;
-                    if (r->mode != MODE_GENERAL)
-                        memcpy(ci, t, (size_t)cols * sizeof *c);
-                    else if (r->beta == 0.0f)
-                        for (int64_t j = 0; j < cols; j++)
-                            ci[j] = r->alpha * t[j];
-                    else
-                        for (int64_t j = 0; j < cols; j++)
-                            ci[j] = r->alpha * t[j] + r->beta * ci[j];
-                }
+                if (last && !direct)
+                    store_tile(r, c, s->ldc, tmp, rows, cols);
             }
         }
     }
