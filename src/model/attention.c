@@ -208,16 +208,6 @@ void trex_attn_prof_dump(double div)
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
-/* Asks for `bytes` at p (NULL: nothing) to be brought towards the cache, one request per 64-byte line:
- * the per-query loops fetch the next query's rounded q and g while the current one computes. */
-static void prefetch_bytes(const void *p, size_t bytes)
-{
-    if (!p)
-        return;
-    for (size_t o = 0; o < bytes; o += 64)
-        __builtin_prefetch((const char *)p + o, 0, 2);
-}
-
 static size_t lay(size_t *total, size_t bytes)
 {
     size_t off = *total;
@@ -1212,7 +1202,6 @@ static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
 {
     const qtask *a = arg;
     char *w = a->scr + (size_t)tid * a->stride;
-    const int64_t hc = a->dm->H * a->dm->c;
     for (int64_t k = k0; k < k1; k++) {
         const int64_t b = zigzag(k, a->nqb);
         const int64_t t1 = (b + 1) * QBLOCK < a->dm->N ? (b + 1) * QBLOCK : a->dm->N;
@@ -1222,10 +1211,6 @@ static void qloop(void *arg, int64_t k0, int64_t k1, int tid, bool fwd)
             continue;
         }
         for (int64_t t = b * QBLOCK; t < t1; t++) {
-            if (t + 1 < t1) { /* the next query's rounded q and g, while this one computes */
-                prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
-                prefetch_bytes(a->gb ? a->gb + (t + 1) * hc : NULL, (size_t)hc * 2);
-            }
             if (fwd)
                 qfwd_one(a, t, w, tid);
             else
@@ -1257,7 +1242,7 @@ static void qbwd_chunks(void *arg, int64_t j0, int64_t j1, int tid)
     const attn_dims *dm = a->dm;
     const attn_docs *docs = a->docs;
     char *w = a->scr + (size_t)tid * a->stride;
-    const int64_t N = dm->N, hc = dm->H * dm->c, Hp = TREX_FUSED_SATTN_HP(dm->H);
+    const int64_t N = dm->N, Hp = TREX_FUSED_SATTN_HP(dm->H);
     uint16_t *a2 = (uint16_t *)(w + a->L.wa2), *b2 = (uint16_t *)(w + a->L.wb2);
     float **dV = (float **)(w + a->L.dV), *ws = (float *)(w + a->L.ws);
     for (int64_t it = j0; it < j1; it++) {
@@ -1274,10 +1259,6 @@ static void qbwd_chunks(void *arg, int64_t j0, int64_t j1, int tid)
             const int64_t nu = t1 - ulo;
             memset(a2, 0, (size_t)((nu + 15) / 16 * 16 * K) * 2);
             for (int64_t t = t0; t < t1; t++) {
-                if (t + 1 < t1) {
-                    prefetch_bytes(a->qb + (t + 1) * hc, (size_t)hc * 2);
-                    prefetch_bytes(a->gb + (t + 1) * hc, (size_t)hc * 2);
-                }
                 const int64_t s0 = docs->start[docs->seg[t]];
                 const int64_t lo = t - dm->nwin + 1 > s0 ? t - dm->nwin + 1 : s0;
                 const trex_fused_keys_out wk = {a2, b2, K, 2 * Hp * (t - t0), lo - ulo};
@@ -1404,8 +1385,6 @@ static void qbwd_kchunks(void *arg, int64_t j0, int64_t j1, int tid)
         float *dCb = dm->m > 0 ? (j ? a->dCp + (j - 1) * a->docs->nc * dm->c : a->dC) : NULL;
         for (int64_t b = a->bstart[j]; b < a->bstart[j + 1]; b++) {
             const int64_t t0 = b * QBLOCK, t1 = t0 + QBLOCK < N ? t0 + QBLOCK : N;
-            if (t1 < N)
-                prefetch_bytes(a->gb + t1 * hc, (size_t)(QBLOCK * hc) * 2);
             if (a->docs->seg[t0] != a->docs->seg[t1 - 1]) {
                 for (int64_t t = t0; t < t1; t++)
                     qbwd_one(a, t, w, tid, -1, NULL);
@@ -1579,10 +1558,6 @@ static void kwin_blocks(const ktask *a, const kscr *ks, int64_t j0, int64_t j1, 
         }
         if (uhi <= ulo)
             continue;
-        if (tb + KQB <= tmax) { /* the next block's rounded q and g, while this one computes */
-            prefetch_bytes(a->qb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
-            prefetch_bytes(a->gb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
-        }
         const int64_t n = uhi - ulo;
         for (int64_t i = 0; i < n; i++) {
             ks->Vb[i] = a->c->kvb + (ulo + i) * c;
@@ -1618,10 +1593,6 @@ static void kwin_items(void *arg, int64_t k0, int64_t k1, int tid)
         return;
     }
     for (int64_t t = j0; t <= tmax; t++) {
-        if (t < tmax) {
-            prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
-            prefetch_bytes(a->gb ? a->gb + (t + 1) * hc : NULL, (size_t)hc * 2);
-        }
         const int64_t jlo = (t - dm->nwin + 1 > j0) ? t - dm->nwin + 1 : j0;
         const int64_t jhi = (t < j1 - 1) ? t : j1 - 1;
         int64_t n = 0;
@@ -1768,10 +1739,6 @@ static void kcmp_blocks(const ktask *a, const kscr *ks, int64_t s, int64_t imin,
         }
         if (uhi <= imin)
             continue;
-        if (tb + KQB < s0 + L) {
-            prefetch_bytes(a->qb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
-            prefetch_bytes(a->gb + (tb + KQB) * hc, (size_t)(KQB * hc) * 2);
-        }
         const int64_t n = uhi - imin;
         for (int64_t i = 0; i < n; i++) {
             ks->Vb[i] = a->c->cmpb + (cb + imin + i) * c;
@@ -1839,11 +1806,6 @@ static void kcmp_items(void *arg, int64_t k0, int64_t k1, int tid)
                         ks.ent[n++] = cb + i;
             }
             if (n > 0) {
-                if (t + 1 < s0 + L) { /* most later queries attend some entry of the run */
-                    const int64_t hc = dm->H * dm->c;
-                    prefetch_bytes(a->qb ? a->qb + (t + 1) * hc : NULL, (size_t)hc * 2);
-                    prefetch_bytes(a->gb ? a->gb + (t + 1) * hc : NULL, (size_t)hc * 2);
-                }
                 kcmp_query(a, t, &ks, n, tid);
             }
         }
