@@ -652,9 +652,12 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  * (head3_dhn_weight): d hn of a pair of chunks (2 048 x 1 024 over a quarter of the vocabulary, both
  * threads) ran at 1.29 TFLOP/s in blocks of 768 rows with W_hi packed per call, 1.53 with it pre-packed,
  * 1.71 pre-packed in blocks of 3 072 (1.67 at 1 536, 1.53 at 6 144): the fp32 C [rows, d] is read and
- * written once per block (docs/perf.md "dsv4-bench, T = 4096, bf16: the eleventh sitting"). The sums
- * are the same bits for any block size: each block's product continues C's fp32 sums in k order. */
-#define HEAD3_DHN_VOCAB1 3072
+ * written once per block (docs/perf.md "dsv4-bench, T = 4096, bf16: the eleventh sitting"). Since the
+ * GEMM cuts K into slices of 512 (round 14) a block no longer has to fit the caches whole, and 6 144
+ * rows (C read and written half as often) measured 0.92-0.94 s per T = 4096 step (and one slow run)
+ * against 0.96-1.00 s for 3 072 (docs/kernels.md "Round 15"). The sums are the same bits for any block
+ * size: each block's product continues C's fp32 sums in k order. */
+#define HEAD3_DHN_VOCAB1 6144
 
 /* Vocabulary rows of d hn's block starting at v0. */
 static int64_t dhn_block_rows(int64_t V, int64_t v0)
