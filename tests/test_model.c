@@ -408,6 +408,65 @@ static void test_head_pairs(fixture *f)
     free(g2);
 }
 
+/* trex_model_opts.grads_zero: with the gradients cleared before the pass, the split heads write d
+ * head.weight with their first product (beta 0) instead of adding to the zeros. Every gradient keeps its
+ * value (0 + x = x) for each split head, chunking (pairs, odd chunks that never pair, a masked stretch, the
+ * logits asked for) and both heads' passes: a head that wrote with every product, or with none, would
+ * differ. */
+static void test_head_grads_zero(fixture *f)
+{
+    const int64_t n = f->w.layout.n_float;
+    float *g1 = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n);
+    float *lg = malloc(sizeof(float) * B * T * (size_t)f->cfg.vocab_size);
+    float *mlg = malloc(sizeof(float) * B * (T - 1) * (size_t)f->cfg.vocab_size);
+    TREX_ASSERT(g1 && g2 && lg && mlg);
+    uint8_t mask[B * T];
+    memcpy(mask, f->mask, sizeof mask);
+    for (int i = 7; i < 13; i++)
+        mask[i] = 0;
+    trex_batch masked = f->batch;
+    masked.loss_mask = mask;
+    static const trex_head_precision heads[] = {TREX_HEAD_BF16X3, TREX_HEAD_BF16X3_G1, TREX_HEAD_BF16X2_G1};
+    static const int64_t rows[] = {6, 7, 2, 0}; /* 0: the default chunking and the logits asked for */
+    trex_err err;
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
+        for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+            for (int b = 0; b < 2; b++) {
+                const trex_batch *batch = b ? &masked : &f->batch;
+                trex_model_opts o = f->opts;
+                o.compute = TREX_BF16;
+                o.head_precision = heads[h];
+                o.head_chunk_rows = rows[k];
+                trex_losses l1, l2;
+                memset(g1, 0, sizeof(float) * (size_t)n);
+                memset(g2, 0, sizeof(float) * (size_t)n);
+                o.grads_zero = false;
+                CHECK(trex_model_forward(f->m1, batch, &o, g1, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l1,
+                                         &err) == TREX_OK,
+                      "grads_zero: %s", err.msg);
+                trex_model_backward(f->m1);
+                o.grads_zero = true;
+                CHECK(trex_model_forward(f->m1, batch, &o, g2, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l2,
+                                         &err) == TREX_OK,
+                      "grads_zero: %s", err.msg);
+                trex_model_backward(f->m1);
+                int64_t ndiff = 0;
+                double gmax = 0.0;
+                for (int64_t i = 0; i < n; i++) {
+                    ndiff += g1[i] != g2[i];
+                    gmax = fmax(gmax, fabs((double)g1[i]));
+                }
+                CHECK(memcmp(&l1, &l2, sizeof l1) == 0 && gmax > 0.0 && ndiff == 0,
+                      "%s head, %lld-row chunks%s: gradients cleared beforehand, the head writing its first "
+                      "product: the same values (%lld differ)",
+                      trex_model_head_name(&o), (long long)rows[k], b ? ", masked" : "", (long long)ndiff);
+            }
+    free(lg);
+    free(mlg);
+    free(g1);
+    free(g2);
+}
+
 /* Every recompute policy (full, attention, moe, full-keep-core, attention-keep-core) gives the same bits as
  * keeping everything: the
  * losses and every gradient (dense and sparse, fp32 and bf16 compute, 1 and 2 threads); each holds less in the activation
@@ -681,6 +740,7 @@ int main(void)
     test_packed(&f);
     test_bits(&f);
     test_head_pairs(&f);
+    test_head_grads_zero(&f);
     test_recompute(&f);
     test_stale_arena(&f, &mem);
     /* The indexer's inputs and the attention probabilities in its loss are detached

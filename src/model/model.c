@@ -262,6 +262,7 @@ struct trex_model {
     int64_t dhn_nb;
     uint16_t *hnB; /* bf16x3: [3 pw, d] planes of one chunk's hn */
     bool head_g3;  /* bf16x3: the gradient products in three terms too (else hi x hi) */
+    bool head_dw_set; /* d head.weight holds zeros this forward: its next product writes it (beta 0) */
     float *ce_max; /* bf16x3: [vocabulary blocks + 1, pw] partial and final column maxima */
     double *ce_sum; /* bf16x3: [vocabulary blocks + 2, pw] partial sums, 1 / sum, target logits */
     /* MTP inputs */
@@ -270,7 +271,7 @@ struct trex_model {
 
 trex_model_opts trex_model_opts_default(void)
 {
-    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE};
+    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE, false};
     return o;
 }
 
@@ -807,6 +808,15 @@ static void transpose_rows(void *arg, int64_t i0, int64_t i1, int tid)
             j->out[i * j->V + v] = j->L[v * j->ldc + i];
 }
 
+/* beta of the next product into d head.weight: 0 for the first one of a forward whose gradients start
+ * at zero (trex_model_opts.grads_zero), which then writes them instead of reading zeros back. */
+static float head_dw_beta(trex_model *m)
+{
+    const bool set = m->head_dw_set;
+    m->head_dw_set = false;
+    return set ? 0.0f : 1.0f;
+}
+
 /* The 1-term gradient products of rows [r0, r0 + rows) of the head pass, whose d logits^T are the bf16
  * columns [0, rows) of dl (row stride ldl bf16): dW += dl hn_hi (K = rows) and dhn = dl^T W_hi (K = V in
  * vocabulary blocks of HEAD3_DHN_VOCAB1, each a sum over the whole block per element); hn_hi and W_hi
@@ -816,7 +826,8 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
 {
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, kd = m->head_kt * d;
     trex_pool *pool = m->ctx.pool;
-    trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * kd, kd, 1.0f, dW, d);
+    trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * kd, kd, head_dw_beta(m),
+                   dW, d);
     for (int64_t v0 = 0, b = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1, b++) {
         const int64_t vn = dhn_block_rows(V, v0);
         if (m->dhn_w)
@@ -919,8 +930,8 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
                 memcpy(hnB + (pw + i) * d, f, (size_t)d * sizeof *hnB);
                 memcpy(hnB + (2 * pw + i) * d, f + d, (size_t)d * sizeof *hnB);
             }
-            trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, 3 * pw, 1.0f, dl, 3 * pw, hnB, d, 1.0f, dW,
-                           d);
+            trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, 3 * pw, 1.0f, dl, 3 * pw, hnB, d,
+                           head_dw_beta(m), dW, d);
             for (int64_t v0 = 0; v0 < V; v0 += HEAD3_DHN_VOCAB) { /* K in short blocks (see above) */
                 const int64_t vn = V - v0 < HEAD3_DHN_VOCAB ? V - v0 : HEAD3_DHN_VOCAB;
                 trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, 3 * vn, 1.0f, dl + v0 * 3 * pw, pw,
@@ -1429,6 +1440,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     memset(m->load, 0, (size_t)(m->nblocks * cfg->n_routed_experts) * sizeof *m->load);
     memset(out, 0, sizeof *out);
     m->opts = opts ? *opts : trex_model_opts_default();
+    m->head_dw_set = grads && m->opts.grads_zero;
     m->ctx.compute = m->opts.compute;
     m->tokens = b->tokens;
     const int64_t B = b->B, T = b->T, N = B * T, Nm = B * (T - 1);

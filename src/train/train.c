@@ -501,6 +501,7 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
         o.indexer_weight = s->indexer_weight / ((double)K * c);
         o.compute = s->compute;
         o.recompute = s->recompute;
+        o.grads_zero = k == 0; /* zero_grads above */
         if (k > 0 && c != c_prev)
             scale_grads(t, c_prev / c);
         const int64_t off = k * mbs * T;
