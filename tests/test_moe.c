@@ -1024,6 +1024,28 @@ static void bf16_case(model *m, trex_arena *arena, trex_pool *pool, const char *
               w ? r[w].name : "dx", tol, e);
     }
 
+    /* The gradients known to start at zero (trex_ctx.grads_zero, as the trainer's first micro-batch):
+     * each expert's first rows write its weight gradients (beta 0), and the part of an expert cut
+     * between passes then adds to them: the same values as adding everything to the zeros. */
+    {
+        float *g4 = xcalloc((size_t)P, sizeof(float)), *y4 = xcalloc((size_t)n, sizeof(float));
+        double b4 = 0;
+        for (int64_t p = 0; p < m->o_gate; p++)
+            g4[p] = NAN;
+        trex_ctx c4 = c2;
+        c4.grads_zero = true;
+        layer_grad(m, &c4, y4, g4, &b4, NULL);
+        int64_t bad = 0;
+        for (int64_t p = 0; p < P; p++)
+            bad += g4[p] != g1[p];
+        CHECK(bad == 0 && memcmp(y4, y1, (size_t)n * sizeof(float)) == 0,
+              "%s: gradients starting at zero, written by each expert's first rows: the same values (%lld "
+              "of %lld differ)",
+              label, (long long)bad, (long long)P);
+        free(g4);
+        free(y4);
+    }
+
     /* A second backward from a fresh forward: dx rewritten, weight gradients doubled (up to the
      * order in which an expert cut between passes adds its two parts). */
     {
@@ -1158,6 +1180,11 @@ static void test_bf16(trex_arena *arena)
     model_init(&m, 2, 1500, 72, 8, 3, 48, 1, 0.3, 0.15, 10.0, 21);
     model_set_bias(&m, 0, 10.0);
     bf16_case(&m, arena, pool, "bf16, two passes", 2e-2);
+    model_free(&m);
+    /* 8 500 tokens: the shared expert's rows in two passes too (8 192 rows each at most), the routed
+     * 17 000 in three. */
+    model_init(&m, 1, 8500, 24, 4, 2, 16, 1, 0.3, 0.15, 10.0, 27);
+    bf16_case(&m, arena, pool, "bf16, the shared expert in two passes", 2e-2);
     model_free(&m);
     /* 20 experts in one pass: the backward's dx runs over three waves of [W1; W3] copies (at most 8
      * experts each); d = 40 and I = 24 leave partial panels. */

@@ -39,6 +39,9 @@ typedef struct trex_ctx {
      * and the head's logits run in bf16x3 (fp32-level accuracy). */
     trex_dtype compute;
     trex_gemm_ws *ws; /* the bf16 GEMMs' workspace (NULL: allocated per call) */
+    /* The gradients of this pass start at zero (trex_model_opts.grads_zero): a weight gradient's first
+     * product may write it (beta 0) instead of adding to zeros it would read back. */
+    bool grads_zero;
 } trex_ctx;
 
 /* The tokens of a batch and their documents. A document is a maximal run of equal doc ids inside one

@@ -1441,6 +1441,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     memset(out, 0, sizeof *out);
     m->opts = opts ? *opts : trex_model_opts_default();
     m->head_dw_set = grads && m->opts.grads_zero;
+    m->ctx.grads_zero = grads && m->opts.grads_zero;
     m->ctx.compute = m->opts.compute;
     m->tokens = b->tokens;
     const int64_t B = b->B, T = b->T, N = B * T, Nm = B * (T - 1);

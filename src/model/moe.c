@@ -333,22 +333,50 @@ static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, const 
     return n;
 }
 
-/* Weight gradients over each piece's rows (K = rows): probs[i] = {M, Nn, A = a0 + (lo - p0) lda (to
- * be used transposed), B = b0 + (lo - p0) ldb, C = dW[e] (ldc Nn)}, A and B bf16. Returns the count. */
-static int64_t pieces_wgrad(trex_gemm_problem *probs, const piece_list *pl, float *const *dW,
-                            int64_t M, int64_t Nn, const uint16_t *a0, int64_t lda,
-                            const uint16_t *b0, int64_t ldb)
+/* Weight gradients over each piece's rows (K = rows): problems {M, Nn, A = a0 + (lo - p0) lda (to be
+ * used transposed), B = b0 + (lo - p0) ldb, C = dW[e] (ldc Nn)}, A and B bf16, written from probs[*nw]
+ * on: with zero (dW holds zeros before each expert's first rows) the pieces that start an expert's
+ * rows first, *nw advanced past them (they write their C: wgrad_products), then the piece that
+ * continues an expert begun in an earlier pass (only the first expert of a pass can), at the end.
+ * Returns the new count. The order of a call's problems changes no bit of any C. */
+static int64_t pieces_wgrad(trex_gemm_problem *probs, int64_t n, int64_t *nw, const piece_list *pl,
+                            float *const *dW, int64_t M, int64_t Nn, const uint16_t *a0, int64_t lda,
+                            const uint16_t *b0, int64_t ldb, bool zero)
 {
-    int64_t n = 0;
     for (int64_t e = 0; e < pl->E; e++) {
         const int64_t lo = pl->off[e] > pl->p0 ? pl->off[e] : pl->p0;
         const int64_t hi = pl->off[e + 1] < pl->p1 ? pl->off[e + 1] : pl->p1;
         if (hi <= lo)
             continue;
-        probs[n++] = (trex_gemm_problem){M, Nn, hi - lo, a0 + (lo - pl->p0) * lda, lda,
-                                         b0 + (lo - pl->p0) * ldb, ldb, dW[e], Nn};
+        const trex_gemm_problem p = {M, Nn, hi - lo, a0 + (lo - pl->p0) * lda, lda,
+                                     b0 + (lo - pl->p0) * ldb, ldb, dW[e], Nn};
+        if (zero && lo == pl->off[e]) { /* ahead of the summing ones: probs [nw, n) */
+            memmove(probs + *nw + 1, probs + *nw, (size_t)(n - *nw) * sizeof *probs);
+            probs[(*nw)++] = p;
+            n++;
+        } else {
+            probs[n++] = p;
+        }
     }
     return n;
+}
+
+/* dW += A^T B for problems [0, np) (pieces_wgrad), of which the first nw write their C instead (beta
+ * 0: their dW held zeros); arl / brl: the problems' row lists (trex_gemm_grouped_rows), or NULL. */
+static void wgrad_products(trex_pool *pool, trex_gemm_ws *gws, trex_gemm_problem *probs,
+                           const int32_t **arl, const int32_t **brl, int64_t np, int64_t nw)
+{
+    for (int part = 0; part < 2; part++) {
+        const int64_t i0 = part ? nw : 0, n = part ? np - nw : nw;
+        if (n <= 0)
+            continue;
+        const float beta = part ? 1.0f : 0.0f;
+        if (arl || brl)
+            trex_gemm_grouped_rows(pool, gws, TREX_BF16, true, false, 1.0f, beta, probs + i0,
+                                   arl ? arl + i0 : NULL, brl ? brl + i0 : NULL, n);
+        else
+            trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, beta, probs + i0, n);
+    }
 }
 
 typedef struct swiglu_args {
@@ -657,15 +685,16 @@ static int64_t pieces_w13_fwd(trex_gemm_problem *probs, const piece_list *pl, co
 }
 
 /* The problems of [dW1; dW3] += [da du]^T x over the pieces of pl (dadu rows la apart, xg rows lx
- * apart, both bf16). Returns the count. */
-static int64_t pieces_w13_wgrad(trex_gemm_problem *probs, const piece_list *pl, float *const *g1,
-                                float *const *g3, bool adj, int64_t I, int64_t d,
-                                const uint16_t *dadu, int64_t la, const uint16_t *xg, int64_t lx)
+ * apart, both bf16), those that write their C first (*nw of them; pieces_wgrad). Returns the count. */
+static int64_t pieces_w13_wgrad(trex_gemm_problem *probs, int64_t *nw, const piece_list *pl,
+                                float *const *g1, float *const *g3, bool adj, int64_t I, int64_t d,
+                                const uint16_t *dadu, int64_t la, const uint16_t *xg, int64_t lx, bool zero)
 {
+    *nw = 0;
     if (adj)
-        return pieces_wgrad(probs, pl, g1, 2 * I, d, dadu, la, xg, lx);
-    const int64_t np = pieces_wgrad(probs, pl, g1, I, d, dadu, la, xg, lx);
-    return np + pieces_wgrad(probs + np, pl, g3, I, d, dadu + I, la, xg, lx);
+        return pieces_wgrad(probs, 0, nw, pl, g1, 2 * I, d, dadu, la, xg, lx, zero);
+    const int64_t np = pieces_wgrad(probs, 0, nw, pl, g1, I, d, dadu, la, xg, lx, zero);
+    return pieces_wgrad(probs, np, nw, pl, g3, I, d, dadu + I, la, xg, lx, zero);
 }
 
 /* Problems built over a pass's gathered rows at g ([n, ld]: row r of the pass at g + r ld) made to read
@@ -1378,10 +1407,11 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
         probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, wb.packed ? wb.sb2 : wb.sw2, wb.ld2, dhg, I};
         wb_products(pool, gws, &wb, false, probs, 1);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
+        const bool zero = ctx->grads_zero && r0 == 0; /* the shared expert's first rows */
         probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I};
-        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, 1);
-        int64_t np = pieces_w13_wgrad(probs, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx);
-        trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
+        wgrad_products(pool, gws, probs, NULL, NULL, 1, zero ? 1 : 0);
+        int64_t nw, np = pieces_w13_wgrad(probs, &nw, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx, zero);
+        wgrad_products(pool, gws, probs, NULL, NULL, np, nw);
         probs[0] = copies ? (trex_gemm_problem){n, d, 2 * I, dadu, la, wb.packed ? wb.sb13 : wb.sw1, wb.ld13,
                                                 dx + r0 * d, d}
                           : (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d};
@@ -1418,21 +1448,17 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
             wb_products(pool, gws, &wb, false, probs, np);
         }
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
-        np = pieces_wgrad(probs, &pl, g->w2, d, I, dyg, lx, hg, I);
-        if (tok) {
+        /* dW2 += dy^T h; an expert's first rows write it when the gradients start at zero */
+        int64_t nw = 0;
+        np = pieces_wgrad(probs, 0, &nw, &pl, g->w2, d, I, dyg, lx, hg, I, ctx->grads_zero);
+        if (tok)
             rows_rebase(probs, np, dyg, n, lx, dyb, tok + p0, arl, brl);
-            trex_gemm_grouped_rows(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, arl, NULL, np);
-        } else {
-            trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
-        }
+        wgrad_products(pool, gws, probs, tok ? arl : NULL, NULL, np, nw);
         /* [dW1; dW3] += [da du]^T x; dx = [da du] [W1; W3] (over xg and dyg, spent). */
-        np = pieces_w13_wgrad(probs, &pl, g->w1, g->w3, gadj, I, d, dadu, la, xg, lx);
-        if (tok) {
+        np = pieces_w13_wgrad(probs, &nw, &pl, g->w1, g->w3, gadj, I, d, dadu, la, xg, lx, ctx->grads_zero);
+        if (tok)
             rows_rebase(probs, np, xg, n, lx, xb, tok + p0, arl, brl);
-            trex_gemm_grouped_rows(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, NULL, brl, np);
-        } else {
-            trex_gemm_grouped(pool, gws, TREX_BF16, true, false, 1.0f, 1.0f, probs, np);
-        }
+        wgrad_products(pool, gws, probs, NULL, tok ? brl : NULL, np, nw);
         w13_backward_dx(pool, gws, &wb, &pl, &ws, probs, dadu, la, dxg, I, d);
         combine_args cb = {c->spos, dxg, dx, K, d, p0, p0 + n};
         trex_pool_for(pool, N, grain_for(K * d), combine_rows, &cb);
