@@ -1410,7 +1410,8 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
         const bool zero = ctx->grads_zero && r0 == 0; /* the shared expert's first rows */
         probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I};
         wgrad_products(pool, gws, probs, NULL, NULL, 1, zero ? 1 : 0);
-        int64_t nw, np = pieces_w13_wgrad(probs, &nw, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx, zero);
+        int64_t nw, np = pieces_w13_wgrad(probs, &nw, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx,
+                                          zero);
         wgrad_products(pool, gws, probs, NULL, NULL, np, nw);
         probs[0] = copies ? (trex_gemm_problem){n, d, 2 * I, dadu, la, wb.packed ? wb.sb13 : wb.sw1, wb.ld13,
                                                 dx + r0 * d, d}
@@ -1455,7 +1456,8 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
             rows_rebase(probs, np, dyg, n, lx, dyb, tok + p0, arl, brl);
         wgrad_products(pool, gws, probs, tok ? arl : NULL, NULL, np, nw);
         /* [dW1; dW3] += [da du]^T x; dx = [da du] [W1; W3] (over xg and dyg, spent). */
-        np = pieces_w13_wgrad(probs, &nw, &pl, g->w1, g->w3, gadj, I, d, dadu, la, xg, lx, ctx->grads_zero);
+        np = pieces_w13_wgrad(probs, &nw, &pl, g->w1, g->w3, gadj, I, d, dadu, la, xg, lx,
+                              ctx->grads_zero);
         if (tok)
             rows_rebase(probs, np, xg, n, lx, xb, tok + p0, arl, brl);
         wgrad_products(pool, gws, probs, NULL, tok ? brl : NULL, np, nw);
