@@ -411,8 +411,8 @@ static void test_head_pairs(fixture *f)
 /* trex_model_opts.grads_zero: with the gradients cleared before the pass, the split heads write d
  * head.weight with their first product (beta 0) instead of adding to the zeros. Every gradient keeps its
  * value (0 + x = x) for each split head, chunking (pairs, odd chunks that never pair, a masked stretch, the
- * logits asked for) and both heads' passes: a head that wrote with every product, or with none, would
- * differ. */
+ * logits asked for) and both heads' passes: a head that wrote with every product would differ, and one
+ * that wrote with none would leave the NaN that d head.weight starts as in that run. */
 static void test_head_grads_zero(fixture *f)
 {
     const int64_t n = f->w.layout.n_float;
@@ -426,6 +426,8 @@ static void test_head_grads_zero(fixture *f)
         mask[i] = 0;
     trex_batch masked = f->batch;
     masked.loss_mask = mask;
+    const trex_param *hw = trex_layout_find(&f->w.layout, "head.weight");
+    TREX_ASSERT(hw);
     static const trex_head_precision heads[] = {TREX_HEAD_BF16X3, TREX_HEAD_BF16X3_G1, TREX_HEAD_BF16X2_G1};
     static const int64_t rows[] = {6, 7, 2, 0}; /* 0: the default chunking and the logits asked for */
     trex_err err;
@@ -445,6 +447,8 @@ static void test_head_grads_zero(fixture *f)
                                          &err) == TREX_OK,
                       "grads_zero: %s", err.msg);
                 trex_model_backward(f->m1);
+                for (int64_t i = hw->offset; i < hw->offset + hw->numel; i++)
+                    g2[i] = NAN; /* written by the head's first product, never read */
                 o.grads_zero = true;
                 CHECK(trex_model_forward(f->m1, batch, &o, g2, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l2,
                                          &err) == TREX_OK,
