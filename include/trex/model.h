@@ -87,9 +87,10 @@ typedef struct trex_model_opts {
     trex_head_precision head_precision;
     trex_model_recompute recompute;
     /* The gradient buffer given to trex_model_forward holds zeros (the caller cleared it for this
-     * micro-batch): the split heads then write d head.weight with their first product instead of
-     * adding to it, which saves reading its V x d floats once (530 MB at dsv4-bench). The same values:
-     * 0 + x = x (only a sum of negative zeros alone would keep its sign). */
+     * micro-batch): the split heads then write d head.weight with their first product, and bf16 mode's
+     * MoE each expert's weight gradients with its first rows, instead of adding to zeros read back
+     * (530 MB and 1.9 GB at dsv4-bench). The same values: 0 + x = x (only a sum of negative zeros alone
+     * would keep its sign). */
     bool grads_zero;
 } trex_model_opts;
 

@@ -271,7 +271,8 @@ struct trex_model {
 
 trex_model_opts trex_model_opts_default(void)
 {
-    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE, false};
+    trex_model_opts o = {false, 0.3, 1e-4, 1.0, 0, TREX_F32, TREX_HEAD_AUTO, TREX_MODEL_RECOMPUTE_NONE,
+                         false};
     return o;
 }
 
@@ -1440,8 +1441,8 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     memset(m->load, 0, (size_t)(m->nblocks * cfg->n_routed_experts) * sizeof *m->load);
     memset(out, 0, sizeof *out);
     m->opts = opts ? *opts : trex_model_opts_default();
-    m->head_dw_set = grads && m->opts.grads_zero;
     m->ctx.grads_zero = grads && m->opts.grads_zero;
+    m->head_dw_set = m->ctx.grads_zero; /* consumed by the head's first product into d head.weight */
     m->ctx.compute = m->opts.compute;
     m->tokens = b->tokens;
     const int64_t B = b->B, T = b->T, N = B * T, Nm = B * (T - 1);
