@@ -17,8 +17,8 @@
  * 6. Grouped GEMM: each problem against the fp64 product and bit-identical to a call of its own; a
  *    problem large enough to be cut into chunks.
  * 7. Determinism: bit-identical C with no pool and with 1, 2 and 3 threads, for every level.
- * 8. A large C streamed (non-temporal stores: written once, or summed over K slices with beta 1)
- *    bit-identical to the same product stored normally.
+ * 8. C streamed (non-temporal stores: written once, or summed over K slices with beta 1), large and
+ *    small, bit-identical to the same product stored normally (rows not 64-byte aligned).
  * Calls alternate between a shared workspace (reused across sizes) and none (allocated per call).
  * A level this machine cannot run is skipped with a line saying so. */
 #include <inttypes.h>
@@ -638,59 +638,64 @@ static void test_ksplit(const trex_kernel_table *t, trex_pool *pool)
             }
 }
 
-/* A C larger than 8 MiB (64-byte aligned rows) is stored with non-temporal stores where nothing reads
- * it first: written once (beta 0), or summed over K slices (beta 1, K > 512: the first slice reads C,
- * the last writes it back). The bits must equal those of two calls of half the rows each (small enough
- * to be stored normally), and stay within the bound of the fp64 sum. */
+/* C is stored with non-temporal stores where nothing reads it first and its rows are 64-byte aligned:
+ * written once (beta 0), or summed over K slices (beta 1, K > 512: the first slice reads C, the last
+ * writes it back), whatever its size. The bits must equal those of the same product into rows one float
+ * apart (not aligned: stored normally), and stay within the bound of the fp64 sum. */
+static void stream_case(const trex_kernel_table *t, trex_pool *pool, int64_t M, int beta)
+{
+    const int64_t N = 2048, K = beta ? 544 : 40, L = N + 1; /* L: the unaligned rows' stride */
+    uint64_t st = 31 + (uint64_t)beta;
+    uint16_t *A = xmalloc((size_t)(M * K) * sizeof *A), *B = xmalloc((size_t)(N * K) * sizeof *B);
+    for (int64_t i = 0; i < M * K; i++)
+        A[i] = trex_f32_to_bf16(rnd(&st));
+    for (int64_t i = 0; i < N * K; i++)
+        B[i] = trex_f32_to_bf16(rnd(&st));
+    float *C0 = xmalloc((size_t)(M * N) * sizeof *C0);
+    float *C1 = aligned_alloc(64, (size_t)(M * N) * sizeof *C1);
+    float *C2 = aligned_alloc(64, (size_t)(M * L) * sizeof *C2);
+    if (!C1 || !C2) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    for (int64_t i = 0; i < M * N; i++)
+        C0[i] = beta ? rnd(&st) : 0.0f;
+    memcpy(C1, C0, (size_t)(M * N) * sizeof *C1);
+    for (int64_t i = 0; i < M; i++)
+        memcpy(C2 + i * L, C0 + i * N, (size_t)N * sizeof *C2);
+    const trex_gemm_problem streamed = {M, N, K, A, K, B, K, C1, N}, plain = {M, N, K, A, K, B, K, C2, L};
+    trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, (float)beta, &streamed, 1);
+    trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, false, true, 1.0f, (float)beta, &plain, 1);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < M; i++)
+        diff += memcmp(C1 + i * N, C2 + i * L, (size_t)N * sizeof *C1) != 0;
+    CHECK(diff == 0, "%s: streamed C (M %lld, beta %d, K %lld) differs from normally stored C in %lld rows",
+          t->gemm_name, (long long)M, beta, (long long)K, (long long)diff);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M; i += 37)
+        for (int64_t j = 0; j < N; j++) {
+            double sum = C0[i * N + j], sa = fabs(sum);
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)trex_bf16_to_f32(A[i * K + k]) * trex_bf16_to_f32(B[j * K + k]);
+                sum += p;
+                sa += fabs(p);
+            }
+            bad += !(fabs(C1[i * N + j] - sum) <= 2.0 * (K + 4) * 0x1p-24 * sa);
+        }
+    CHECK(bad == 0, "%s streamed C (M %lld, beta %d): %lld bad elements", t->gemm_name, (long long)M, beta,
+          (long long)bad);
+    free(A);
+    free(B);
+    free(C0);
+    free(C1);
+    free(C2);
+}
+
 static void test_stream(const trex_kernel_table *t, trex_pool *pool)
 {
-    const int64_t M = 1100, N = 2048, Ks[] = {40, 544};
     for (int beta = 0; beta < 2; beta++) {
-        const int64_t K = Ks[beta];
-        uint64_t st = 31 + (uint64_t)beta;
-        uint16_t *A = xmalloc((size_t)(M * K) * sizeof *A), *B = xmalloc((size_t)(N * K) * sizeof *B);
-        for (int64_t i = 0; i < M * K; i++)
-            A[i] = trex_f32_to_bf16(rnd(&st));
-        for (int64_t i = 0; i < N * K; i++)
-            B[i] = trex_f32_to_bf16(rnd(&st));
-        float *C0 = xmalloc((size_t)(M * N) * sizeof *C0);
-        float *C1 = aligned_alloc(64, (size_t)(M * N) * sizeof *C1);
-        float *C2 = aligned_alloc(64, (size_t)(M * N) * sizeof *C2);
-        if (!C1 || !C2) {
-            fprintf(stderr, "out of memory\n");
-            exit(2);
-        }
-        for (int64_t i = 0; i < M * N; i++)
-            C0[i] = beta ? rnd(&st) : 0.0f;
-        memcpy(C1, C0, (size_t)(M * N) * sizeof *C1);
-        memcpy(C2, C0, (size_t)(M * N) * sizeof *C2);
-        const trex_gemm_problem whole = {M, N, K, A, K, B, K, C1, N};
-        trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, (float)beta, &whole, 1);
-        const int64_t h = 544; /* 17 panels: both halves below 8 MiB of C */
-        const trex_gemm_problem halves[2] = {{h, N, K, A, K, B, K, C2, N},
-                                             {M - h, N, K, A + h * K, K, B, K, C2 + h * N, N}};
-        for (int i = 0; i < 2; i++)
-            trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, false, true, 1.0f, (float)beta, &halves[i], 1);
-        CHECK(memcmp(C1, C2, (size_t)(M * N) * sizeof *C1) == 0,
-              "%s: streamed C (beta %d, K %lld) differs from normally stored C", t->gemm_name, beta,
-              (long long)K);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < M; i += 37)
-            for (int64_t j = 0; j < N; j++) {
-                double sum = C0[i * N + j], sa = fabs(sum);
-                for (int64_t k = 0; k < K; k++) {
-                    double p = (double)trex_bf16_to_f32(A[i * K + k]) * trex_bf16_to_f32(B[j * K + k]);
-                    sum += p;
-                    sa += fabs(p);
-                }
-                bad += !(fabs(C1[i * N + j] - sum) <= 2.0 * (K + 4) * 0x1p-24 * sa);
-            }
-        CHECK(bad == 0, "%s streamed C (beta %d): %lld bad elements", t->gemm_name, beta, (long long)bad);
-        free(A);
-        free(B);
-        free(C0);
-        free(C1);
-        free(C2);
+        stream_case(t, pool, 1100, beta);
+        stream_case(t, pool, 45, beta);
     }
 }
 
