@@ -1353,7 +1353,7 @@ static void test_linear_ex(trex_pool *pool)
         trex_linear_forward(pool, y[0], x, W, n, in, out);
         trex_linear_backward(pool, dx[0], dW[0], dy, x, W, n, in, out, acc);
         trex_linear_forward_ex(pool, shared_ws, TREX_F32, y[1], x, W, n, in, out);
-        trex_linear_backward_ex(pool, NULL, TREX_F32, dx[1], dW[1], dy, x, W, n, in, out, acc);
+        trex_linear_backward_ex(pool, NULL, TREX_F32, dx[1], dW[1], dy, x, W, n, in, out, acc, true);
         CHECK(!memcmp(y[0], y[1], by) && !memcmp(dx[0], dx[1], bx) && !memcmp(dW[0], dW[1], bw),
               "linear_*_ex F32 (acc %d) is bit for bit trex_linear_*", acc);
         /* bf16: the same as the bf16 GEMM called directly */
@@ -1364,7 +1364,7 @@ static void test_linear_ex(trex_pool *pool)
                 dW[v][i] = 0.25f * W[i];
         }
         trex_linear_forward_ex(pool, shared_ws, TREX_BF16, y[1], x, W, n, in, out);
-        trex_linear_backward_ex(pool, shared_ws, TREX_BF16, dx[1], dW[1], dy, x, W, n, in, out, acc);
+        trex_linear_backward_ex(pool, shared_ws, TREX_BF16, dx[1], dW[1], dy, x, W, n, in, out, acc, true);
         trex_gemm_f32_bf16(pool, NULL, false, true, n, out, in, 1.0f, x, in, W, in, 0.0f, y[2], out);
         trex_gemm_f32_bf16(pool, NULL, false, false, n, in, out, 1.0f, dy, out, W, in, acc ? 1.0f : 0.0f,
                            dx[2], in);
@@ -1400,6 +1400,18 @@ static void test_linear_ex(trex_pool *pool)
         CHECK(bad == 0, "linear_*_ex BF16 (acc %d): %lld elements farther than 2^-7 sum|ab| from fp32",
               acc, (long long)bad);
         CHECK(differ > 0, "linear_*_ex BF16 (acc %d): equal to fp32: were the inputs rounded?", acc);
+    }
+    /* without dw_acc dW is written, not added to: NaN before, the bits of adding to zeros after */
+    for (int bf = 0; bf < 2; bf++) {
+        const trex_dtype dt = bf ? TREX_BF16 : TREX_F32;
+        for (int64_t i = 0; i < out * in; i++) {
+            dW[0][i] = 0.0f;
+            dW[1][i] = NAN;
+        }
+        trex_linear_backward_ex(pool, shared_ws, dt, NULL, dW[0], dy, x, W, n, in, out, false, true);
+        trex_linear_backward_ex(pool, shared_ws, dt, NULL, dW[1], dy, x, W, n, in, out, false, false);
+        CHECK(!memcmp(dW[0], dW[1], bw), "linear_backward_ex %s without dw_acc: the bits of += on zeros",
+              trex_dtype_name(dt));
     }
     for (int v = 0; v < 3; v++) {
         free(y[v]);

@@ -471,6 +471,53 @@ static void test_head_grads_zero(fixture *f)
     free(g2);
 }
 
+/* With grads_zero, the attention's weight gradients (wq_a, wq_b, wkv, wo_a, wo_b, the compressors' and the
+ * indexer's projections) and the MTP block's e_proj and h_proj are written by their products (beta 0)
+ * instead of added to the zeros they hold: every gradient equal to a run that adds (fp32 and bf16, dense
+ * and sparse), the losses too, with the tensors every such run writes (kinds ATTN and MTP_PROJ) starting
+ * as NaN. (The compressors' and the indexer's run only when there are compressed entries and a KL term,
+ * so they start at zero here.) */
+static void test_weight_grads_zero(fixture *f)
+{
+    const int64_t n = f->w.layout.n_float;
+    float *g1 = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n);
+    TREX_ASSERT(g1 && g2);
+    trex_err err;
+    for (int run = 0; run < 4; run++) {
+        trex_model_opts o = f->opts;
+        o.compute = run & 1 ? TREX_BF16 : TREX_F32;
+        o.sparse = run >= 2;
+        trex_losses l1, l2;
+        memset(g1, 0, sizeof(float) * (size_t)n);
+        memset(g2, 0, sizeof(float) * (size_t)n);
+        int64_t nan = 0;
+        for (int64_t k = 0; k < f->w.layout.count; k++) {
+            const trex_param *p = &f->w.layout.params[k];
+            if (p->kind == TREX_P_ATTN || p->kind == TREX_P_MTP_PROJ)
+                for (int64_t i = p->offset; i < p->offset + p->numel; i++, nan++)
+                    g2[i] = NAN;
+        }
+        o.grads_zero = false;
+        CHECK(trex_model_forward(f->m1, &f->batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "grads_zero: %s",
+              err.msg);
+        trex_model_backward(f->m1);
+        o.grads_zero = true;
+        CHECK(trex_model_forward(f->m1, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "grads_zero: %s",
+              err.msg);
+        trex_model_backward(f->m1);
+        int64_t ndiff = 0;
+        for (int64_t i = 0; i < n; i++)
+            ndiff += memcmp(&g1[i], &g2[i], sizeof g1[i]) != 0;
+        CHECK(memcmp(&l1, &l2, sizeof l1) == 0 && nan > 0 && ndiff == 0,
+              "%s, %s: weight gradients written by their products: the same bits (%lld of %lld differ, %lld "
+              "started as NaN)",
+              trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", (long long)ndiff, (long long)n,
+              (long long)nan);
+    }
+    free(g1);
+    free(g2);
+}
+
 /* Every recompute policy (full, attention, moe, full-keep-core, attention-keep-core) gives the same bits as
  * keeping everything: the
  * losses and every gradient (dense and sparse, fp32 and bf16 compute, 1 and 2 threads); each holds less in the activation
@@ -745,6 +792,7 @@ int main(void)
     test_bits(&f);
     test_head_pairs(&f);
     test_head_grads_zero(&f);
+    test_weight_grads_zero(&f);
     test_recompute(&f);
     test_stale_arena(&f, &mem);
     /* The indexer's inputs and the attention probabilities in its loss are detached

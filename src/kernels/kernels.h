@@ -222,7 +222,8 @@ void trex_gemm_prepacked_a(trex_pool *pool, trex_gemm_ws *ws, const trex_gemm_pa
  *   compute TREX_F32   exactly trex_gemm / trex_linear_* (the fp32 reference; ws unused, may be NULL);
  *   compute TREX_BF16  trex_gemm_f32_bf16: both operands rounded to bf16 while packed (fp32 master
  *                      weights and fp32 activations stay as they are), fp32 accumulation, fp32 C.
- * Forward y = x W^T, input gradient dx = dy W and weight gradient dW += dy^T x all follow compute.
+ * Forward y = x W^T, input gradient dx = dy W (dx += with acc) and weight gradient dW += dy^T x (dW =
+ * without dw_acc: a gradient that starts at zero, written instead of read back) all follow compute.
  * Any other compute value is a bug (abort). ws: the caller's workspace (NULL allocates per call). */
 void trex_gemm_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compute, bool ta, bool tb, int64_t M,
                   int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
@@ -231,7 +232,7 @@ void trex_linear_forward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype comput
                             const float *x, const float *W, int64_t n, int64_t in, int64_t out);
 void trex_linear_backward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compute, float *dx,
                              float *dW, const float *dy, const float *x, const float *W, int64_t n,
-                             int64_t in, int64_t out, bool acc);
+                             int64_t in, int64_t out, bool acc, bool dw_acc);
 
 /* ---- optimizer kernels (kernels/ref/optim.c; AVX-512 leaves in kernels/x86/avx512/optim.c) -------------
  * The element-wise passes of the optimizer step (docs/optim.md), one table per level like the fused

@@ -715,8 +715,10 @@ static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const a
     }
     AP(cw == dm->c ? AP_B_CMP_POOL : AP_B_ICMP_POOL);
     /* bf16 mode: the gradient products 1-term bf16, as every gradient of that mode (docs/precision.md) */
-    trex_linear_backward_ex(ctx->pool, ctx->ws, ctx->compute, dx, gwkv, dkt, x, wkv, N, dm->d, wc, true);
-    trex_linear_backward_ex(ctx->pool, ctx->ws, ctx->compute, dx, gwgate, dzt, x, wgate, N, dm->d, wc, true);
+    const bool dw_acc = !ctx->grads_zero;
+    trex_linear_backward_ex(ctx->pool, ctx->ws, ctx->compute, dx, gwkv, dkt, x, wkv, N, dm->d, wc, true, dw_acc);
+    trex_linear_backward_ex(ctx->pool, ctx->ws, ctx->compute, dx, gwgate, dzt, x, wgate, N, dm->d, wc, true,
+                            dw_acc);
     AP(cw == dm->c ? AP_B_CMP_GEMM : AP_B_ICMP_GEMM);
 }
 
@@ -2071,11 +2073,11 @@ static bool proj_dx_panels(trex_pool *pool, trex_gemm_ws *ws, trex_dtype dt, con
 /* trex_linear_backward_ex (dx NULL: only dW), dx from the panels when there are any. */
 static void proj_backward(trex_pool *pool, trex_gemm_ws *ws, trex_dtype dt, const trex_attn_w *w, float *dx,
                           float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,
-                          int64_t out, bool acc)
+                          int64_t out, bool acc, bool dw_acc)
 {
     if (dx && proj_dx_panels(pool, ws, dt, w, TREX_F32, dx, dy, W, n, in, out, acc))
         dx = NULL;
-    trex_linear_backward_ex(pool, ws, dt, dx, dW, dy, x, W, n, in, out, acc);
+    trex_linear_backward_ex(pool, ws, dt, dx, dW, dy, x, W, n, in, out, acc, dw_acc);
 }
 
 trex_attn_core *trex_attn_core_reserve(const trex_ctx *ctx, const trex_config *cfg, int layer, int64_t N,
@@ -2382,13 +2384,17 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     const int64_t N = dm->N, d = dm->d, H = dm->H, c = dm->c, hc = H * c, dc = dm->dc;
     const int64_t G = dm->G, dg = dm->dg, gin = (H / G) * c;
     const bool kl = C->kl && il_scale != 0.0;
+    /* each weight gradient below is one product's (or one per group): with ctx->grads_zero it writes
+     * the gradient instead of adding to the zeros it holds (a streamed C, nothing read back) */
+    const bool dw_acc = !ctx->grads_zero;
+    const float dw_beta = dw_acc ? 1.0f : 0.0f;
     /* Everything this call carves from the arena is scratch: give it back on the way out. */
     const trex_arena_mark scratch = trex_arena_mark_get(ctx->arena);
 
     AP_START;
     /* output projections */
     float *du = xalloc_uninit(ctx->arena, (size_t)(N * G * dg) * sizeof(float)); /* acc false below */
-    proj_backward(pool, gws, gdt, w, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false);
+    proj_backward(pool, gws, gdt, w, du, g->wo_b, dy, C->u, w->wo_b, N, G * dg, d, false, dw_acc);
     float *gO = xalloc_uninit(ctx->arena, (size_t)(N * hc) * sizeof(float)); /* beta 0 below */
     for (int64_t gi = 0; gi < G; gi++) {
         trex_gemm_ex(pool, gws, gdt, false, false, N, gin, dg, 1.0f, du + gi * dg, G * dg,
@@ -2396,10 +2402,10 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
         if (C->ob) {
             const trex_gemm_problem pw = {dg, gin, N, du + gi * dg, G * dg, C->ob + gi * gin, hc,
                                           g->wo_a + gi * dg * gin, gin};
-            trex_gemm_grouped_mixed(pool, gws, TREX_F32, TREX_BF16, true, false, 1.0f, 1.0f, &pw, 1);
+            trex_gemm_grouped_mixed(pool, gws, TREX_F32, TREX_BF16, true, false, 1.0f, dw_beta, &pw, 1);
         } else {
             trex_gemm_ex(pool, gws, gdt, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg,
-                         C->o + gi * gin, hc, 1.0f, g->wo_a + gi * dg * gin, gin);
+                         C->o + gi * gin, hc, dw_beta, g->wo_a + gi * dg * gin, gin);
         }
     }
     AP(AP_B_OUT);
@@ -2606,19 +2612,19 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
             trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, &px, 1);
         }
         const trex_gemm_problem pw = {hc, dc, N, dqb, hc, C->qr, dc, g->wq_b, dc};
-        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, true, false, 1.0f, 1.0f, &pw, 1);
+        trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, true, false, 1.0f, dw_beta, &pw, 1);
     } else {
-        proj_backward(pool, gws, gdt, w, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false);
+        proj_backward(pool, gws, gdt, w, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false, dw_acc);
     }
     trex_rmsnorm_backward(pool, dqa, g->q_norm, dqr, C->qa, w->q_norm, C->qa_rstd, N, dc, false);
-    proj_backward(pool, gws, gdt, w, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false);
+    proj_backward(pool, gws, gdt, w, dx, g->wq_a, dqa, x, w->wq_a, N, d, dc, false, dw_acc);
     AP(AP_B_QPATH);
 
     /* kv path */
     rope_apply(pool, dkv, N, 1, c, dm, docs->tpos, C->rcos, C->rsin, true);
     float *dkva = xalloc_uninit(ctx->arena, (size_t)(N * c) * sizeof(float)); /* acc false below */
     trex_rmsnorm_backward(pool, dkva, g->kv_norm, dkv, C->kva, w->kv_norm, C->kv_rstd, N, c, false);
-    proj_backward(pool, gws, gdt, w, dx, g->wkv, dkva, x, w->wkv, N, d, c, true);
+    proj_backward(pool, gws, gdt, w, dx, g->wkv, dkva, x, w->wkv, N, d, c, true, dw_acc);
     AP(AP_B_KVPATH);
 
     /* compressor */
@@ -2632,11 +2638,12 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     if (kl) {
         const int64_t nI = dm->nI, cI = dm->cI;
         rope_apply(pool, diq, N, nI, cI, dm, docs->tpos, C->rcos, C->rsin, true);
-        proj_backward(pool, gws, gdt, w, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc, nI * cI, false);
+        proj_backward(pool, gws, gdt, w, NULL, g->idx_wq_b, diq, C->qr, w->idx_wq_b, N, dc, nI * cI, false,
+                      dw_acc);
         for (int64_t i = 0; i < N * nI; i++)
             dhw[i] *= dm->hscale;
         proj_backward(pool, gws, gdt, w, NULL, g->idx_weights_proj, dhw, x, w->idx_weights_proj, N, d, nI,
-                      false);
+                      false, dw_acc);
         AP(AP_B_IDX);
         if (dik)
             compressor_backward(ctx, &C->icmp, dm, docs, 4, 2, dik, NULL, x, w->idx_cmp_wkv,

@@ -1723,9 +1723,9 @@ void trex_model_backward(trex_model *m)
         mtp_bwd_job mj = {.dZ0 = dZ0, .dPe = dPe, .dXL = dXL, .T = T, .n = n, .d = d};
         trex_pool_for(m->ctx.pool, Nm, 16, mtp_dpe_rows, &mj);
         trex_linear_backward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, dee, m->g.e_proj, dPe, m->ee,
-                                m->w.e_proj, Nm, d, d, false);
+                                m->w.e_proj, Nm, d, d, false, !m->ctx.grads_zero);
         trex_linear_backward_ex(m->ctx.pool, m->ctx.ws, m->ctx.compute, dhh, m->g.h_proj, dZ0, m->hh,
-                                m->w.h_proj, Nm * n, d, d, false);
+                                m->w.h_proj, Nm * n, d, d, false, !m->ctx.grads_zero);
         /* hnorm: dXm may not alias dhh; use dA (dZ0 is consumed) */
         trex_rmsnorm_backward(m->ctx.pool, t.dA, m->g.hnorm, dhh, m->Xm, m->w.hnorm, m->hh_rstd, Nm * n, d,
                               false);

@@ -1321,10 +1321,10 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
         swiglu_args sg = {.a = c->sa + r0 * I, .u = c->su + r0 * I, .h = hg, .dh = dhg, .du = dug,
                           .I = I, .L = L};
         trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-        trex_linear_backward_ex(pool, gws, gdt, dhg, g->sw2, dyr, hg, w->sw2, n, I, d, false);
+        trex_linear_backward_ex(pool, gws, gdt, dhg, g->sw2, dyr, hg, w->sw2, n, I, d, false, true);
         trex_pool_for(pool, n, grain_for(I * 16), swiglu_bwd_rows, &sg);
-        trex_linear_backward_ex(pool, gws, gdt, dx + r0 * d, g->sw1, dhg, xr, w->sw1, n, d, I, false);
-        trex_linear_backward_ex(pool, gws, gdt, dx + r0 * d, g->sw3, dug, xr, w->sw3, n, d, I, true);
+        trex_linear_backward_ex(pool, gws, gdt, dx + r0 * d, g->sw1, dhg, xr, w->sw1, n, d, I, false, true);
+        trex_linear_backward_ex(pool, gws, gdt, dx + r0 * d, g->sw3, dug, xr, w->sw3, n, d, I, true, true);
     }
 
     /* Routed experts in index order: dx += scatter, dg per slot. */
@@ -1337,10 +1337,10 @@ static void experts_backward_chunked(const trex_ctx *ctx, const trex_moe_cache *
             swiglu_args sg = {.a = c->a + p0 * I, .u = c->u + p0 * I, .h = hg, .dh = dhg,
                               .du = dug, .perm = perm, .gw = c->gw, .dg = dg, .I = I, .L = L};
             trex_pool_for(pool, n, grain_for(I * 8), swiglu_fwd_rows, &sg);
-            trex_linear_backward_ex(pool, gws, gdt, dhg, g->w2[e], dyg, hg, w->w2[e], n, I, d, false);
+            trex_linear_backward_ex(pool, gws, gdt, dhg, g->w2[e], dyg, hg, w->w2[e], n, I, d, false, true);
             trex_pool_for(pool, n, grain_for(I * 24), swiglu_bwd_rows, &sg);
-            trex_linear_backward_ex(pool, gws, gdt, dxg, g->w1[e], dhg, xg, w->w1[e], n, d, I, false);
-            trex_linear_backward_ex(pool, gws, gdt, dxg, g->w3[e], dug, xg, w->w3[e], n, d, I, true);
+            trex_linear_backward_ex(pool, gws, gdt, dxg, g->w1[e], dhg, xg, w->w1[e], n, d, I, false, true);
+            trex_linear_backward_ex(pool, gws, gdt, dxg, g->w3[e], dug, xg, w->w3[e], n, d, I, true, true);
             gather_args sc = {perm, K, d, dxg, NULL, dx, NULL, sizeof(float), d};
             trex_pool_for(pool, n, grain_for(d), scatter_add_rows, &sc);
         }

@@ -30,11 +30,12 @@ void trex_linear_forward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype comput
 
 void trex_linear_backward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compute, float *dx,
                              float *dW, const float *dy, const float *x, const float *W, int64_t n,
-                             int64_t in, int64_t out, bool acc)
+                             int64_t in, int64_t out, bool acc, bool dw_acc)
 {
     if (dx)
         trex_gemm_ex(pool, ws, compute, false, false, n, in, out, 1.0f, dy, out, W, in,
                      acc ? 1.0f : 0.0f, dx, in);
     if (dW)
-        trex_gemm_ex(pool, ws, compute, true, false, out, in, n, 1.0f, dy, out, x, in, 1.0f, dW, in);
+        trex_gemm_ex(pool, ws, compute, true, false, out, in, n, 1.0f, dy, out, x, in, dw_acc ? 1.0f : 0.0f,
+                     dW, in);
 }
