@@ -653,7 +653,7 @@ static void stream_case(const trex_kernel_table *t, trex_pool *pool, int64_t M, 
         B[i] = trex_f32_to_bf16(rnd(&st));
     float *C0 = xmalloc((size_t)(M * N) * sizeof *C0);
     float *C1 = aligned_alloc(64, (size_t)(M * N) * sizeof *C1);
-    float *C2 = aligned_alloc(64, (size_t)(M * L) * sizeof *C2);
+    float *C2 = aligned_alloc(64, ((size_t)(M * L) * sizeof *C2 + 63) / 64 * 64); /* a multiple of 64 */
     if (!C1 || !C2) {
         fprintf(stderr, "out of memory\n");
         exit(2);
