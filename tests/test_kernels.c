@@ -17,8 +17,8 @@
  * 6. Grouped GEMM: each problem against the fp64 product and bit-identical to a call of its own; a
  *    problem large enough to be cut into chunks.
  * 7. Determinism: bit-identical C with no pool and with 1, 2 and 3 threads, for every level.
- * 8. C streamed (non-temporal stores: written once, or summed over K slices with beta 1), large and
- *    small, bit-identical to the same product stored normally (rows not 64-byte aligned).
+ * 8. C streamed (non-temporal stores: written once, any size, or summed over K slices with beta 1, over
+ *    8 MiB), bit-identical to the same product stored normally (rows not 64-byte aligned).
  * Calls alternate between a shared workspace (reused across sizes) and none (allocated per call).
  * A level this machine cannot run is skipped with a line saying so. */
 #include <inttypes.h>
@@ -639,9 +639,9 @@ static void test_ksplit(const trex_kernel_table *t, trex_pool *pool)
 }
 
 /* C is stored with non-temporal stores where nothing reads it first and its rows are 64-byte aligned:
- * written once (beta 0), or summed over K slices (beta 1, K > 512: the first slice reads C, the last
- * writes it back), whatever its size. The bits must equal those of the same product into rows one float
- * apart (not aligned: stored normally), and stay within the bound of the fp64 sum. */
+ * written once (beta 0) whatever its size, or summed over K slices (beta 1, K > 512: the first slice reads
+ * C, the last writes it back) when it exceeds 8 MiB. The bits must equal those of the same product into
+ * rows one float apart (not aligned: stored normally), and stay within the bound of the fp64 sum. */
 static void stream_case(const trex_kernel_table *t, trex_pool *pool, int64_t M, int beta)
 {
     const int64_t N = 2048, K = beta ? 544 : 40, L = N + 1; /* L: the unaligned rows' stride */

@@ -19,9 +19,11 @@
  *      into L2: B comes from L3 or memory, and the hardware prefetchers stop at each 4 KiB page of the panels
  *      (docs/kernels.md "Round 14": 2048^3 +14%, the head's forward +31%; without the prefetch the slices
  *      measured no faster than whole K, rounds 5, 10 and 13). C is written with non-temporal stores where
- *      nothing reads it first: written once (alpha 1, beta 0), or summed over several slices (beta 1: the
- *      first slice read C long before), which saves reading its lines for ownership. In a training step
- *      a product's C is rarely still in cache when it is written, whatever its size (round 16).
+ *      nothing reads it first, which saves reading its lines for ownership: written once (alpha 1, beta 0),
+ *      whatever its size (in a training step such a C is rarely in cache when it is written; round 16), or
+ *      summed over several slices (beta 1) when it exceeds ADD_STREAM_LIMIT: the first slice read C long
+ *      before, and a smaller C is still in cache then, for this call's stores and for the caller that sums
+ *      into it again (d hn over vocabulary blocks; round 14).
  * fp32 sources are rounded to bf16 while packed. A pre-packed B (trex_gemm_pack_b: the same panels,
  * packed once by the caller) skips step 1; a pre-packed A (trex_gemm_pack_a) is read in place instead
  * of being packed per block row. Everything else is the same, so are the bits.
@@ -51,6 +53,7 @@
 #define PACK_UNIT 4              /* B panels per unit of packing work */
 #define PACK_STEPS 256           /* panel steps (32 k x 32 n) per unit when B is stored by rows of k */
 #define KSLICE 512               /* k per slice of a block, at most (compute_block) */
+#define ADD_STREAM_LIMIT (8l << 20) /* bytes of a beta-1 C in a call above which its last slice streams it */
 
 /* alpha 1 beta 0: tiles stored into C | alpha 1 beta 1: tiles loaded from C and stored back |
  * anything else: the sum goes through a 32x32 buffer, then C = alpha * sum + beta * C. */
@@ -90,6 +93,7 @@ typedef struct run {
     bool a_f32, b_f32;       /* source types of A and of B (B unused when pre-packed) */
     size_t a_esz, b_esz;
     int mode;
+    bool stream_add;         /* MODE_ADD with a C over ADD_STREAM_LIMIT: its last slice streams C */
     float alpha, beta;
     const sub *subs;         /* the batch's sub-problems */
     uint16_t *bpack;         /* packed B panels of the batch */
@@ -330,7 +334,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                 }
                 if (last) {
                     io.out = direct ? c : tmp, io.ldo = direct ? s->ldc : Q;
-                    if (direct && (r->mode == MODE_SET || !first)) /* nothing reads C first */
+                    if (direct && (r->mode == MODE_SET || (!first && r->stream_add))) /* nothing reads C first */
                         flags |= TREX_UKR_STREAM;
                 }
                 ukr(kl, ablk + ip * R * Kp + k0 * R, bsl, &io, flags);
@@ -835,6 +839,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
     trex_gemm_ws *w = ws ? ws : &local;
     sub *subs = ws_grow(&w->subs, &w->subs_cap, (size_t)nsubs * sizeof *subs);
     int64_t ns = 0, ablock = 0, sblock = 0;
+    double cbytes = 0;
     for (int64_t p = 0; p < count; p++) {
         const trex_gemm_problem *q = &probs[p];
         if (q->M == 0 || q->N == 0 || q->K == 0)
@@ -881,6 +886,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
                 ablock = mb * Kp > ablock ? mb * Kp : ablock;
             if (Kp > KSLICE)
                 sblock = mb * NB > sblock ? mb * NB : sblock;
+            cbytes += 4.0 * (double)s->M * (double)s->N;
         }
     }
     TREX_ASSERT(ns == nsubs);
@@ -914,7 +920,8 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
 
     run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32,
              .a_esz = a_esz, .b_esz = b_esz, .mode = mode,
-             .alpha = alpha, .beta = beta, .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
+             .stream_add = mode == MODE_ADD && cbytes > (double)ADD_STREAM_LIMIT, .alpha = alpha, .beta = beta,
+             .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
              .ablock = (int64_t)(abytes / 2), .sums = (float *)(packed + bbytes + (size_t)nslots * abytes),
              .sblock = sblock, .items = items, .next = &next, .nslots = nslots};
     for (int64_t b = 0; b < nsubs;) {

@@ -114,8 +114,8 @@ void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const
     else
         products(kp, ap, bp, false, c->prefetch, c->prefetch_lines);
     if ((flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0) {
-        /* Write-once output larger than the caches: through an L1 buffer, then non-temporal stores
-         * (no read for ownership of C's lines, no eviction of the packed operands). */
+        /* An output not in cache (the framework's choice): through an L1 buffer, then non-temporal
+         * stores (no read for ownership of C's lines, no eviction of the packed operands). */
         float t[32 * 32] __attribute__((aligned(64)));
         _tile_stored(0, t, 128);
         _tile_stored(1, t + 16, 128);
