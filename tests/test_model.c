@@ -474,14 +474,16 @@ static void test_head_grads_zero(fixture *f)
 /* With grads_zero, the attention's weight gradients (wq_a, wq_b, wkv, wo_a, wo_b, the compressors' and the
  * indexer's projections) and the MTP block's e_proj and h_proj are written by their products (beta 0)
  * instead of added to the zeros they hold: every gradient equal to a run that adds (fp32 and bf16, dense
- * and sparse), the losses too, with the tensors every such run writes (kinds ATTN and MTP_PROJ) starting
- * as NaN. (The compressors' and the indexer's run only when there are compressed entries and a KL term,
- * so they start at zero here.) */
+ * and sparse), the losses too, with those tensors starting as NaN (kinds ATTN and MTP_PROJ always; the
+ * compressors' and the indexer's, which run only with compressed entries and a KL term, where the run
+ * that adds wrote them). Then a second pass without grads_zero on top of both: it must add, each tensor
+ * then twice the first pass's within rounding (a product that always writes leaves it once). */
 static void test_weight_grads_zero(fixture *f)
 {
     const int64_t n = f->w.layout.n_float;
     float *g1 = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n);
-    TREX_ASSERT(g1 && g2);
+    float *g0 = malloc(sizeof(float) * (size_t)n);
+    TREX_ASSERT(g1 && g2 && g0);
     trex_err err;
     for (int run = 0; run < 4; run++) {
         trex_model_opts o = f->opts;
@@ -490,30 +492,60 @@ static void test_weight_grads_zero(fixture *f)
         trex_losses l1, l2;
         memset(g1, 0, sizeof(float) * (size_t)n);
         memset(g2, 0, sizeof(float) * (size_t)n);
-        int64_t nan = 0;
-        for (int64_t k = 0; k < f->w.layout.count; k++) {
-            const trex_param *p = &f->w.layout.params[k];
-            if (p->kind == TREX_P_ATTN || p->kind == TREX_P_MTP_PROJ)
-                for (int64_t i = p->offset; i < p->offset + p->numel; i++, nan++)
-                    g2[i] = NAN;
-        }
         o.grads_zero = false;
         CHECK(trex_model_forward(f->m1, &f->batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "grads_zero: %s",
               err.msg);
         trex_model_backward(f->m1);
+        int64_t nan = 0;
+        for (int64_t k = 0; k < f->w.layout.count; k++) {
+            const trex_param *p = &f->w.layout.params[k];
+            bool poison = p->kind == TREX_P_ATTN || p->kind == TREX_P_MTP_PROJ;
+            if (p->kind == TREX_P_COMPRESSOR || p->kind == TREX_P_INDEXER)
+                for (int64_t i = p->offset; i < p->offset + p->numel && !poison; i++)
+                    poison = g1[i] != 0.0f;
+            for (int64_t i = p->offset; poison && i < p->offset + p->numel; i++, nan++)
+                g2[i] = NAN;
+        }
         o.grads_zero = true;
         CHECK(trex_model_forward(f->m1, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "grads_zero: %s",
               err.msg);
         trex_model_backward(f->m1);
-        int64_t ndiff = 0;
-        for (int64_t i = 0; i < n; i++)
-            ndiff += memcmp(&g1[i], &g2[i], sizeof g1[i]) != 0;
-        CHECK(memcmp(&l1, &l2, sizeof l1) == 0 && nan > 0 && ndiff == 0,
-              "%s, %s: weight gradients written by their products: the same bits (%lld of %lld differ, %lld "
-              "started as NaN)",
-              trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", (long long)ndiff, (long long)n,
-              (long long)nan);
+        for (int pass = 0; pass < 2; pass++) {
+            int64_t ndiff = 0;
+            for (int64_t i = 0; i < n; i++)
+                ndiff += memcmp(&g1[i], &g2[i], sizeof g1[i]) != 0;
+            CHECK(memcmp(&l1, &l2, sizeof l1) == 0 && nan > 0 && ndiff == 0,
+                  "%s, %s, pass %d: weight gradients written by their products, then added to: the same bits "
+                  "(%lld of %lld differ, %lld started as NaN)",
+                  trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", pass + 1, (long long)ndiff,
+                  (long long)n, (long long)nan);
+            if (pass == 1)
+                break;
+            memcpy(g0, g1, sizeof(float) * (size_t)n);
+            o.grads_zero = false; /* a second micro-batch: both add */
+            float *g[2] = {g1, g2};
+            trex_losses *l[2] = {&l1, &l2};
+            for (int r = 0; r < 2; r++) {
+                CHECK(trex_model_forward(f->m1, &f->batch, &o, g[r], NULL, NULL, l[r], &err) == TREX_OK,
+                      "grads_zero: %s", err.msg);
+                trex_model_backward(f->m1);
+            }
+        }
+        int64_t off = 0;
+        for (int64_t k = 0; k < f->w.layout.count; k++) {
+            const trex_param *p = &f->w.layout.params[k];
+            double e2 = 0.0, r2 = 0.0;
+            for (int64_t i = p->offset; !p->is_int && i < p->offset + p->numel; i++) {
+                const double r = 2.0 * (double)g0[i];
+                e2 += ((double)g2[i] - r) * ((double)g2[i] - r);
+                r2 += r * r;
+            }
+            off += !(e2 <= 1e-8 * r2);
+        }
+        CHECK(off == 0, "%s, %s: after a second micro-batch every gradient is twice the first's (%lld tensors "
+              "are not)", trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", (long long)off);
     }
+    free(g0);
     free(g1);
     free(g2);
 }

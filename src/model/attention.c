@@ -682,7 +682,8 @@ static bool compressor_forward(const trex_ctx *ctx, cmp_state *s, const attn_dim
 }
 
 /* Backward of compressor_forward given dout = dL/d(out) [nc, cw] (overwritten). Weight gradients
- * accumulate; dx accumulates when not NULL (the indexer's compressor sees a detached x). */
+ * accumulate (wkv's and wgate's are written instead under ctx->grads_zero: one product each); dx
+ * accumulates when not NULL (the indexer's compressor sees a detached x). */
 static void compressor_backward(const trex_ctx *ctx, const cmp_state *s, const attn_dims *dm,
                                 const attn_docs *docs, int64_t m, int64_t wm, float *dout,
                                 float *dx, const float *x, const float *wkv, const float *wgate,
