@@ -408,6 +408,16 @@ static void test_head_pairs(fixture *f)
     free(g2);
 }
 
+/* One micro-batch into g (its forward and backward on f->m1) with options o and grads_zero as given. */
+static void grads_pass(fixture *f, const trex_batch *b, trex_model_opts o, bool grads_zero, float *g, float *lg,
+                       float *mlg, trex_losses *l)
+{
+    trex_err err;
+    o.grads_zero = grads_zero;
+    CHECK(trex_model_forward(f->m1, b, &o, g, lg, mlg, l, &err) == TREX_OK, "grads_zero: %s", err.msg);
+    trex_model_backward(f->m1);
+}
+
 /* trex_model_opts.grads_zero: with the gradients cleared before the pass, the split heads write d
  * head.weight with their first product (beta 0) instead of adding to the zeros. Every gradient keeps its
  * value (0 + x = x) for each split head, chunking (pairs, odd chunks that never pair, a masked stretch, the
@@ -430,7 +440,6 @@ static void test_head_grads_zero(fixture *f)
     TREX_ASSERT(hw);
     static const trex_head_precision heads[] = {TREX_HEAD_BF16X3, TREX_HEAD_BF16X3_G1, TREX_HEAD_BF16X2_G1};
     static const int64_t rows[] = {6, 7, 2, 0}; /* 0: the default chunking and the logits asked for */
-    trex_err err;
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
         for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
             for (int b = 0; b < 2; b++) {
@@ -442,18 +451,10 @@ static void test_head_grads_zero(fixture *f)
                 trex_losses l1, l2;
                 memset(g1, 0, sizeof(float) * (size_t)n);
                 memset(g2, 0, sizeof(float) * (size_t)n);
-                o.grads_zero = false;
-                CHECK(trex_model_forward(f->m1, batch, &o, g1, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l1,
-                                         &err) == TREX_OK,
-                      "grads_zero: %s", err.msg);
-                trex_model_backward(f->m1);
+                grads_pass(f, batch, o, false, g1, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l1);
                 for (int64_t i = hw->offset; i < hw->offset + hw->numel; i++)
                     g2[i] = NAN; /* written by the head's first product, never read */
-                o.grads_zero = true;
-                CHECK(trex_model_forward(f->m1, batch, &o, g2, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l2,
-                                         &err) == TREX_OK,
-                      "grads_zero: %s", err.msg);
-                trex_model_backward(f->m1);
+                grads_pass(f, batch, o, true, g2, rows[k] ? NULL : lg, rows[k] ? NULL : mlg, &l2);
                 int64_t ndiff = 0;
                 double gmax = 0.0;
                 for (int64_t i = 0; i < n; i++) {
@@ -481,21 +482,18 @@ static void test_head_grads_zero(fixture *f)
 static void test_weight_grads_zero(fixture *f)
 {
     const int64_t n = f->w.layout.n_float;
-    float *g1 = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n);
-    float *g0 = malloc(sizeof(float) * (size_t)n);
+    const size_t bytes = sizeof(float) * (size_t)n;
+    float *g1 = malloc(bytes), *g2 = malloc(bytes), *g0 = malloc(bytes);
     TREX_ASSERT(g1 && g2 && g0);
-    trex_err err;
     for (int run = 0; run < 4; run++) {
         trex_model_opts o = f->opts;
         o.compute = run & 1 ? TREX_BF16 : TREX_F32;
         o.sparse = run >= 2;
+        const char *dt = trex_dtype_name(o.compute), *mode = o.sparse ? "sparse" : "dense";
         trex_losses l1, l2;
-        memset(g1, 0, sizeof(float) * (size_t)n);
-        memset(g2, 0, sizeof(float) * (size_t)n);
-        o.grads_zero = false;
-        CHECK(trex_model_forward(f->m1, &f->batch, &o, g1, NULL, NULL, &l1, &err) == TREX_OK, "grads_zero: %s",
-              err.msg);
-        trex_model_backward(f->m1);
+        memset(g1, 0, bytes);
+        memset(g2, 0, bytes);
+        grads_pass(f, &f->batch, o, false, g1, NULL, NULL, &l1);
         int64_t nan = 0;
         for (int64_t k = 0; k < f->w.layout.count; k++) {
             const trex_param *p = &f->w.layout.params[k];
@@ -506,30 +504,20 @@ static void test_weight_grads_zero(fixture *f)
             for (int64_t i = p->offset; poison && i < p->offset + p->numel; i++, nan++)
                 g2[i] = NAN;
         }
-        o.grads_zero = true;
-        CHECK(trex_model_forward(f->m1, &f->batch, &o, g2, NULL, NULL, &l2, &err) == TREX_OK, "grads_zero: %s",
-              err.msg);
-        trex_model_backward(f->m1);
-        for (int pass = 0; pass < 2; pass++) {
+        grads_pass(f, &f->batch, o, true, g2, NULL, NULL, &l2);
+        memcpy(g0, g1, bytes);
+        for (int pass = 1; pass <= 2; pass++) {
+            if (pass == 2) { /* a second micro-batch: both add */
+                grads_pass(f, &f->batch, o, false, g1, NULL, NULL, &l1);
+                grads_pass(f, &f->batch, o, false, g2, NULL, NULL, &l2);
+            }
             int64_t ndiff = 0;
             for (int64_t i = 0; i < n; i++)
                 ndiff += memcmp(&g1[i], &g2[i], sizeof g1[i]) != 0;
             CHECK(memcmp(&l1, &l2, sizeof l1) == 0 && nan > 0 && ndiff == 0,
                   "%s, %s, pass %d: weight gradients written by their products, then added to: the same bits "
                   "(%lld of %lld differ, %lld started as NaN)",
-                  trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", pass + 1, (long long)ndiff,
-                  (long long)n, (long long)nan);
-            if (pass == 1)
-                break;
-            memcpy(g0, g1, sizeof(float) * (size_t)n);
-            o.grads_zero = false; /* a second micro-batch: both add */
-            float *g[2] = {g1, g2};
-            trex_losses *l[2] = {&l1, &l2};
-            for (int r = 0; r < 2; r++) {
-                CHECK(trex_model_forward(f->m1, &f->batch, &o, g[r], NULL, NULL, l[r], &err) == TREX_OK,
-                      "grads_zero: %s", err.msg);
-                trex_model_backward(f->m1);
-            }
+                  dt, mode, pass, (long long)ndiff, (long long)n, (long long)nan);
         }
         int64_t off = 0;
         for (int64_t k = 0; k < f->w.layout.count; k++) {
@@ -543,7 +531,7 @@ static void test_weight_grads_zero(fixture *f)
             off += !(e2 <= 1e-8 * r2);
         }
         CHECK(off == 0, "%s, %s: after a second micro-batch every gradient is twice the first's (%lld tensors "
-              "are not)", trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", (long long)off);
+              "are not)", dt, mode, (long long)off);
     }
     free(g0);
     free(g1);
