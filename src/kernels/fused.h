@@ -623,7 +623,7 @@ void trex_fused_rmsnorm_bwd_avx512(float *dx, const float *dy, const float *x, c
 void trex_fused_rmsnorm_dw_avx512(float *dw, const float *dy, const float *x, const float *rstd,
                                   int64_t n, int64_t dim, int64_t j0, int64_t j1);
 
-/* bf16 attention: the reference (kernels/ref/attn_bf16.c) and the AMX leaves (kernels/x86/amx/attn.c). */
+/* bf16 attention: the reference (kernels/ref/attn_bf16.c). */
 void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *P, float *ws,
                                    const float *q, const uint16_t *qb, const float *const *V,
                                    const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
@@ -646,17 +646,7 @@ void trex_fused_sattn_fwd_block_bf16_ref(float *o, float *lse, float *ws, const 
                                          int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
                                          const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
                                          const float *sink, float scale);
-void trex_fused_sattn_fwd_block_bf16_amx(float *o, float *lse, float *ws, const uint16_t *qb,
-                                         int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
-                                         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
-                                         const float *sink, float scale);
 void trex_fused_sattn_bwd_query_block_bf16_ref(float *dq, float *dsink, float *ws,
-                                               const uint16_t *gb, const uint16_t *qb, int64_t nq,
-                                               const int64_t *vis, const uint16_t *const *Vb,
-                                               const trex_fused_pairs *Wp, int64_t n, int64_t H,
-                                               int64_t c, const float *sink, float scale,
-                                               const float *lse, const float *D);
-void trex_fused_sattn_bwd_query_block_bf16_amx(float *dq, float *dsink, float *ws,
                                                const uint16_t *gb, const uint16_t *qb, int64_t nq,
                                                const int64_t *vis, const uint16_t *const *Vb,
                                                const trex_fused_pairs *Wp, int64_t n, int64_t H,
@@ -671,21 +661,7 @@ void trex_fused_sattn_bwd_query_keys_bf16_ref(float *dq, float *dsink, float *P,
                                               const trex_fused_keys_out *wk);
 void trex_fused_sattn_key_product_bf16_ref(float *const *dV, float *ws, const uint16_t *a2,
                                           const uint16_t *b2, int64_t K, int64_t n, int64_t c);
-void trex_fused_sattn_bwd_query_keys_bf16_amx(float *dq, float *dsink, float *P, float *const *dV,
-                                              float *psum, float *ws, const uint16_t *gb,
-                                              const uint16_t *qb, const uint16_t *const *Vb,
-                                              const trex_fused_pairs *Wp, int64_t n, int64_t n0,
-                                              int64_t H, int64_t c, const float *sink, float scale,
-                                              const float *lse, const float *D,
-                                              const trex_fused_keys_out *wk);
-void trex_fused_sattn_key_product_bf16_amx(float *const *dV, float *ws, const uint16_t *a2,
-                                          const uint16_t *b2, int64_t K, int64_t n, int64_t c);
 void trex_fused_sattn_bwd_query_block_keys_bf16_ref(
-    float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
-    int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
-    int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
-    const float *D);
-void trex_fused_sattn_bwd_query_block_keys_bf16_amx(
     float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
     int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
     int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
@@ -694,27 +670,48 @@ void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uin
                                           int64_t n, int64_t nq, const int64_t *vis,
                                           const uint16_t *qb, const uint16_t *gb, int64_t H,
                                           int64_t c, float scale, const float *lse, const float *D);
-void trex_fused_sattn_bwd_window_bf16_amx(float *const *dV, float *ws, const uint16_t *const *Vb,
-                                          int64_t n, int64_t nq, const int64_t *vis,
-                                          const uint16_t *qb, const uint16_t *gb, int64_t H,
-                                          int64_t c, float scale, const float *lse, const float *D);
-void trex_fused_dots_bf16_amx(float *out, float *ws, const float *A, int64_t lda, int64_t R,
-                              const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
-void trex_fused_sattn_fwd_bf16_amx(float *o, float *lse, float *z, float *P, float *ws,
-                                   const float *q, const uint16_t *qb, const float *const *V,
-                                   const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
-                                   int64_t H, int64_t c, const float *sink, float scale);
-void trex_fused_sattn_bwd_query_bf16_amx(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const uint16_t *gb, const float *q,
-                                         const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D);
-void trex_fused_sattn_bwd_entries_bf16_amx(float *const *dV, float *psum, float *ws,
-                                           const float *const *V, const uint16_t *const *Vb,
-                                           int64_t n, const float *q, const uint16_t *qb,
-                                           const float *g, const uint16_t *gb, int64_t H,
-                                           int64_t c, float scale, const float *lse,
-                                           const float *D);
+
+/* The tile leaves (kernels/x86/attn_tiles.h, one body): compiled for AMX tiles (kernels/x86/amx/attn.c)
+ * and for AVX-512 VDPBF16PS (kernels/x86/avx512/attn.c), trex_fused_<name>_amx and _avx512. */
+#define TREX_FUSED_ATTN_TILE_LEAVES(isa)                                                            \
+    void trex_fused_sattn_fwd_block_bf16_##isa(float *o, float *lse, float *ws,                     \
+        const uint16_t *qb, int64_t nq, const int64_t *vis, const uint16_t *const *Vb,              \
+        const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c, const float *sink,             \
+        float scale);                                                                               \
+    void trex_fused_sattn_bwd_query_block_bf16_##isa(float *dq, float *dsink, float *ws,            \
+        const uint16_t *gb, const uint16_t *qb, int64_t nq, const int64_t *vis,                     \
+        const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,     \
+        const float *sink, float scale, const float *lse, const float *D);                          \
+    void trex_fused_sattn_bwd_query_keys_bf16_##isa(float *dq, float *dsink, float *P,              \
+        float *const *dV, float *psum, float *ws, const uint16_t *gb, const uint16_t *qb,           \
+        const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n, int64_t n0, int64_t H,    \
+        int64_t c, const float *sink, float scale, const float *lse, const float *D,                \
+        const trex_fused_keys_out *wk);                                                             \
+    void trex_fused_sattn_key_product_bf16_##isa(float *const *dV, float *ws,                       \
+        const uint16_t *a2, const uint16_t *b2, int64_t K, int64_t n, int64_t c);                   \
+    void trex_fused_sattn_bwd_query_block_keys_bf16_##isa(float *dq, float *dsink,                  \
+        float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb, int64_t nq,            \
+        const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,       \
+        int64_t H, int64_t c, const float *sink, float scale, const float *lse, const float *D);    \
+    void trex_fused_sattn_bwd_window_bf16_##isa(float *const *dV, float *ws,                        \
+        const uint16_t *const *Vb, int64_t n, int64_t nq, const int64_t *vis,                       \
+        const uint16_t *qb, const uint16_t *gb, int64_t H, int64_t c, float scale,                  \
+        const float *lse, const float *D);                                                          \
+    void trex_fused_dots_bf16_##isa(float *out, float *ws, const float *A, int64_t lda,             \
+        int64_t R, const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);                   \
+    void trex_fused_sattn_fwd_bf16_##isa(float *o, float *lse, float *z, float *P, float *ws,       \
+        const float *q, const uint16_t *qb, const float *const *V, const uint16_t *const *Vb,       \
+        const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c, const float *sink,             \
+        float scale);                                                                               \
+    void trex_fused_sattn_bwd_query_bf16_##isa(float *dq, float *dsink, float *P, float *ws,        \
+        const float *g, const uint16_t *gb, const float *q, const uint16_t *qb,                     \
+        const float *const *V, const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,    \
+        int64_t H, int64_t c, const float *sink, float scale, const float *lse, const float *D);    \
+    void trex_fused_sattn_bwd_entries_bf16_##isa(float *const *dV, float *psum, float *ws,          \
+        const float *const *V, const uint16_t *const *Vb, int64_t n, const float *q,                \
+        const uint16_t *qb, const float *g, const uint16_t *gb, int64_t H, int64_t c,               \
+        float scale, const float *lse, const float *D);
+TREX_FUSED_ATTN_TILE_LEAVES(amx)
+TREX_FUSED_ATTN_TILE_LEAVES(avx512)
 
 #endif

@@ -203,9 +203,17 @@ static const trex_fused_table table_avx512 = {
     .sattn_fwd = trex_fused_sattn_fwd_avx512,
     .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
     .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
-    /* no bf16 core here: the plain-C one is about 8x slower than these fp32 leaves, so bf16 mode
-     * keeps the fp32 attention core at this level (sattn_*_bf16 NULL) */
-    .sattn_bf16_name = "none (fp32 core)",
+    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_avx512,
+    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_avx512,
+    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_avx512,
+    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_avx512,
+    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_avx512,
+    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_avx512,
+    .sattn_bwd_query_keys_bf16 = trex_fused_sattn_bwd_query_keys_bf16_avx512,
+    .sattn_bwd_query_block_keys_bf16 = trex_fused_sattn_bwd_query_block_keys_bf16_avx512,
+    .sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_avx512,
+    .sattn_bf16_name = "avx512",
+    .dots_bf16 = trex_fused_dots_bf16_avx512,
     .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,
     .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
     .mhc_collapse = trex_fused_mhc_collapse_avx512,
@@ -231,7 +239,7 @@ static const trex_fused_table table_avx512 = {
     .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512,
 };
 
-/* AMX: the avx512 table with the bf16 attention core on tiles (kernels/x86/amx/attn.c) */
+/* AMX: the avx512 table with the bf16 attention core on the tile unit (kernels/x86/amx/attn.c) */
 static const trex_fused_table table_amx = {
     .isa = TREX_ISA_AMX,
     .name = "amx",

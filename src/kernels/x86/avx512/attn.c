@@ -1,0 +1,62 @@
+/* kernels/x86/avx512/attn.c — the bf16 attention entries on AVX-512: kernels/x86/attn_tiles.h with its
+ * 16 x 16 tile products done by VDPBF16PS, for machines with AVX512_BF16 and no AMX.
+ *
+ * A product function's tile state (TILES_DECL) is four C tiles of 16 x 16 floats in its stack frame and,
+ * for the A and B tiles, only where their rows are (an A or B tile is read by the product right after
+ * its load, from the same memory, so nothing is copied). TILE_DP holds the C tile in 16 registers, one
+ * row each, and walks the 16 k-pairs: a 64-byte load of B's pair row, then per row of C one VDPBF16PS
+ * with that row's pair of A broadcast. Each element is then summed in k-pair order, two products per
+ * step (the instruction's order), where the tile unit sums in its own; both are fp32 sums of exact
+ * products, within the bounds of tests/test_attn_bf16.c. Like TDPBF16PS, VDPBF16PS reads bf16
+ * subnormals as zero and flushes subnormal results. Compiled with AVX-512 flags. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/fused.h"
+
+typedef struct tile_rows {
+    const char *p; /* row 0 */
+    size_t ld;     /* bytes between rows */
+} tile_rows;
+
+typedef struct tile_state {
+    float c[4][16][16]; /* C tiles 0..3 */
+    tile_rows ab[8];    /* A and B tiles 4..7 */
+} tile_state;
+
+/* c += a (16 rows x 16 bf16 pairs) times b (16 pair rows x 16 columns) */
+static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows *b)
+{
+    __m512 acc[16];
+    _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
+        acc[m] = _mm512_loadu_ps(c[m]);
+    for (int k = 0; k < 16; k++) {
+        const __m512bh bk = (__m512bh)_mm512_loadu_si512((const void *)(b->p + k * b->ld));
+        const char *ak = a->p + 4 * k;
+        _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++) {
+            int32_t pair;
+            memcpy(&pair, ak + m * a->ld, sizeof pair);
+            acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_set1_epi32(pair), bk);
+        }
+    }
+    _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
+        _mm512_storeu_ps(c[m], acc[m]);
+}
+
+static inline void tile_store(const float c[16][16], void *p, size_t ld)
+{
+    _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
+        _mm512_storeu_ps((float *)((char *)p + m * ld), _mm512_loadu_ps(c[m]));
+}
+
+#define TILES_DECL tile_state tiles_
+#define TILE_ZERO(tc) memset(tiles_.c[tc], 0, sizeof tiles_.c[tc])
+#define TILE_LOAD(tab, p, ld) (tiles_.ab[tab] = (tile_rows){(const char *)(p), (size_t)(ld)})
+#define TILE_DP(tc, ta, tb) tile_dp(tiles_.c[tc], &tiles_.ab[ta], &tiles_.ab[tb])
+#define TILE_STORE(tc, p, ld) tile_store(tiles_.c[tc], (p), (size_t)(ld))
+#define TILES_BEGIN() ((void)0)
+#define TILES_END() ((void)0)
+#define ATTN_LEAF(name) trex_fused_##name##_avx512
+
+#include "kernels/x86/attn_tiles.h"
