@@ -213,7 +213,7 @@ static int bench_peak(int argc, char **argv)
     static const char summary[] =
         "Register-only peak loops of the kernel table's level, on one core and on every thread of "
         "the pool at once: AMX bf16 (TDPBF16PS 16x16x32 tiles, 4 independent accumulators), AVX-512 "
-        "bf16 (VDPBF16PS) and AVX-512 fp32 FMA (12 independent chains); and memcpy bandwidth over "
+        "bf16 (VDPBF16PS) and AVX-512 fp32 FMA (24 independent chains); and memcpy bandwidth over "
         "256 MiB buffers (bytes read + written). Medians of --reps runs. 'per CPU-second' divides the "
         "FLOPs of the one-core run by the CPU time it got: the rate while on a core, which stays "
         "meaningful when other processes share the machine.";
