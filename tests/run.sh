@@ -2,8 +2,9 @@
 # Runs the test suite and prints one closing line, `N passed, N failed`, summed over every test.
 #   tests/run.sh BUILD [ASAN_BUILD]
 # C tests (BUILD/tests/test_*) and script tests (tests/test_*.sh, run with TREX=BUILD/trex) run from
-# BUILD. With ASAN_BUILD, the tree is rebuilt there with ASan+UBSan, and its C tests run again, with the
-# script tests that carry the line `# asan: yes`. ASAN_ONLY=1 runs only that part, from BUILD.
+# BUILD, test_attention and test_model also with TREX_ISA=avx512. With ASAN_BUILD, the tree is rebuilt
+# there with ASan+UBSan, and its C tests run again, with the script tests that carry the line
+# `# asan: yes`. ASAN_ONLY=1 runs only that part, from BUILD.
 # Each test prints its own `N passed, N failed`; a test that prints none counts as one check, by its exit code.
 set -u
 build=$1
@@ -43,6 +44,12 @@ run_tree() {   # run_tree BUILD ASAN(0|1)
   for t in "$b"/tests/test_*; do
     [ -x "$t" ] || continue
     run_test "$prefix$(basename "$t")" "$t"
+  done
+  # The model's bf16 tests again with the kernel level capped at avx512: on a machine with AMX they
+  # otherwise run only the AMX leaves, and the AVX-512 tile leaves of the attention core (the same
+  # body, kernels/x86/attn_tiles.h) only in the kernel tests. Elsewhere a repeat, and cheap.
+  for t in test_attention test_model; do
+    if [ -x "$b/tests/$t" ]; then run_test "$prefix$t@avx512" env TREX_ISA=avx512 "$b/tests/$t"; fi
   done
   for t in tests/test_*.sh; do
     [ -f "$t" ] || continue

@@ -23,7 +23,7 @@
  *    relative L2 distance of every output below 2e-3 (against fp32 the bf16 rounding alone gives
  *    about 1e-3 .. 1e-2).
  * 3. Two calls give the same bits (the second with the entries, q and g passed already rounded: Vb,
- *    part of it consecutive rows, which the AMX leaves read in place, and qb, gb, with the backward's
+ *    part of it consecutive rows, which the tile leaves read in place, and qb, gb, with the backward's
  *    fp32 q and g NULL); the scratch guard is intact.
  * 4. The indexer scores dots_bf16 (rows rounded to bf16, bf16 keys, fp32 sums) at every level
  *    against an fp64 product of the rounded-on-entry keys and the unrounded rows: |err| <= 1.25
@@ -255,7 +255,7 @@ static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, i
     uint16_t *qb = malloc((size_t)(H * c) * sizeof(uint16_t)), *gb = malloc((size_t)(H * c) * 2);
     if (!dV || !vrows || !Vb || !qb || !gb)
         exit(2);
-    /* the rounded entries: consecutive rows for the first 16 * (n / 32) entries (the AMX leaves read
+    /* the rounded entries: consecutive rows for the first 16 * (n / 32) entries (the tile leaves read
      * full blocks of such rows in place), the rest in reverse order (copied) */
     const int64_t ncons = 16 * (n / 32);
     for (int64_t e = 0; e < n; e++) {
@@ -1137,7 +1137,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < nl; i++)
         printf("bf16 attention core at level %s: %s\n", lv[i]->name, lv[i]->sattn_bf16_name);
     if (nl == 1)
-        printf("note: no AMX on this machine: only the reference bf16 entries are checked\n");
+        printf("note: neither AVX-512 BF16 nor AMX on this machine: only the reference bf16 entries "
+               "are checked\n");
 
     const int64_t ns[] = {0, 1, 2, 3, 7, 16, 17, 129, 257}, Hs[] = {1, 3, 16, 20}, cs[] = {32, 48, 512};
     for (size_t ic = 0; ic < 3; ic++)

@@ -123,8 +123,8 @@ typedef void (*trex_fused_sattn_bwd_entries_fn)(float *const *dV, float *psum, f
  * the query side's dq = scale sum_e bf(dz_e) v_e; the key side's dV[e] += sum_h bf(p_he) g_h +
  * bf(scale dz_he) q_h (summed in fp32 over the 2H terms, then added to dV[e]). P, psum, dsink and z
  * are fp32 as in the fp32 entries. kernels/ref/attn_bf16.c defines the semantics (a fixed order of
- * the fp32 sums); the AMX leaves (kernels/x86/amx/attn.c) sum in the tile unit's order and use a
- * vector exp (about 1 ulp), so they agree with the reference within fp32 rounding (and rare one-ulp
+ * the fp32 sums); the tile leaves (kernels/x86/attn_tiles.h: AMX's tile unit, or VDPBF16PS on
+ * AVX-512) sum in their own order and use a vector exp (about 1 ulp), so they agree with the reference within fp32 rounding (and rare one-ulp
  * flips of a bf16-rounded p or dz); tests/test_attn_bf16.c states the bounds. Each entry's results
  * depend only on that entry and the query, not on which other entries share the call.
  * One more argument than the fp32 entries, Vb after V: NULL, or the entries already rounded, Vb[e] =
@@ -455,8 +455,8 @@ typedef struct trex_fused_table {
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
     /* bf16 variants (ws of TREX_FUSED_SATTN_BF16_WS floats, 64-byte alignment not required): the
-     * reference at the ref level, the AMX leaves at the amx level; NULL at avx2 / avx512, where the
-     * plain-C variant would be slower than the fp32 leaves and bf16 mode keeps the fp32 entries */
+     * reference in the ref table (the ref and avx2 levels), the tile leaves at avx512 and amx
+     * (kernels/x86/attn_tiles.h); NULL in a table whose level keeps the fp32 entries in bf16 mode */
     trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;
     trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
     trex_fused_sattn_bwd_entries_bf16_fn sattn_bwd_entries_bf16;
@@ -467,8 +467,9 @@ typedef struct trex_fused_table {
     trex_fused_sattn_bwd_query_block_keys_bf16_fn sattn_bwd_query_block_keys_bf16; /* likewise */
     trex_fused_sattn_key_product_bf16_fn sattn_key_product_bf16;                   /* likewise */
     const char *sattn_bf16_name;
-    /* bf16 indexer scores: the reference in the ref table (the ref and avx2 levels), AMX at amx,
-     * NULL at avx512 (bf16 mode keeps the fp32 dots there, as it keeps the fp32 attention core) */
+    /* bf16 indexer scores: the reference in the ref table (the ref and avx2 levels), the tile leaves
+     * at avx512 and amx; NULL where the bf16 attention entries are (bf16 mode then keeps the fp32
+     * dots, as it keeps the fp32 attention core) */
     trex_fused_dots_bf16_fn dots_bf16;
     trex_fused_mhc_post_fwd_fn mhc_post_fwd;
     trex_fused_mhc_post_bwd_fn mhc_post_bwd;

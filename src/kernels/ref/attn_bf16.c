@@ -2,8 +2,9 @@
  *
  * Plain C that defines what the bf16 attention core computes: the operands of every product rounded to
  * bf16 (nearest even, trex_f32_to_bf16), each product exact in fp32 (8-bit by 8-bit significands), the
- * sums in fp32 in the fixed orders written below, softmax / exp / log in fp32. The AMX leaves
- * (kernels/x86/amx/attn.c) compute the same quantities with the sums in the tile unit's order.
+ * sums in fp32 in the fixed orders written below, softmax / exp / log in fp32. The tile leaves
+ * (kernels/x86/attn_tiles.h, for AMX and AVX-512) compute the same quantities with the sums in their
+ * tile products' order.
  *
  *   scores   z_he = scale * dot(bf(q_h), bf(v_e))          dot: am_dot_f (16 partial sums, fixed tree)
  *   softmax  mx_h = max(sink_h, z_h.), x_he = exp(z_he - mx_h), den_h = exp(sink_h - mx_h) + sum_e x_he

@@ -22,7 +22,7 @@ typedef struct tile_rows {
 
 typedef struct tile_state {
     float c[4][16][16]; /* C tiles 0..3 */
-    tile_rows ab[8];    /* A and B tiles 4..7 */
+    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
 } tile_state;
 
 /* c += a (16 rows x 16 bf16 pairs) times b (16 pair rows x 16 columns) */
@@ -52,8 +52,8 @@ static inline void tile_store(const float c[16][16], void *p, size_t ld)
 
 #define TILES_DECL tile_state tiles_
 #define TILE_ZERO(tc) memset(tiles_.c[tc], 0, sizeof tiles_.c[tc])
-#define TILE_LOAD(tab, p, ld) (tiles_.ab[tab] = (tile_rows){(const char *)(p), (size_t)(ld)})
-#define TILE_DP(tc, ta, tb) tile_dp(tiles_.c[tc], &tiles_.ab[ta], &tiles_.ab[tb])
+#define TILE_LOAD(tab, p, ld) (tiles_.ab[(tab) - 4] = (tile_rows){(const char *)(p), (size_t)(ld)})
+#define TILE_DP(tc, ta, tb) tile_dp(tiles_.c[tc], &tiles_.ab[(ta) - 4], &tiles_.ab[(tb) - 4])
 #define TILE_STORE(tc, p, ld) tile_store(tiles_.c[tc], (p), (size_t)(ld))
 #define TILES_BEGIN() ((void)0)
 #define TILES_END() ((void)0)
