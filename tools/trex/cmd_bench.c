@@ -725,6 +725,13 @@ static int bench_kernels(int argc, char **argv)
          * bf16x3g1's (docs/precision.md "bf16x2g1"). */
         {"head2.fwd", "logits^T = W2 hn^T, K = 2d, 1024 rows", false, true, false, 129280, 1024, 2 * d,
          0, false, false, false},
+        /* ... and its gradient products, per pair of 1 024-row chunks (model.c head3_grad1): dW += dl
+         * hn_hi (K = 2 048 rows) and one vocabulary block of d hn = dl^T W_hi (6 144 rows, W_hi packed
+         * once per forward; the model runs V / 6 144 of them per pair, beta 1 after the first). */
+        {"head2.bwd_dw", "dW += dl hn_hi, K = 2048 rows", false, false, false, 129280, d, 2 * head_rows, 0,
+         false, false, true},
+        {"head2.bwd_dhn", "dhn += dl^T W_hi, one block of 6144 vocab, W_hi packed once", true, false, false,
+         2 * head_rows, d, 6144, 0, false, PRE_B, true},
         {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E,
          false, false, false},
         {"experts.w1.fwd.prepacked", "grouped, W1_e packed once", false, true, false, 0, I, d, E,
