@@ -1221,6 +1221,79 @@ static void test_determinism(const trex_kernel_table *t)
         trex_pool_destroy(pools[i]);
 }
 
+/* Symmetric products (trex_gemm_syrk_with): C = alpha op(X) op(X)^T + beta C on and below the diagonal
+ * bit for bit the full product of the same level (op(A) = op(X), op(B) = op(X)^T), above it the exact
+ * mirror, the padding past n untouched, the same bits for any pool. The old C is symmetric where beta
+ * != 0, except one run with NaN above the diagonal, which must not reach the result. The fast levels
+ * also take a K long enough to cut C into two column chunks with 224-row blocks (the diagonal crosses
+ * blocks unevenly). */
+static void test_syrk(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t shapes[][2] = {{1, 1},  {1, 5},   {5, 0},    {0, 3},    {31, 65},  {32, 32},
+                                 {33, 17}, {64, 96}, {257, 97}, {300, 1100}, {300, 16400}};
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}, {-1.5f, 1}};
+    trex_pool *pools[2] = {trex_pool_create(1), trex_pool_create(3)};
+    CHECK(pools[0] && pools[1], "pools of 1 and 3 threads");
+    int64_t bad = 0, runs = 0;
+    uint64_t seed = 9100;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tr = 0; tr < 2; tr++) {
+            const int64_t n = shapes[s][0], k = shapes[s][1];
+            const bool big = k > 10000;
+            if (big && (t->isa < TREX_ISA_AVX512 || tr))
+                continue; /* 3 GFLOP a run: the fast levels, one layout */
+            mats m = mats_make(n, n, k, tr, !tr, seed++);
+            const int64_t ldc = m.ldc, nc = n * ldc;
+            for (int64_t i = 0; i < n; i++) /* a symmetric old C */
+                for (int64_t j = 0; j < i; j++)
+                    m.C0[j * ldc + i] = m.C0[i * ldc + j];
+            float *C1 = xmalloc((size_t)nc * sizeof *C1), *C2 = xmalloc((size_t)nc * sizeof *C2);
+            for (int f32 = 0; f32 < 2; f32++)
+                for (size_t a = 0; a < sizeof ab / sizeof ab[0]; a++)
+                    for (int pi = 0; pi < (big ? 1 : 3); pi++) {
+                        if (big && (f32 || a == 2))
+                            continue;
+                        const float alpha = ab[a][0], beta = ab[a][1];
+                        const void *X = f32 ? (const void *)m.Af : (const void *)m.Ab;
+                        const trex_dtype in = f32 ? TREX_F32 : TREX_BF16;
+                        const bool nan_above = a == 3; /* beta 1: C above the diagonal is never read */
+                        memcpy(C1, m.C0, (size_t)nc * sizeof *C1);
+                        const trex_gemm_problem p = {n, n, k, X, m.lda, X, m.lda, C1, ldc};
+                        trex_gemm_grouped_with(t, pool, NULL, in, tr, !tr, alpha, beta, &p, 1);
+                        memcpy(C2, m.C0, (size_t)nc * sizeof *C2);
+                        if (nan_above)
+                            for (int64_t i = 0; i < n; i++)
+                                for (int64_t j = i + 1; j < n; j++)
+                                    C2[i * ldc + j] = NAN;
+                        trex_gemm_syrk_with(t, pi == 0 ? pool : pools[pi - 1], (ws_toggle++ & 1) ? shared_ws : NULL,
+                                            in, tr, n, k, alpha, X, m.lda, beta, C2, ldc);
+                        int64_t b = 0;
+                        for (int64_t i = 0; i < n; i++)
+                            for (int64_t j = 0; j < ldc; j++) {
+                                const float got = C2[i * ldc + j];
+                                const float want = j >= n ? m.C0[i * ldc + j] : j <= i ? C1[i * ldc + j]
+                                                                                       : C2[j * ldc + i];
+                                b += f32_bits(got) != f32_bits(want) || (j < n && isnan(got));
+                            }
+                        if (b && bad < 5)
+                            fprintf(stderr, "%s syrk n=%lld k=%lld trans=%d %s alpha=%g beta=%g pool %d: %lld "
+                                    "elements wrong\n", t->gemm_name, (long long)n, (long long)k, tr,
+                                    f32 ? "f32" : "bf16", alpha, beta, pi, (long long)b);
+                        bad += b;
+                        runs++;
+                    }
+            free(C1);
+            free(C2);
+            mats_free(&m);
+        }
+    for (int i = 0; i < 2; i++)
+        trex_pool_destroy(pools[i]);
+    CHECK(bad == 0, "%s syrk: %lld elements differ from the full product's lower triangle or its mirror",
+          t->gemm_name, (long long)bad);
+    printf("%s: %lld symmetric products bit-identical to the full product below the diagonal, mirrored above\n",
+           t->gemm_name, (long long)runs);
+}
+
 /* The public entries use the active table. */
 static void test_public(trex_pool *pool)
 {
@@ -1527,6 +1600,7 @@ int main(int argc, char **argv)
         test_grouped(lv[i], pool);
         test_prepacked(lv[i], lv[0], pool);
         test_prepacked_a(lv[i], lv[0], pool);
+        test_syrk(lv[i], pool);
         test_pack_range(lv[i], pool);
         test_gathered(lv[i], pool);
         test_ksplit(lv[i], pool);

@@ -59,6 +59,7 @@ enum {
     TREX_PROF_GEMM_B_ROWS = 128,
     TREX_PROF_GEMM_ACCUMULATE = 256, /* beta != 0: C read and written */
     TREX_PROF_GEMM_SCALED = 512,    /* alpha != 1, or beta not in {0, 1} */
+    TREX_PROF_GEMM_SYM = 1024,      /* a symmetric product op(X) op(X)^T (trex_gemm_syrk) */
 };
 
 /* The products of one shape and layout. A call of one problem is keyed by its M, N and K; a grouped
@@ -70,7 +71,8 @@ typedef struct trex_prof_gemm {
     int64_t key_m; /* entries: M of a one-problem shape, 0 for grouped calls (set by trex_prof_gemm_add) */
     unsigned layout;
     int64_t calls;
-    double seconds, flops; /* wall seconds of the calls, 2 M N K summed over their problems */
+    double seconds, flops; /* wall seconds of the calls, 2 M N K summed over their problems (a symmetric
+                            * product: M (M + 1) K, the FLOPs of its distinct elements) */
 } trex_prof_gemm;
 
 typedef struct trex_prof {

@@ -87,6 +87,17 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
                         int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                         int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* A symmetric product (BLAS's syrk, both triangles written): C[n,n] = alpha op(X) op(X)^T + beta C with
+ * op(X) = X stored [n, k] (ldx >= k) or, with trans, X^T of an X stored [k, n] (ldx >= n), X of type in
+ * (TREX_BF16, or TREX_F32 rounded to bf16 while packed). Only the 32x32 tiles of C on and below the
+ * diagonal are computed (about half the FLOPs of trex_gemm_f32_bf16 for large n), each bit-identical
+ * to that tile of trex_gemm_bf16 / trex_gemm_f32_bf16 (op(A) = op(X), op(B) = op(X)^T) on the same ISA,
+ * and the elements above the diagonal are then copied from below: C comes out exactly symmetric. With
+ * beta != 0 only the old C's lower triangle (diagonal included) matters.
+ * Newton–Schulz's Gram matrices X X^T and the square of the symmetric X X^T (optim/muon.c). */
+void trex_gemm_syrk(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans, int64_t n, int64_t k,
+                    float alpha, const void *X, int64_t ldx, float beta, float *C, int64_t ldc);
+
 /* One problem of a grouped GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, A/B/C as in trex_gemm_bf16
  * (A and B of the call's input type). M, N or K may be 0. */
 typedef struct trex_gemm_problem {

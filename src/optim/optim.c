@@ -442,11 +442,13 @@ static int64_t muon_splits(const trex_param *p, const trex_config *cfg)
     return 1;
 }
 
+/* The FLOPs of a Newton–Schulz iteration in bf16 (r x r Gram of an r x c matrix and its square, both
+ * symmetric products, then the r x r x c update), over r: the order of the workers' lists. */
 static double muon_cost(const trex_muon_matrix *u)
 {
     const double r = (double)(u->rows < u->cols ? u->rows : u->cols);
     const double c = (double)(u->rows < u->cols ? u->cols : u->rows);
-    return r * r * (2.0 * c + r) + 1.0;
+    return r * r * (3.0 * c + r) + 1.0;
 }
 
 static size_t muon_ws_floats(const trex_muon_matrix *u)

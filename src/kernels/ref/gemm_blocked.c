@@ -78,6 +78,7 @@ typedef struct sub {
     const int32_t *arow, *brow;
     bool a_byr, b_byr;
     int64_t lda, ldb, b_n0;
+    int64_t n0;              /* the sub's first column in its problem's C */
 } sub;
 
 typedef struct item {        /* a unit of work handed to whichever thread asks next */
@@ -93,6 +94,7 @@ typedef struct run {
     bool a_f32, b_f32;       /* source types of A and of B (B unused when pre-packed) */
     size_t a_esz, b_esz;
     int mode;
+    bool sym;                /* a symmetric C (trex_gemm_syrk_*): tiles on and below the diagonal only */
     bool stream_add;         /* MODE_ADD with a C over ADD_STREAM_LIMIT: its last slice streams C */
     float alpha, beta;
     const sub *subs;         /* the batch's sub-problems */
@@ -269,19 +271,33 @@ static int64_t slice_k(int64_t Kp)
 }
 
 /* C = alpha t + beta C (or C = t for MODE_SET and MODE_ADD, whose sum already holds C) for the rows x
- * cols corner of a 32x32 sum t: edge tiles and MODE_GENERAL go through here. */
-static void store_tile(const run *r, float *c, int64_t ldc, const float *t, int64_t rows, int64_t cols)
+ * cols corner of a 32x32 sum t, which then holds what was stored (mirror_tile reads it): edge tiles,
+ * MODE_GENERAL and symmetric products go through here. */
+static void store_tile(const run *r, float *c, int64_t ldc, float *t, int64_t rows, int64_t cols)
 {
+    const float alpha = r->alpha, beta = r->beta; /* in registers: c may alias r as far as C knows */
     for (int64_t i = 0; i < rows; i++, c += ldc, t += TREX_GEMM_NR) {
         if (r->mode != MODE_GENERAL)
             memcpy(c, t, (size_t)cols * sizeof *c);
-        else if (r->beta == 0.0f)
+        else if (beta == 0.0f)
             for (int64_t j = 0; j < cols; j++)
-                c[j] = r->alpha * t[j];
+                c[j] = t[j] = alpha * t[j];
         else
             for (int64_t j = 0; j < cols; j++)
-                c[j] = r->alpha * t[j] + r->beta * c[j];
+                c[j] = t[j] = alpha * t[j] + beta * c[j];
     }
+}
+
+/* A symmetric C (trex_gemm_syrk): the finished tile t (32 floats apart) of rows [i0, i0 + rows) x
+ * columns [j0, j0 + cols) of C (j0 <= i0) copied to its mirror above the diagonal, C[j][i] = t[i][j]
+ * for j < i: t's columns to C's rows (read from the contiguous tile: C's columns, a row stride apart,
+ * fall into a few cache sets). Each element above the diagonal is written by the one thread that
+ * finished its mirror tile. */
+static void mirror_tile(float *C, int64_t ldc, const float *t, int64_t i0, int64_t j0, int64_t rows, int64_t cols)
+{
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = i0 > j0 + j + 1 ? 0 : j0 + j + 1 - i0; i < rows; i++)
+            C[(j0 + j) * ldc + i0 + i] = t[i * TREX_GEMM_NR + j];
 }
 
 /* The block (bi, bj) of C, K slice by K slice: for each slice, each B panel's slice meets the block's A
@@ -313,8 +329,11 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
             const int64_t share = ceil_div(lines, mp);
             for (int64_t ip = 0; ip < mp; ip++) {
                 const int64_t i0 = m0 + ip * R, j0 = n0 + jp * Q;
+                if (r->sym && s->n0 + j0 > i0)
+                    continue; /* above the diagonal: the mirror of a tile below it */
                 const int64_t rows = min64(R, s->M - i0), cols = min64(Q, s->N - j0);
-                const bool direct = r->mode != MODE_GENERAL && rows == R && cols == Q;
+                /* a symmetric C's tiles go through tmp, which the mirror reads */
+                const bool direct = !r->sym && r->mode != MODE_GENERAL && rows == R && cols == Q;
                 float *c = s->C + i0 * s->ldc + j0;
                 float *part = first && last ? NULL : sums + (ip * np + jp) * R * Q; /* one slice: unused */
                 trex_ukr_c io = {.out = part, .ldo = Q, .in = part, .ldi = Q};
@@ -340,6 +359,8 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                 ukr(kl, ablk + ip * R * Kp + k0 * R, bsl, &io, flags);
                 if (last && !direct)
                     store_tile(r, c, s->ldc, tmp, rows, cols);
+                if (last && r->sym)
+                    mirror_tile(s->C - s->n0, s->ldc, tmp, i0, s->n0 + j0, rows, cols);
             }
         }
     }
@@ -391,21 +412,32 @@ static int64_t col_groups(int64_t rows, int nslots)
     return rows > 0 && rows < nslots ? nslots / rows : 1;
 }
 
+/* Column blocks of row of blocks i of s that hold a tile to compute: all of them, or for a symmetric C
+ * those that reach the diagonal (possibly none). */
+static int64_t row_blocks(const sub *s, int64_t i, bool sym)
+{
+    if (!sym)
+        return s->nblk;
+    const int64_t end = min64(s->M, (i + 1) * s->mb) - s->n0; /* past the row's last diagonal column */
+    return end <= 0 ? 0 : min64(s->nblk, ceil_div(end, NB));
+}
+
 /* The compute items of subs [b, e) (items NULL: only count them). */
-static int64_t compute_items(item *items, const sub *subs, int64_t b, int64_t e, int nslots)
+static int64_t compute_items(item *items, const sub *subs, int64_t b, int64_t e, int nslots, bool sym)
 {
     int64_t rows = 0, n = 0;
     for (int64_t s = b; s < e; s++)
-        rows += subs[s].mblk;
-    const int64_t groups = col_groups(rows, nslots);
-    for (int64_t s = b; s < e; s++) {
-        const int64_t g = groups < subs[s].nblk ? groups : subs[s].nblk;
         for (int64_t i = 0; i < subs[s].mblk; i++)
+            rows += row_blocks(&subs[s], i, sym) > 0;
+    const int64_t groups = col_groups(rows, nslots);
+    for (int64_t s = b; s < e; s++)
+        for (int64_t i = 0; i < subs[s].mblk; i++) {
+            const int64_t nb = row_blocks(&subs[s], i, sym), g = groups < nb ? groups : nb;
             for (int64_t k = 0; k < g; k++, n++)
                 if (items)
-                    items[n] = (item){(int32_t)(s - b), (int32_t)i, 0, (int32_t)(k * subs[s].nblk / g),
-                                      (int32_t)((k + 1) * subs[s].nblk / g)};
-    }
+                    items[n] = (item){(int32_t)(s - b), (int32_t)i, 0, (int32_t)(k * nb / g),
+                                      (int32_t)((k + 1) * nb / g)};
+        }
     return n;
 }
 
@@ -799,12 +831,13 @@ void trex_gemm_pack_b_range(uint16_t *panels, int64_t N, int64_t K, trex_dtype i
 static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
                       bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
                       float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
-                      const int32_t *const *arows, const int32_t *const *brows)
+                      const int32_t *const *arows, const int32_t *const *brows, bool sym)
 {
     TREX_ASSERT(t != NULL && count >= 0 && (count == 0 || probs != NULL));
     TREX_ASSERT((!arows || !a_prepacked) && (!brows || !prepacked));
     TREX_ASSERT(a_prepacked || a_in == TREX_BF16 || a_in == TREX_F32);
     TREX_ASSERT(prepacked || b_in == TREX_BF16 || b_in == TREX_F32);
+    TREX_ASSERT(!sym || (count == 1 && probs[0].M == probs[0].N && !arows && !brows));
     const size_t a_esz = a_in == TREX_F32 ? 4 : 2, b_esz = b_in == TREX_F32 ? 4 : 2;
 
     /* Count the sub-problems (problems cut along N); empty sums are done here. */
@@ -825,6 +858,9 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
         TREX_ASSERT(q->C != NULL && q->ldc >= q->N);
         if (q->K == 0) {
             scale_c(q->C, q->M, q->N, q->ldc, beta);
+            for (int64_t i = 0; sym && i < q->M; i++) /* above the diagonal: the mirror, as for K > 0 */
+                for (int64_t j = 0; j < i; j++)
+                    q->C[j * q->ldc + i] = q->C[i * q->ldc + j];
             continue;
         }
         TREX_ASSERT(q->A != NULL && q->B != NULL);
@@ -877,6 +913,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
                 s->b_ks = b_ks;
             }
             s->C = q->C + n0;
+            s->n0 = n0;
             s->ldc = q->ldc;
             s->mb = mb;
             s->npan = ceil_div(s->N, TREX_GEMM_NR);
@@ -903,7 +940,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
             items_p += prepacked ? 0 : pack_items(&subs[e]);
             e++;
         }
-        const int64_t items_c = compute_items(NULL, subs, b, e, nslots);
+        const int64_t items_c = compute_items(NULL, subs, b, e, nslots, sym);
         max_pack = pack > max_pack ? pack : max_pack;
         max_items = items_p > max_items ? items_p : max_items;
         max_items = items_c > max_items ? items_c : max_items;
@@ -919,7 +956,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
     atomic_llong next;
 
     run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32,
-             .a_esz = a_esz, .b_esz = b_esz, .mode = mode,
+             .a_esz = a_esz, .b_esz = b_esz, .mode = mode, .sym = sym,
              .stream_add = mode == MODE_ADD && cbytes > (double)ADD_STREAM_LIMIT, .alpha = alpha, .beta = beta,
              .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
              .ablock = (int64_t)(abytes / 2), .sums = (float *)(packed + bbytes + (size_t)nslots * abytes),
@@ -949,7 +986,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
             trex_pool_for(pool, nslots, 1, pack_slots, &r);
         }
 
-        r.nitems = compute_items(items, subs, b, e, nslots);
+        r.nitems = compute_items(items, subs, b, e, nslots, sym);
         atomic_init(&next, 0);
         trex_pool_for(pool, nslots, 1, compute_slots, &r);
         b = e;
@@ -963,19 +1000,21 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
 static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
                      bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
                      float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
-                     const int32_t *const *arows, const int32_t *const *brows)
+                     const int32_t *const *arows, const int32_t *const *brows, bool sym)
 {
     if (!trex_prof_gemm_on()) {
         gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, ta, tb, alpha, beta, probs, count, arows,
-                  brows);
+                  brows, sym);
         return;
     }
     const double t0 = trex_wall_s();
-    gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, ta, tb, alpha, beta, probs, count, arows, brows);
+    gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, ta, tb, alpha, beta, probs, count, arows, brows,
+              sym);
     trex_prof_gemm g = {.groups = count, .seconds = trex_wall_s() - t0};
     for (int64_t p = 0; p < count; p++) {
         g.m += probs[p].M;
-        g.flops += 2.0 * (double)probs[p].M * (double)probs[p].N * (double)probs[p].K;
+        g.flops += (sym ? (double)probs[p].M + 1.0 : 2.0 * (double)probs[p].N) * (double)probs[p].M *
+                   (double)probs[p].K;
     }
     if (count > 0) {
         g.n = probs[0].N;
@@ -986,7 +1025,8 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
                (prepacked ? TREX_PROF_GEMM_B_PACKED : b_in == TREX_F32 ? TREX_PROF_GEMM_B_F32 : 0u) |
                (arows ? TREX_PROF_GEMM_A_ROWS : 0u) | (brows ? TREX_PROF_GEMM_B_ROWS : 0u) |
                (beta != 0.0f ? TREX_PROF_GEMM_ACCUMULATE : 0u) |
-               (alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ? TREX_PROF_GEMM_SCALED : 0u);
+               (alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ? TREX_PROF_GEMM_SCALED : 0u) |
+               (sym ? TREX_PROF_GEMM_SYM : 0u);
     trex_prof_gemm_add(&g);
 }
 
@@ -994,14 +1034,14 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
                             trex_dtype in, bool ta, bool tb, float alpha, float beta,
                             const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, NULL, NULL);
+    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, NULL, NULL, false);
 }
 
 void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, ta, false, alpha, beta, probs, count, NULL, NULL);
+    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, ta, false, alpha, beta, probs, count, NULL, NULL, false);
 }
 
 void trex_gemm_grouped_prepacked_rows_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
@@ -1010,7 +1050,7 @@ void trex_gemm_grouped_prepacked_rows_with(const trex_kernel_table *t, trex_pool
                                            int64_t count)
 {
     TREX_ASSERT(arows != NULL || count == 0);
-    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, false, false, alpha, beta, probs, count, arows, NULL);
+    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, false, false, alpha, beta, probs, count, arows, NULL, false);
 }
 
 void trex_gemm_grouped_prepacked_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, float alpha,
@@ -1025,7 +1065,7 @@ void trex_gemm_grouped_rows_with(const trex_kernel_table *t, trex_pool *pool, tr
                                  bool ta, bool tb, float alpha, float beta, const trex_gemm_problem *probs,
                                  const int32_t *const *arows, const int32_t *const *brows, int64_t count)
 {
-    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, arows, brows);
+    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, arows, brows, false);
 }
 
 void trex_gemm_grouped_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb, float alpha,
@@ -1047,7 +1087,7 @@ void trex_gemm_grouped_mixed(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
                              const trex_gemm_problem *probs, int64_t count)
 {
     gemm_run(trex_kernels_table(), pool, ws, a_in, false, b_in, false, ta, tb, alpha, beta, probs,
-             count, NULL, NULL);
+             count, NULL, NULL, false);
 }
 
 void trex_gemm_grouped_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, bool ta,
@@ -1074,7 +1114,7 @@ void trex_gemm_prepacked_a_with(const trex_kernel_table *t, trex_pool *pool, tre
 {
     TREX_ASSERT(A != NULL && A->a && (b_in == TREX_BF16 || b_in == TREX_F32));
     const trex_gemm_problem p = {A->N, N, A->K, A, 0, B, ldb, C, ldc};
-    gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, tb, alpha, beta, &p, 1, NULL, NULL);
+    gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, tb, alpha, beta, &p, 1, NULL, NULL, false);
 }
 
 void trex_gemm_prepacked_a(trex_pool *pool, trex_gemm_ws *ws, const trex_gemm_packed *A,
@@ -1099,6 +1139,21 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
 {
     const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, ldc};
     trex_gemm_grouped_with(trex_kernels_table(), pool, ws, TREX_F32, ta, tb, alpha, beta, &p, 1);
+}
+
+void trex_gemm_syrk_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans,
+                         int64_t n, int64_t k, float alpha, const void *X, int64_t ldx, float beta, float *C,
+                         int64_t ldc)
+{
+    TREX_ASSERT(in == TREX_BF16 || in == TREX_F32);
+    const trex_gemm_problem p = {n, n, k, X, ldx, X, ldx, C, ldc};
+    gemm_run(t, pool, ws, in, false, in, false, trans, !trans, alpha, beta, &p, 1, NULL, NULL, true);
+}
+
+void trex_gemm_syrk(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans, int64_t n, int64_t k,
+                    float alpha, const void *X, int64_t ldx, float beta, float *C, int64_t ldc)
+{
+    trex_gemm_syrk_with(trex_kernels_table(), pool, ws, in, trans, n, k, alpha, X, ldx, beta, C, ldc);
 }
 
 void trex_cvt_f32_bf16(uint16_t *dst, const float *src, int64_t n)
