@@ -648,9 +648,9 @@ static void adamw_def(float *w, float *m, float *v, const float *g, int64_t n, c
     }
 }
 
-/* Every level's sumsq and adamw against the definitions, bit for bit, on awkward lengths (0, 1, odd,
- * around the 8- and 16-element vectors, a chunk and a bit), at aligned and unaligned addresses, with
- * zeros, subnormals and (for sumsq) Inf and NaN among the values. */
+/* Every level's sumsq, adamw and scale against the definitions, bit for bit, on awkward lengths (0, 1,
+ * odd, around the 8- and 16-element vectors, a chunk and a bit), at aligned and unaligned addresses, with
+ * zeros, subnormals and (for sumsq and scale) Inf and NaN among the values. */
 static void test_optim_kernels(void)
 {
     static const int64_t lens[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 100, 1001, 65536 + 13};
@@ -663,7 +663,7 @@ static void test_optim_kernels(void)
         {.b1 = 0.9, .b2 = 0.95, .eps = 1e-8, .step_size = 2.7e-4, .bc2_sqrt = 1.0, .decay = 1.0, .gscale = 0.37f},
         {.b1 = 0.5, .b2 = 0.999, .eps = 1e-20, .step_size = 0.05, .bc2_sqrt = 0.25, .decay = 0.99, .gscale = 0.9999f},
     };
-    int checked = 0, sum_bad = 0, adam_bad = 0;
+    int checked = 0, sum_bad = 0, adam_bad = 0, scale_bad = 0;
     const char *bad_name = "";
     for (int cap_isa = TREX_ISA_REF; cap_isa < TREX_ISA_COUNT; cap_isa++) {
         const trex_optim_kernels *kt = trex_optim_kernels_for((trex_isa)cap_isa);
@@ -683,6 +683,24 @@ static void test_optim_kernels(void)
                         xs[n / 2] = special == 1 ? -INFINITY : NAN;
                     if (special == 1 && n > 3)
                         xs[3] = INFINITY;
+                    /* scale (y = a x) out of place, then in place; the element past the end untouched */
+                    static const float sc[] = {-4.775f, 3.4445f, 1e-30f};
+                    const float a = sc[special];
+                    float *y = g + off;
+                    y[n] = 42.0f;
+                    kt->scale(y, xs, a, n);
+                    for (int64_t k = 0; k < n; k++) {
+                        const float want = a * xs[k];
+                        scale_bad += memcmp(&want, &y[k], sizeof want) != 0;
+                    }
+                    kt->scale(y, y, a, n);
+                    for (int64_t k = 0; k < n; k++) {
+                        const float want = a * (a * xs[k]);
+                        scale_bad += memcmp(&want, &y[k], sizeof want) != 0;
+                    }
+                    scale_bad += y[n] != 42.0f;
+                    if (scale_bad)
+                        bad_name = kt->name;
                     int64_t b0 = -1, b1 = -1;
                     const double r0 = sumsq_def(xs, n, &b0), r1 = kt->sumsq(xs, n, &b1);
                     const bool same = special == 2 && n > 0 ? isnan(r0) && isnan(r1) : !memcmp(&r0, &r1, sizeof r0);
@@ -729,6 +747,7 @@ static void test_optim_kernels(void)
     }
     CHECK(sum_bad == 0, "sumsq: %d cases differ from the definition (level %s)", sum_bad, bad_name);
     CHECK(adam_bad == 0, "adamw: %d cases differ from the definition (level %s)", adam_bad, bad_name);
+    CHECK(scale_bad == 0, "scale: %d elements differ from a * x (level %s)", scale_bad, bad_name);
     CHECK(checked > 0, "kernel cases ran");
     if (getenv("TREX_VERBOSE"))
         printf("optimizer kernels: %d cases, levels up to %s\n", checked, trex_optim_kernels_for(TREX_ISA_AMX)->name);

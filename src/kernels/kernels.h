@@ -297,6 +297,8 @@ static inline void trex_adamw_consts_f32(trex_adamw_f32 *k, const trex_adamw_con
     k->gscale = c->gscale;
 }
 typedef double (*trex_sumsq_fn)(const float *x, int64_t n, int64_t *nonfinite);
+/* scale: y[k] = a x[k] for k < n, one IEEE float multiply each (y may be x): Newton–Schulz's aX and bA. */
+typedef void (*trex_scale_fn)(float *y, const float *x, float a, int64_t n);
 typedef void (*trex_adamw_fn)(float *w, float *m, float *v, const float *g, int64_t n,
                               const trex_adamw_consts *c);
 typedef struct trex_optim_kernels {
@@ -304,6 +306,7 @@ typedef struct trex_optim_kernels {
     const char *name;
     trex_sumsq_fn sumsq;
     trex_adamw_fn adamw;
+    trex_scale_fn scale;
 } trex_optim_kernels;
 /* The table of the level in use (trex_kernels_isa(); TREX_VERBOSE=1 logs it once), and the table a
  * cap would choose on this machine (never NULL). */
@@ -312,7 +315,9 @@ const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap);
 /* entries (the leaves are reached only through the table) */
 double trex_sumsq_ref(const float *x, int64_t n, int64_t *nonfinite);
 void trex_adamw_ref(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
+void trex_scale_ref(float *y, const float *x, float a, int64_t n);
 double trex_sumsq_avx512(const float *x, int64_t n, int64_t *nonfinite);
 void trex_adamw_avx512(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
+void trex_scale_avx512(float *y, const float *x, float a, int64_t n);
 
 #endif

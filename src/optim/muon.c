@@ -85,17 +85,16 @@ void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m,
     float *A = y + align16((size_t)numel);
     float *B = A + align16((size_t)(r * r));
     float *cur = x, *nxt = y;
+    const trex_optim_kernels *ok = trex_optim_kernels_get();
     for (int it = 0; it < NS_ITERS; it++) {
         const float *c3 = it < NS_FAST ? ns_fast : ns_final;
         gram(pool, prec, gws, tall, r, tall ? n : m, cur, m, A);
-        for (int64_t k = 0; k < r * r; k++)
-            B[k] = c3[1] * A[k];
+        ok->scale(B, A, c3[1], r * r);
         if (prec == TREX_NS_BF16) /* B = bA + cA^2, A symmetric: cA^2 = c A A^T, a symmetric product */
             trex_gemm_syrk(pool, gws, TREX_F32, false, r, r, c3[2], A, r, 1.0f, B, r);
         else
             trex_gemm(pool, false, false, r, r, r, c3[2], A, r, A, r, 1.0f, B, r);
-        for (int64_t k = 0; k < numel; k++)
-            nxt[k] = c3[0] * cur[k];
+        ok->scale(nxt, cur, c3[0], numel);
         if (tall) /* Y = aX + X B */
             mm(pool, prec, gws, false, false, n, m, m, 1.0f, cur, m, B, r, 1.0f, nxt, m);
         else /* Y = aX + B X */

@@ -6,7 +6,8 @@
  * pairs of lanes where the compiler targets x86-64, scalar lanes elsewhere and for the tail). adamw is the
  * fused AdamW pass in float arithmetic on the fp32 state (as PyTorch's and Megatron's AdamW compute it):
  * each element a fixed sequence of IEEE float operations (no FMA contraction under -std=c11), which the
- * AVX-512 leaf runs 16 wide, so every level gives the same bits (docs/optim.md). */
+ * AVX-512 leaf runs 16 wide, so every level gives the same bits (docs/optim.md). scale (y = a x, Muon's
+ * Newton–Schulz) is one float multiply per element at every level (SSE2 here, 16 wide in the leaf). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -74,6 +75,18 @@ void trex_adamw_ref(float *restrict w, float *restrict m, float *restrict v, con
     }
 }
 
+void trex_scale_ref(float *y, const float *x, float a, int64_t n)
+{
+    int64_t k = 0;
+#if defined(__SSE2__)
+    const __m128 A = _mm_set1_ps(a);
+    for (; k + 4 <= n; k += 4)
+        _mm_storeu_ps(y + k, _mm_mul_ps(A, _mm_loadu_ps(x + k)));
+#endif
+    for (; k < n; k++)
+        y[k] = a * x[k];
+}
+
 /* ---- the tables -------------------------------------------------------------------------------- */
 
 static const trex_optim_kernels table_ref = {
@@ -81,6 +94,7 @@ static const trex_optim_kernels table_ref = {
     .name = "ref",
     .sumsq = trex_sumsq_ref,
     .adamw = trex_adamw_ref,
+    .scale = trex_scale_ref,
 };
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -89,6 +103,7 @@ static const trex_optim_kernels table_avx512 = {
     .name = "avx512",
     .sumsq = trex_sumsq_avx512,
     .adamw = trex_adamw_avx512,
+    .scale = trex_scale_avx512,
 };
 #endif
 

@@ -9,6 +9,7 @@
  *     separate IEEE-rounded instruction (the build is ISO C: the compiler contracts nothing); the tail
  *     runs masked. When bc2_sqrt is exactly 1 as a float (from step ~330 with beta2 0.95), x / 1 = x
  *     for every x, so that division is skipped.
+ *   - scale: one multiply per element, 16 per register, the tail masked.
  * Compiled with the flags of this folder (Makefile), reached only through the table. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -90,4 +91,13 @@ void trex_adamw_avx512(float *w, float *m, float *v, const float *g, int64_t n, 
         adamw_run(w, m, v, g, n, &k, 0);
     else
         adamw_run(w, m, v, g, n, &k, 1);
+}
+
+void trex_scale_avx512(float *y, const float *x, float a, int64_t n)
+{
+    const __m512 A = _mm512_set1_ps(a);
+    for (int64_t k = 0; k < n; k += 16) {
+        const __mmask16 mk = tail_mask(n - k);
+        _mm512_mask_storeu_ps(y + k, mk, _mm512_mul_ps(A, _mm512_maskz_loadu_ps(mk, x + k)));
+    }
 }
