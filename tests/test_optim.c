@@ -648,9 +648,9 @@ static void adamw_def(float *w, float *m, float *v, const float *g, int64_t n, c
     }
 }
 
-/* Every level's sumsq, adamw and scale against the definitions, bit for bit, on awkward lengths (0, 1,
- * odd, around the 8- and 16-element vectors, a chunk and a bit), at aligned and unaligned addresses, with
- * zeros, subnormals and (for sumsq and scale) Inf and NaN among the values. */
+/* Every level's sumsq, adamw, scale and Muon passes against the definitions, bit for bit, on awkward
+ * lengths (0, 1, odd, around the 8- and 16-element vectors, a chunk and a bit), at aligned and unaligned
+ * addresses, with zeros, subnormals and (for sumsq and scale) Inf and NaN among the values. */
 static void test_optim_kernels(void)
 {
     static const int64_t lens[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 100, 1001, 65536 + 13};
@@ -663,7 +663,7 @@ static void test_optim_kernels(void)
         {.b1 = 0.9, .b2 = 0.95, .eps = 1e-8, .step_size = 2.7e-4, .bc2_sqrt = 1.0, .decay = 1.0, .gscale = 0.37f},
         {.b1 = 0.5, .b2 = 0.999, .eps = 1e-20, .step_size = 0.05, .bc2_sqrt = 0.25, .decay = 0.99, .gscale = 0.9999f},
     };
-    int checked = 0, sum_bad = 0, adam_bad = 0, scale_bad = 0;
+    int checked = 0, sum_bad = 0, adam_bad = 0, scale_bad = 0, muon_bad = 0;
     const char *bad_name = "";
     for (int cap_isa = TREX_ISA_REF; cap_isa < TREX_ISA_COUNT; cap_isa++) {
         const trex_optim_kernels *kt = trex_optim_kernels_for((trex_isa)cap_isa);
@@ -732,6 +732,27 @@ static void test_optim_kernels(void)
                     }
                     /* the element past the end must stay as it was */
                     w[1][off + n] = m[1][off + n] = v[1][off + n] = 42.0f;
+                    /* Muon's momentum (Nesterov or not) and update passes, on the same streams */
+                    {
+                        const float mu = ci == 2 ? 0.5f : 0.95f, gs = consts[ci].gscale;
+                        const bool nest = ci != 1;
+                        const double dec = consts[ci].decay, sc = 1e-3 * (double)(ci + 1);
+                        kt->muon_momentum(m[1] + off, v[1] + off, g + off, n, mu, gs, nest);
+                        kt->muon_update(w[1] + off, v[1] + off, n, dec, sc);
+                        for (int64_t k = 0; k < n; k++) {
+                            const float gk = g[off + k] * gs, mk = mu * m0[off + k] + gk;
+                            const float xk = nest ? mu * mk + gk : mk;
+                            const float wk = (float)((double)w0[off + k] * dec - sc * (double)xk);
+                            muon_bad += memcmp(&mk, &m[1][off + k], 4) || memcmp(&xk, &v[1][off + k], 4) ||
+                                        memcmp(&wk, &w[1][off + k], 4);
+                        }
+                        muon_bad += w[1][off + n] != 42.0f || m[1][off + n] != 42.0f || v[1][off + n] != 42.0f;
+                        if (muon_bad)
+                            bad_name = kt->name;
+                        memcpy(w[1] + off, w0 + off, (size_t)n * sizeof(float));
+                        memcpy(m[1] + off, m0 + off, (size_t)n * sizeof(float));
+                        memcpy(v[1] + off, v0 + off, (size_t)n * sizeof(float));
+                    }
                     adamw_def(w[0] + off, m[0] + off, v[0] + off, g + off, n, &consts[ci]);
                     kt->adamw(w[1] + off, m[1] + off, v[1] + off, g + off, n, &consts[ci]);
                     const size_t bytes = (size_t)n * sizeof(float);
@@ -748,6 +769,8 @@ static void test_optim_kernels(void)
     CHECK(sum_bad == 0, "sumsq: %d cases differ from the definition (level %s)", sum_bad, bad_name);
     CHECK(adam_bad == 0, "adamw: %d cases differ from the definition (level %s)", adam_bad, bad_name);
     CHECK(scale_bad == 0, "scale: %d elements differ from a * x (level %s)", scale_bad, bad_name);
+    CHECK(muon_bad == 0, "muon_momentum / muon_update: %d elements differ from the definitions (level %s)", muon_bad,
+          bad_name);
     CHECK(checked > 0, "kernel cases ran");
     if (getenv("TREX_VERBOSE"))
         printf("optimizer kernels: %d cases, levels up to %s\n", checked, trex_optim_kernels_for(TREX_ISA_AMX)->name);

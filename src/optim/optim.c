@@ -923,17 +923,13 @@ static void muon_matrix(const step_task *t, trex_pool *pool, int64_t i, float *w
     const float *g = t->grads + u->offset;
     float *w = t->params + u->offset;
     float *x = ws;
-    const float mu = (float)o->s.muon_momentum, gs = t->gscale;
-    for (int64_t k = 0; k < numel; k++) {
-        const float gk = g[k] * gs; /* the clipped gradient, as trex_optimizer_clip would leave it */
-        mom[k] = mu * mom[k] + gk;
-        x[k] = o->s.nesterov ? mu * mom[k] + gk : mom[k];
-    }
+    const trex_optim_kernels *ok = trex_optim_kernels_get();
+    /* the gradient read clipped (g gscale), as trex_optimizer_clip would leave it */
+    ok->muon_momentum(mom, x, g, numel, (float)o->s.muon_momentum, t->gscale, o->s.nesterov);
     trex_muon_orthogonalize_ex(pool, x, n, m, ws + align16((size_t)numel), o->s.muon_ns, gws);
     const double scale = t->lr * sqrt((double)(n > m ? n : m)) * o->s.update_rms;
     const double decay = o->decay[u->param] ? 1.0 - t->lr * o->s.weight_decay : 1.0;
-    for (int64_t k = 0; k < numel; k++)
-        w[k] = (float)((double)w[k] * decay - scale * (double)x[k]);
+    ok->muon_update(w, x, numel, decay, scale);
     copy_out(o, u->param, w, u->offset - p->offset, numel);
 }
 

@@ -7,7 +7,9 @@
  * fused AdamW pass in float arithmetic on the fp32 state (as PyTorch's and Megatron's AdamW compute it):
  * each element a fixed sequence of IEEE float operations (no FMA contraction under -std=c11), which the
  * AVX-512 leaf runs 16 wide, so every level gives the same bits (docs/optim.md). scale (y = a x, Muon's
- * Newton–Schulz) is one float multiply per element at every level (SSE2 here, 16 wide in the leaf). */
+ * Newton–Schulz) is one float multiply per element at every level (SSE2 here, 16 wide in the leaf); Muon's
+ * momentum (float) and update (double) passes are the optimizer's loops as they were, which the leaf runs
+ * 16 and 8 wide. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -87,6 +89,23 @@ void trex_scale_ref(float *y, const float *x, float a, int64_t n)
         y[k] = a * x[k];
 }
 
+void trex_muon_momentum_ref(float *restrict mom, float *restrict x, const float *restrict g, int64_t n, float mu,
+                            float gscale, bool nesterov)
+{
+    for (int64_t k = 0; k < n; k++) {
+        const float gk = g[k] * gscale;
+        const float mk = mu * mom[k] + gk;
+        mom[k] = mk;
+        x[k] = nesterov ? mu * mk + gk : mk;
+    }
+}
+
+void trex_muon_update_ref(float *restrict w, const float *restrict x, int64_t n, double decay, double scale)
+{
+    for (int64_t k = 0; k < n; k++)
+        w[k] = (float)((double)w[k] * decay - scale * (double)x[k]);
+}
+
 /* ---- the tables -------------------------------------------------------------------------------- */
 
 static const trex_optim_kernels table_ref = {
@@ -95,6 +114,8 @@ static const trex_optim_kernels table_ref = {
     .sumsq = trex_sumsq_ref,
     .adamw = trex_adamw_ref,
     .scale = trex_scale_ref,
+    .muon_momentum = trex_muon_momentum_ref,
+    .muon_update = trex_muon_update_ref,
 };
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -104,6 +125,8 @@ static const trex_optim_kernels table_avx512 = {
     .sumsq = trex_sumsq_avx512,
     .adamw = trex_adamw_avx512,
     .scale = trex_scale_avx512,
+    .muon_momentum = trex_muon_momentum_avx512,
+    .muon_update = trex_muon_update_avx512,
 };
 #endif
 

@@ -9,7 +9,10 @@
  *     separate IEEE-rounded instruction (the build is ISO C: the compiler contracts nothing); the tail
  *     runs masked. When bc2_sqrt is exactly 1 as a float (from step ~330 with beta2 0.95), x / 1 = x
  *     for every x, so that division is skipped.
- *   - scale: one multiply per element, 16 per register, the tail masked.
+ *   - scale: one multiply per element, 16 per register, the tail masked;
+ *   - muon_momentum and muon_update: the reference's float (16 wide) and double (8 wide, each float
+ *     widened exactly, the result rounded once) operations in its order, the streams prefetched as in
+ *     adamw (the gradient, the momentum and the weights come from memory, one matrix after another).
  * Compiled with the flags of this folder (Makefile), reached only through the table. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -99,5 +102,32 @@ void trex_scale_avx512(float *y, const float *x, float a, int64_t n)
     for (int64_t k = 0; k < n; k += 16) {
         const __mmask16 mk = tail_mask(n - k);
         _mm512_mask_storeu_ps(y + k, mk, _mm512_mul_ps(A, _mm512_maskz_loadu_ps(mk, x + k)));
+    }
+}
+
+void trex_muon_momentum_avx512(float *mom, float *x, const float *g, int64_t n, float mu, float gscale,
+                               bool nesterov)
+{
+    const __m512 MU = _mm512_set1_ps(mu), GS = _mm512_set1_ps(gscale);
+    for (int64_t k = 0; k < n; k += 16) {
+        _mm_prefetch(hint_addr(g + k, PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(mom + k, PREFETCH_AHEAD), _MM_HINT_T0);
+        const __mmask16 mk = tail_mask(n - k);
+        const __m512 gk = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, g + k), GS);
+        const __m512 m = _mm512_add_ps(_mm512_mul_ps(MU, _mm512_maskz_loadu_ps(mk, mom + k)), gk);
+        _mm512_mask_storeu_ps(mom + k, mk, m);
+        _mm512_mask_storeu_ps(x + k, mk, nesterov ? _mm512_add_ps(_mm512_mul_ps(MU, m), gk) : m);
+    }
+}
+
+void trex_muon_update_avx512(float *w, const float *x, int64_t n, double decay, double scale)
+{
+    const __m512d D = _mm512_set1_pd(decay), S = _mm512_set1_pd(scale);
+    for (int64_t k = 0; k < n; k += 8) {
+        _mm_prefetch(hint_addr(w + k, PREFETCH_AHEAD), _MM_HINT_T0);
+        const __mmask8 mk = tail_mask8(n - k);
+        const __m512d wd = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mk, w + k));
+        const __m512d xd = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mk, x + k));
+        _mm256_mask_storeu_ps(w + k, mk, _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(wd, D), _mm512_mul_pd(S, xd))));
     }
 }
