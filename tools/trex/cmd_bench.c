@@ -469,10 +469,12 @@ typedef struct kcase {
     int prepacked;      /* PRE_B: B (the weight) packed once outside the timing (trex_gemm_pack_b);
                          * PRE_A: A packed once (trex_gemm_pack_a, one problem); ROWS: A and B read
                          * through row lists, a random permutation of each operand's stored rows
-                         * (trex_gemm_grouped_rows, as the MoE reads tokens); 0: none of these */
+                         * (trex_gemm_grouped_rows, as the MoE reads tokens); SYM: C = A A^T
+                         * (trex_gemm_syrk, one problem, M = N; FLOPs counted for its distinct
+                         * elements, M (M + 1) K); 0: none of these */
     bool accumulate;    /* C += op(A) op(B) (beta 1, as the model's weight gradients); else beta 0 */
 } kcase;
-enum { PRE_B = 1, PRE_A = 2, ROWS = 3 };
+enum { PRE_B = 1, PRE_A = 2, ROWS = 3, SYM = 4 };
 
 typedef struct kresult {
     double ms, tflops, dnnl_ms, dnnl_tflops, dnnlp_ms, dnnlp_tflops, roofline;
@@ -732,6 +734,17 @@ static int bench_kernels(int argc, char **argv)
          false, false, true},
         {"head2.bwd_dhn", "dhn += dl^T W_hi, one block of 6144 vocab, W_hi packed once", true, false, false,
          2 * head_rows, d, 6144, 0, false, PRE_B, true},
+        /* Muon's Gram matrices (fp32 X, rounded while packed) as symmetric products, each followed by
+         * the full product it replaced (optim/muon.c): X X^T of a 512 x 1024 expert matrix, X^T X of
+         * wq_b (8192 x 256, the large-matrix path, threaded by the pool). */
+        {"muon.gram", "X X^T, 512x1024 X, lower tiles + mirror", false, true, true, 512, 512, 1024, 0, false,
+         SYM, false},
+        {"muon.gram.full", "X X^T as a full product", false, true, true, 512, 512, 1024, 0, false, false,
+         false},
+        {"muon.gram_t", "X^T X, 8192x256 X (wq_b), symmetric", true, false, true, 256, 256, 8192, 0, false,
+         SYM, false},
+        {"muon.gram_t.full", "X^T X as a full product", true, false, true, 256, 256, 8192, 0, false, false,
+         false},
         {"experts.w1.fwd", "grouped x_e W1_e^T, d -> inter", false, true, false, 0, I, d, E,
          false, false, false},
         {"experts.w1.fwd.prepacked", "grouped, W1_e packed once", false, true, false, 0, I, d, E,
@@ -817,8 +830,9 @@ static int bench_kernels(int argc, char **argv)
             fill(B[g], nb, k->f32, 2000 + (uint64_t)g);
             memset(C[g], 0, nc * 4);
             probs[g] = (trex_gemm_problem){M, N, K, A[g], lda, B[g], ldb, C[g], N};
-            res.flops += 2.0 * (double)M * (double)N * (double)K;
-            res.bytes += (double)(na + nb) * (double)esz + (k->accumulate ? 8.0 : 4.0) * (double)nc;
+            const bool sym = k->prepacked == SYM; /* one operand, half the products */
+            res.flops += (sym ? (double)M + 1.0 : 2.0 * (double)N) * (double)M * (double)K;
+            res.bytes += (double)(sym ? na : na + nb) * (double)esz + (k->accumulate ? 8.0 : 4.0) * (double)nc;
         }
         if (!ok) {
             fprintf(stderr, "trex: bench: %s: out of memory, skipped\n", k->name);
@@ -874,6 +888,9 @@ static int bench_kernels(int argc, char **argv)
                                            probs[0].B, probs[0].ldb, beta, probs[0].C, probs[0].ldc);
             else if (k->prepacked == PRE_B)
                 trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, beta, pprobs, ng);
+            else if (k->prepacked == SYM)
+                trex_gemm_syrk_with(c.t, c.pool, ws, in, k->ta, probs[0].M, probs[0].K, 1.0f, probs[0].A,
+                                    probs[0].lda, beta, probs[0].C, probs[0].ldc);
             else if (k->prepacked == ROWS)
                 trex_gemm_grouped_rows_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs,
                                             (const int32_t *const *)arows, (const int32_t *const *)brows, ng);
@@ -905,7 +922,7 @@ static int bench_kernels(int argc, char **argv)
         if (pk.copy_gbs > 0 && res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12 < res.roofline)
             res.roofline = res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12;
 #ifdef HAVE_DNNL_HEADER
-        if (have_dnnl && k->f32 && k->prepacked != ROWS) {
+        if (have_dnnl && k->f32 && k->prepacked != ROWS && k->prepacked != SYM) {
             /* fp32 inputs: oneDNN's fp32 GEMM (dnnl_sgemm, full fp32 arithmetic) on the same data. */
             bool ran = true;
             for (int r = -1; r < c.reps && ran; r++) {
@@ -927,7 +944,7 @@ static int bench_kernels(int argc, char **argv)
             struct timespec pause = {0, 20 * 1000 * 1000};
             nanosleep(&pause, NULL);
         }
-        if (have_dnnl && !k->f32 && k->prepacked != ROWS) {
+        if (have_dnnl && !k->f32 && k->prepacked != ROWS && k->prepacked != SYM) {
             for (int packed = 0; packed < 2; packed++) {
                 dnnl_mm mm[256];
                 bool created = true;
@@ -981,6 +998,7 @@ static int bench_kernels(int argc, char **argv)
             cJSON_AddBoolToObject(o, "prepacked", k->prepacked == PRE_B);
             cJSON_AddBoolToObject(o, "prepacked_a", k->prepacked == PRE_A);
             cJSON_AddBoolToObject(o, "rows", k->prepacked == ROWS);
+            cJSON_AddBoolToObject(o, "sym", k->prepacked == SYM);
             cJSON_AddNumberToObject(o, "beta", k->accumulate ? 1 : 0);
             if (k->prepacked == PRE_A || k->prepacked == PRE_B)
                 cJSON_AddNumberToObject(o, "prepack_ms", res.prepack_ms);

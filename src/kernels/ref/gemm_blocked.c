@@ -422,16 +422,20 @@ static int64_t row_blocks(const sub *s, int64_t i, bool sym)
     return end <= 0 ? 0 : min64(s->nblk, ceil_div(end, NB));
 }
 
-/* The compute items of subs [b, e) (items NULL: only count them). */
+/* The compute items of subs [b, e) (items NULL: only count them). A symmetric C's rows of blocks grow
+ * with their index: they are handed out last first, and when there are fewer than two per thread
+ * (sym_block_rows makes that rare: small n) each block is an item of its own (its row's A block
+ * packed again for it), so that the threads' shares even out. */
 static int64_t compute_items(item *items, const sub *subs, int64_t b, int64_t e, int nslots, bool sym)
 {
     int64_t rows = 0, n = 0;
     for (int64_t s = b; s < e; s++)
         for (int64_t i = 0; i < subs[s].mblk; i++)
             rows += row_blocks(&subs[s], i, sym) > 0;
-    const int64_t groups = col_groups(rows, nslots);
+    const int64_t groups = sym ? (rows < 2 * nslots ? INT64_MAX : 1) : col_groups(rows, nslots);
     for (int64_t s = b; s < e; s++)
-        for (int64_t i = 0; i < subs[s].mblk; i++) {
+        for (int64_t q = 0; q < subs[s].mblk; q++) {
+            const int64_t i = sym ? subs[s].mblk - 1 - q : q;
             const int64_t nb = row_blocks(&subs[s], i, sym), g = groups < nb ? groups : nb;
             for (int64_t k = 0; k < g; k++, n++)
                 if (items)
@@ -516,6 +520,16 @@ static int64_t block_rows(int64_t Kp)
     int64_t pan = ABLOCK_LIMIT / (TREX_GEMM_MR * Kp * 2);
     pan = pan < 1 ? 1 : pan > MB_MAX / TREX_GEMM_MR ? MB_MAX / TREX_GEMM_MR : pan;
     return pan * TREX_GEMM_MR;
+}
+
+/* Rows of an A block of a symmetric C (trex_gemm_syrk) of M rows on nslots threads: block_rows, or
+ * fewer (whole panels) so that there are at least two rows of blocks per thread, which then even out
+ * (a 256-row Gram matrix, one block, would be one thread's; in four blocks of 64 rows, 3, 7, 11 and 15
+ * tiles, two threads get 18 each). */
+static int64_t sym_block_rows(int64_t M, int64_t Kp, int nslots)
+{
+    const int64_t want = ceil_div(ceil_div(M, 2 * (int64_t)nslots), TREX_GEMM_MR) * TREX_GEMM_MR;
+    return min64(block_rows(Kp), want);
 }
 
 static int64_t sub_packed(const sub *s)
@@ -871,6 +885,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
     if (nsubs == 0)
         return;
 
+    const int nslots = trex_pool_size(pool);
     trex_gemm_ws local = {0};
     trex_gemm_ws *w = ws ? ws : &local;
     sub *subs = ws_grow(&w->subs, &w->subs_cap, (size_t)nsubs * sizeof *subs);
@@ -881,7 +896,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
         if (q->M == 0 || q->N == 0 || q->K == 0)
             continue;
         const int64_t Kp = ceil_div(q->K, TREX_GEMM_KU) * TREX_GEMM_KU;
-        const int64_t cols = chunk_cols(Kp), mb = block_rows(Kp);
+        const int64_t cols = chunk_cols(Kp), mb = sym ? sym_block_rows(q->M, Kp, nslots) : block_rows(Kp);
         const int64_t b_rs = tb ? q->ldb : 1, b_ks = tb ? 1 : q->ldb;
         for (int64_t n0 = 0; n0 < q->N; n0 += cols) {
             sub *s = &subs[ns++];
@@ -930,7 +945,6 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
 
     /* Batches: consecutive sub-problems while their B panels fit BATCH_LIMIT (at least one). Size
      * the workspace for the largest. */
-    const int nslots = trex_pool_size(pool);
     int64_t max_pack = 0, max_items = 0;
     for (int64_t b = 0; b < nsubs;) {
         int64_t e = b, pack = 0, items_p = 0;

@@ -151,7 +151,7 @@ static void active_init(void)
     active = trex_optim_kernels_for(trex_kernels_isa());
     const char *v = getenv("TREX_VERBOSE");
     if (v && v[0] && v[0] != '0')
-        fprintf(stderr, "trex: kernels: optimizer (gradient norm, AdamW): %s\n", active->name);
+        fprintf(stderr, "trex: kernels: optimizer (gradient norm, AdamW, Muon passes): %s\n", active->name);
 }
 
 const trex_optim_kernels *trex_optim_kernels_get(void)
