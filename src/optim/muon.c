@@ -48,15 +48,16 @@ static void mm(trex_pool *pool, trex_muon_ns prec, trex_gemm_ws *gws, bool ta, b
         trex_gemm(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* The Gram matrix A[r,r] = op(X) op(X)^T of X [n, m] (row stride m): X X^T (k = m) or, with trans,
- * X^T X (k = n). In bf16 only its lower triangle is computed (trex_gemm_syrk): half the FLOPs. */
+/* A symmetric product C[r,r] = alpha op(X) op(X)^T + beta C, op(X) = X [r, k] or (trans) X^T of an X
+ * stored [k, r] (row stride ldx): the Gram matrix X X^T or X^T X, and A^2 = A A^T. In bf16 only its
+ * lower triangle is computed (trex_gemm_syrk): half the FLOPs. */
 static void gram(trex_pool *pool, trex_muon_ns prec, trex_gemm_ws *gws, bool trans, int64_t r, int64_t k,
-                 const float *X, int64_t ldx, float *A)
+                 float alpha, const float *X, int64_t ldx, float beta, float *C)
 {
     if (prec == TREX_NS_BF16)
-        trex_gemm_syrk(pool, gws, TREX_F32, trans, r, k, 1.0f, X, ldx, 0.0f, A, r);
+        trex_gemm_syrk(pool, gws, TREX_F32, trans, r, k, alpha, X, ldx, beta, C, r);
     else
-        trex_gemm(pool, trans, !trans, r, r, k, 1.0f, X, ldx, X, ldx, 0.0f, A, r);
+        trex_gemm(pool, trans, !trans, r, r, k, alpha, X, ldx, X, ldx, beta, C, r);
 }
 
 void trex_muon_orthogonalize(trex_pool *pool, float *x, int64_t n, int64_t m, float *ws)
@@ -88,12 +89,9 @@ void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m,
     const trex_optim_kernels *ok = trex_optim_kernels_get();
     for (int it = 0; it < NS_ITERS; it++) {
         const float *c3 = it < NS_FAST ? ns_fast : ns_final;
-        gram(pool, prec, gws, tall, r, tall ? n : m, cur, m, A);
+        gram(pool, prec, gws, tall, r, tall ? n : m, 1.0f, cur, m, 0.0f, A); /* A = X X^T or X^T X */
         ok->scale(B, A, c3[1], r * r);
-        if (prec == TREX_NS_BF16) /* B = bA + cA^2, A symmetric: cA^2 = c A A^T, a symmetric product */
-            trex_gemm_syrk(pool, gws, TREX_F32, false, r, r, c3[2], A, r, 1.0f, B, r);
-        else
-            trex_gemm(pool, false, false, r, r, r, c3[2], A, r, A, r, 1.0f, B, r);
+        gram(pool, prec, gws, false, r, r, c3[2], A, r, 1.0f, B); /* B = bA + cA^2, A^2 = A A^T */
         ok->scale(nxt, cur, c3[0], numel);
         if (tall) /* Y = aX + X B */
             mm(pool, prec, gws, false, false, n, m, m, 1.0f, cur, m, B, r, 1.0f, nxt, m);

@@ -73,12 +73,12 @@ typedef struct sub {
     const uint16_t *apan;    /* pre-packed A: its first panel (NULL: A packed per block row) */
     /* Operands read through row lists (trex_gemm_grouped_rows): row j of the stored A (B) is row
      * arow[j] (brow[j]) of the buffer at A (B), lda (ldb) apart; a_byr / b_byr: those stored rows are
-     * the panels' rows (A not transposed, B transposed), else their k; b_n0: the sub's first column
-     * (B is then the problem's, not offset). NULL: the operand as stored. */
+     * the panels' rows (A not transposed, B transposed), else their k; B is then the problem's, not
+     * offset to the sub's first column n0. NULL: the operand as stored. */
     const int32_t *arow, *brow;
     bool a_byr, b_byr;
-    int64_t lda, ldb, b_n0;
-    int64_t n0;              /* the sub's first column in its problem's C */
+    int64_t lda, ldb;
+    int64_t n0;              /* the sub's first column in its problem (of C, and of B when read by rows) */
 } sub;
 
 typedef struct item {        /* a unit of work handed to whichever thread asks next */
@@ -216,14 +216,14 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
         }
         if (s->brow && !s->b_byr) { /* the unit's panels step by step */
             pack_gathered_steps(fn, r->bpack + s->b_off + u0 * TREX_GEMM_NR * s->Kp, s->Kp, s->B, s->ldb,
-                                s->brow, r->b_esz, s->b_n0 + u0 * TREX_GEMM_NR,
+                                s->brow, r->b_esz, s->n0 + u0 * TREX_GEMM_NR,
                                 min64(un * TREX_GEMM_NR, s->N - u0 * TREX_GEMM_NR), 0, s->K);
             continue;
         }
         for (int64_t p = u0; p < u0 + un; p++)
             if (s->brow)
                 pack_gathered_rows(fn, r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp, s->B, s->ldb, s->brow,
-                                   r->b_esz, s->b_n0 + p * TREX_GEMM_NR, min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR),
+                                   r->b_esz, s->n0 + p * TREX_GEMM_NR, min64(TREX_GEMM_NR, s->N - p * TREX_GEMM_NR),
                                    0, s->K);
             else
                 fn(r->bpack + s->b_off + p * TREX_GEMM_NR * s->Kp,
@@ -922,7 +922,6 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
                 s->brow = brows ? brows[p] : NULL;
                 s->b_byr = tb;
                 s->ldb = q->ldb;
-                s->b_n0 = n0;
                 s->B = (const char *)q->B + (s->brow ? 0 : (size_t)(n0 * b_rs) * b_esz);
                 s->b_rs = b_rs;
                 s->b_ks = b_ks;
