@@ -271,6 +271,33 @@ static void test_pack(const trex_kernel_table *t, const trex_kernel_table *ref)
 
 /* ---- 4. micro-kernel -------------------------------------------------------------------------------- */
 
+/* gemm_tile_t: a 32x32 block's rows x cols corner transposed into a wider C, bit for bit (random words,
+ * NaN patterns among them), nothing written outside the corner's transpose. */
+static void test_tile_t(const trex_kernel_table *t)
+{
+    enum { LDD = 45 };
+    const int64_t sizes[] = {0, 1, 5, 15, 16, 17, 31, 32};
+    uint32_t blk[32 * 32], dst[32 * LDD];
+    uint64_t st = 77;
+    int64_t bad = 0, runs = 0;
+    for (size_t a = 0; a < sizeof sizes / sizeof sizes[0]; a++)
+        for (size_t b = 0; b < sizeof sizes / sizeof sizes[0]; b++) {
+            const int64_t rows = sizes[a], cols = sizes[b];
+            for (int i = 0; i < 32 * 32; i++)
+                blk[i] = (uint32_t)rng_next(&st);
+            memset(dst, 0xa5, sizeof dst);
+            t->gemm_tile_t((float *)(void *)dst, LDD, (const float *)(const void *)blk, rows, cols);
+            for (int64_t j = 0; j < 32; j++)
+                for (int64_t i = 0; i < LDD; i++) {
+                    const uint32_t want = j < cols && i < rows ? blk[i * 32 + j] : 0xa5a5a5a5u;
+                    bad += dst[j * LDD + i] != want;
+                }
+            runs++;
+        }
+    CHECK(bad == 0, "%s: %" PRId64 " corners of a block transposed bit for bit, nothing else written (%" PRId64
+                    " wrong words)", t->gemm_name, runs, bad);
+}
+
 /* Element (r, k) of an A-format panel (steps of [32 rows][32 k]). */
 static uint16_t panel_a(const uint16_t *ap, int64_t r, int64_t k)
 {
@@ -1585,7 +1612,7 @@ int main(int argc, char **argv)
         printf("level %s: gemm %s, pack %s, cvt %s\n", trex_isa_name(lv[i]->isa), lv[i]->gemm_name,
                lv[i]->pack_name, lv[i]->cvt_name);
         const trex_kernel_table *a = lv[i], *b = i > 0 ? lv[i - 1] : NULL;
-        if (b && a->gemm_ukr == b->gemm_ukr && a->pack_a_bf16 == b->pack_a_bf16 &&
+        if (b && a->gemm_ukr == b->gemm_ukr && a->gemm_tile_t == b->gemm_tile_t && a->pack_a_bf16 == b->pack_a_bf16 &&
             a->pack_a_f32 == b->pack_a_f32 && a->pack_b_bf16 == b->pack_b_bf16 &&
             a->pack_b_f32 == b->pack_b_f32 && a->cvt_f32_bf16 == b->cvt_f32_bf16 &&
             a->cvt_bf16_f32 == b->cvt_bf16_f32) {
@@ -1596,6 +1623,7 @@ int main(int argc, char **argv)
         test_convert(lv[i]);
         test_pack(lv[i], lv[0]);
         test_ukr(lv[i]);
+        test_tile_t(lv[i]);
         test_gemm(lv[i], pool);
         test_grouped(lv[i], pool);
         test_prepacked(lv[i], lv[0], pool);

@@ -65,6 +65,10 @@ typedef struct trex_ukr_c {
 } trex_ukr_c;
 typedef void (*trex_gemm_ukr_fn)(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                                  unsigned flags);
+/* The transpose of the rows x cols corner (rows, cols <= 32) of a 32x32 block t (32 floats apart, all
+ * 1024 floats readable) to dst, ldd floats apart: dst[j ldd + i] = t[i 32 + j]. A symmetric product's
+ * mirror tiles (trex_gemm_syrk). */
+typedef void (*trex_tile_t_fn)(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
 /* Packs a [rows <= 32] x [kc] source view X (X[r][k] = src[r*rs + k*ks], rs or ks is 1, src pointing
  * at X[0][0]) into one panel of kcp columns (kcp: kc rounded up to 32; kernels/gemm_panels.h),
  * zero-filling rows >= rows and k >= kc. f32 sources are rounded to bf16 (trex_f32_to_bf16). */
@@ -91,6 +95,7 @@ typedef struct trex_kernel_table {
      * thread (AMX: load the tile configuration / release the tiles; end also fences streamed
      * stores); NULL when not needed. */
     trex_gemm_ukr_fn gemm_ukr;
+    trex_tile_t_fn gemm_tile_t;
     void (*gemm_begin)(void);
     void (*gemm_end)(void);
     /* pack_a: "A format" (steps of [32 rows][32 k]); pack_b: "VNNI format" ([kcp/2][32][2]). */

@@ -78,6 +78,7 @@ void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *poo
 /* ---- leaves: plain C reference (kernels/ref/bf16.c) ---------------------------------------------- */
 void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                        unsigned flags);
+void trex_gemm_tile_t_ref(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
 void trex_pack_a_bf16_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
                           int64_t kc, int64_t kcp);
 void trex_pack_a_f32_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
@@ -93,6 +94,7 @@ void trex_gemm_f32_ukr_ref(int64_t K, const float *ap, const float *bp, float *a
 /* ---- leaves: AVX-512 F/BW/VL + BF16 (kernels/x86/avx512/) ------------------------------------- */
 void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                           unsigned flags);
+void trex_gemm_tile_t_avx512(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
 void trex_pack_a_bf16_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
                              int64_t kc, int64_t kcp);
 void trex_pack_a_f32_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,

@@ -1,5 +1,5 @@
 /* kernels/ref/bf16.c — plain-C reference leaves of the bf16 GEMM: panel packing (kernels/gemm_panels.h
- * formats), the 32x32 micro-kernel, and bulk fp32 <-> bf16 conversion.
+ * formats), the 32x32 micro-kernel, a block's transpose, and bulk fp32 <-> bf16 conversion.
  *
  * These are the entries of the `ref` dispatch level and the baseline the ISA leaves are tested against.
  * The micro-kernel sums each element over k in increasing order, one fp32 add per product (products of
@@ -43,6 +43,13 @@ void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, const
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
             c->out[i * c->ldo + j] = acc[i][j];
+}
+
+void trex_gemm_tile_t_ref(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols)
+{
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++)
+            dst[j * ldd + i] = t[i * TREX_GEMM_NR + j];
 }
 
 static inline uint16_t load_bf16(const void *src, int64_t idx)

@@ -270,31 +270,47 @@ static int64_t slice_k(int64_t Kp)
     return ceil_div(Kp / TREX_GEMM_KU, ns) * TREX_GEMM_KU;
 }
 
+/* One row of MODE_GENERAL's epilogue into t: t = alpha t (+ beta c). A whole row is a loop of 32 that
+ * the compiler vectorizes (-O2 does only loops without a remainder); a tile at C's right edge runs the
+ * same operations element by element. */
+static inline void general_row(float *restrict t, const float *restrict c, int64_t cols, float alpha, float beta)
+{
+    if (cols == TREX_GEMM_NR && beta == 0.0f)
+        for (int64_t j = 0; j < TREX_GEMM_NR; j++)
+            t[j] = alpha * t[j];
+    else if (cols == TREX_GEMM_NR)
+        for (int64_t j = 0; j < TREX_GEMM_NR; j++)
+            t[j] = alpha * t[j] + beta * c[j];
+    else
+        for (int64_t j = 0; j < cols; j++)
+            t[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * c[j];
+}
+
 /* C = alpha t + beta C (or C = t for MODE_SET and MODE_ADD, whose sum already holds C) for the rows x
- * cols corner of a 32x32 sum t, which then holds what was stored (mirror_tile reads it): edge tiles,
- * MODE_GENERAL and symmetric products go through here. */
+ * cols corner of a 32x32 sum t (the thread's buffer, never C), which then holds what was stored
+ * (mirror_tile reads it): edge tiles, MODE_GENERAL and symmetric products go through here. */
 static void store_tile(const run *r, float *c, int64_t ldc, float *t, int64_t rows, int64_t cols)
 {
     const float alpha = r->alpha, beta = r->beta; /* in registers: c may alias r as far as C knows */
     for (int64_t i = 0; i < rows; i++, c += ldc, t += TREX_GEMM_NR) {
-        if (r->mode != MODE_GENERAL)
-            memcpy(c, t, (size_t)cols * sizeof *c);
-        else if (beta == 0.0f)
-            for (int64_t j = 0; j < cols; j++)
-                c[j] = t[j] = alpha * t[j];
-        else
-            for (int64_t j = 0; j < cols; j++)
-                c[j] = t[j] = alpha * t[j] + beta * c[j];
+        if (r->mode == MODE_GENERAL)
+            general_row(t, c, cols, alpha, beta);
+        memcpy(c, t, (size_t)cols * sizeof *c);
     }
 }
 
 /* A symmetric C (trex_gemm_syrk): the finished tile t (32 floats apart) of rows [i0, i0 + rows) x
  * columns [j0, j0 + cols) of C (j0 <= i0) copied to its mirror above the diagonal, C[j][i] = t[i][j]
- * for j < i: t's columns to C's rows (read from the contiguous tile: C's columns, a row stride apart,
- * fall into a few cache sets). Each element above the diagonal is written by the one thread that
- * finished its mirror tile. */
-static void mirror_tile(float *C, int64_t ldc, const float *t, int64_t i0, int64_t j0, int64_t rows, int64_t cols)
+ * for j < i: a tile wholly below the diagonal by the level's transpose, one that the diagonal crosses
+ * element by element. Each element above the diagonal is written by the one thread that finished its
+ * mirror tile. */
+static void mirror_tile(const run *r, float *C, int64_t ldc, const float *t, int64_t i0, int64_t j0, int64_t rows,
+                        int64_t cols)
 {
+    if (i0 >= j0 + cols) {
+        r->t->gemm_tile_t(C + j0 * ldc + i0, ldc, t, rows, cols);
+        return;
+    }
     for (int64_t j = 0; j < cols; j++)
         for (int64_t i = i0 > j0 + j + 1 ? 0 : j0 + j + 1 - i0; i < rows; i++)
             C[(j0 + j) * ldc + i0 + i] = t[i * TREX_GEMM_NR + j];
@@ -360,7 +376,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                 if (last && !direct)
                     store_tile(r, c, s->ldc, tmp, rows, cols);
                 if (last && r->sym)
-                    mirror_tile(s->C - s->n0, s->ldc, tmp, i0, s->n0 + j0, rows, cols);
+                    mirror_tile(r, s->C - s->n0, s->ldc, tmp, i0, s->n0 + j0, rows, cols);
             }
         }
     }

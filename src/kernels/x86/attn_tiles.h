@@ -47,6 +47,7 @@
 
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512/transpose.h"
 
 #define BARRIER() __asm__ volatile("" : : : "memory")
 
@@ -177,35 +178,6 @@ static void cvt_rows(uint16_t *dst, const float *src, int64_t R, int64_t Rp, int
 {
     for (int64_t r = 0; r < Rp; r++)
         cvt_row(dst + r * cp, r < R ? src + r * c : NULL, c, cp);
-}
-
-/* The 16 x 16 transpose of 32-bit words in r: r[i] word j -> r[j] word i (pairs within 128-bit lanes,
- * then 64-bit pairs, then 128-bit lanes twice). */
-static inline void transpose16(__m512i r[16])
-{
-    __m512i t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    /* u[4k + j], lane L: word 4L + j of rows 4k .. 4k+3 */
-    for (int k = 0; k < 16; k += 4) {
-        u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
-        u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
-        u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
-        u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
-    }
-    /* word 4L + j of every row: lane k from u[4k + j], lane L */
-    for (int j = 0; j < 4; j++) {
-        const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
-        const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
-        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
-        const __m512i v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
-        r[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-        r[8 + j] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
-        r[4 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-        r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
-    }
 }
 
 /* X^T as VNNI B tiles from X [Rp][cp] bf16 at a row stride of ld bf16 (Rp rows: heads, a multiple of

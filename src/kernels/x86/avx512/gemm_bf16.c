@@ -3,13 +3,15 @@
  * The 32x32 block of C is done as four bands of 8 rows; a band keeps 8 x 2 zmm accumulators (16 fp32
  * each) while it walks all of k in pairs: two 64-byte loads of the VNNI B panel (32 columns x one k-pair) and,
  * per row, a broadcast of that row's k-pair from the A panel, then one VDPBF16PS per accumulator.
- * The B panel is read once per band. Compiled with AVX-512 flags; reached only
- * through the dispatch table. */
+ * The B panel is read once per band. Also a block's transpose (the symmetric products' mirror tiles).
+ * Compiled with AVX-512 flags; reached only through the dispatch table. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512/mask.h"
+#include "kernels/x86/avx512/transpose.h"
 
 static inline __m512bh bcast_pair(const uint16_t *p)
 {
@@ -41,6 +43,23 @@ static inline __m512bh bcast_pair(const uint16_t *p)
 void trex_gemm_end_avx512(void)
 {
     _mm_sfence(); /* order streamed stores of C before the caller hands the results on */
+}
+
+/* A block's transpose by 16 x 16 quarters in registers: 16 row loads, transpose16, masked row stores
+ * (the scalar copy's strided loads took about 12% of a symmetric product's time; docs/kernels.md). */
+void trex_gemm_tile_t_avx512(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+        const __mmask16 m = tail_mask(rows - i0);
+        for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+            __m512i r[16];
+            for (int64_t i = 0; i < 16; i++)
+                r[i] = i0 + i < rows ? _mm512_loadu_si512(t + (i0 + i) * TREX_GEMM_NR + j0) : _mm512_setzero_si512();
+            transpose16(r);
+            for (int64_t j = 0; j < 16 && j0 + j < cols; j++)
+                _mm512_mask_storeu_epi32(dst + (j0 + j) * ldd + i0, m, r[j]);
+        }
+    }
 }
 
 void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,

@@ -18,6 +18,7 @@
 
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/avx512/mask.h"
+#include "kernels/x86/avx512/transpose.h"
 
 /* 16 fp32 -> 16 bf16, bit-exact with trex_f32_to_bf16. */
 static inline __m256i f32_to_bf16(__m512 x)
@@ -85,32 +86,6 @@ static inline __m512i load32(const void *p, bool f32, int64_t n)
     const __m512i hi = n > 16 ? f32_round_hi(_mm512_maskz_loadu_ps(tail_mask(n - 16), q + 16))
                               : _mm512_setzero_si512();
     return hi_halves(lo, hi);
-}
-
-static inline void transpose16(__m512i v[16])
-{
-    __m512i t[16], s[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    for (int g = 0; g < 4; g++) {
-        s[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-        s[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-        s[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-        s[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-    }
-    /* s[4g+q], 128-bit lane L = column 4L+q, rows 4g..4g+3: transpose the 4x4 grid of lanes. */
-    for (int q = 0; q < 4; q++) {
-        __m512i x0 = _mm512_shuffle_i32x4(s[q], s[4 + q], 0x44);
-        __m512i x1 = _mm512_shuffle_i32x4(s[q], s[4 + q], 0xee);
-        __m512i y0 = _mm512_shuffle_i32x4(s[8 + q], s[12 + q], 0x44);
-        __m512i y1 = _mm512_shuffle_i32x4(s[8 + q], s[12 + q], 0xee);
-        v[q] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-        v[4 + q] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-        v[8 + q] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-        v[12 + q] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-    }
 }
 
 typedef struct view {
