@@ -699,6 +699,15 @@ static void test_optim_kernels(void)
                         scale_bad += memcmp(&want, &y[k], sizeof want) != 0;
                     }
                     scale_bad += y[n] != 42.0f;
+                    /* muon_normalize (x / norm in double) in place; the element past the end untouched */
+                    static const double nd[] = {3.0000001, 0.7, 1e-30};
+                    memcpy(y, xs, (size_t)n * sizeof *y);
+                    kt->muon_normalize(y, n, nd[special]);
+                    for (int64_t k = 0; k < n; k++) {
+                        const float want = (float)((double)xs[k] / nd[special]);
+                        scale_bad += memcmp(&want, &y[k], sizeof want) != 0;
+                    }
+                    scale_bad += y[n] != 42.0f;
                     if (scale_bad)
                         bad_name = kt->name;
                     int64_t b0 = -1, b1 = -1;
@@ -768,7 +777,8 @@ static void test_optim_kernels(void)
     }
     CHECK(sum_bad == 0, "sumsq: %d cases differ from the definition (level %s)", sum_bad, bad_name);
     CHECK(adam_bad == 0, "adamw: %d cases differ from the definition (level %s)", adam_bad, bad_name);
-    CHECK(scale_bad == 0, "scale: %d elements differ from a * x (level %s)", scale_bad, bad_name);
+    CHECK(scale_bad == 0, "scale, muon_normalize: %d elements differ from a * x, x / norm (level %s)", scale_bad,
+          bad_name);
     CHECK(muon_bad == 0, "muon_momentum / muon_update: %d elements differ from the definitions (level %s)", muon_bad,
           bad_name);
     CHECK(checked > 0, "kernel cases ran");

@@ -299,12 +299,15 @@ static inline void trex_adamw_consts_f32(trex_adamw_f32 *k, const trex_adamw_con
 typedef double (*trex_sumsq_fn)(const float *x, int64_t n, int64_t *nonfinite);
 /* scale: y[k] = a x[k] for k < n, one IEEE float multiply each (y may be x): Newton–Schulz's aX and bA. */
 typedef void (*trex_scale_fn)(float *y, const float *x, float a, int64_t n);
-/* muon_momentum: Muon's momentum and the matrix it orthogonalises, per element, in float (no FMA):
+/* muon_normalize: x[k] = (float)((double)x[k] / norm), one IEEE double division each: Newton–Schulz's
+ * X / ||X||_F (norm from sumsq).
+ * muon_momentum: Muon's momentum and the matrix it orthogonalises, per element, in float (no FMA):
  *   gk = g gscale;  mom = mu mom + gk;  x = nesterov ? mu mom + gk : mom.
  * muon_update: the step, in double: w = (float)((double)w decay - scale (double)x). */
 typedef void (*trex_muon_momentum_fn)(float *mom, float *x, const float *g, int64_t n, float mu, float gscale,
                                       bool nesterov);
 typedef void (*trex_muon_update_fn)(float *w, const float *x, int64_t n, double decay, double scale);
+typedef void (*trex_muon_normalize_fn)(float *x, int64_t n, double norm);
 typedef void (*trex_adamw_fn)(float *w, float *m, float *v, const float *g, int64_t n,
                               const trex_adamw_consts *c);
 typedef struct trex_optim_kernels {
@@ -315,6 +318,7 @@ typedef struct trex_optim_kernels {
     trex_scale_fn scale;
     trex_muon_momentum_fn muon_momentum;
     trex_muon_update_fn muon_update;
+    trex_muon_normalize_fn muon_normalize;
 } trex_optim_kernels;
 /* The table of the level in use (trex_kernels_isa(); TREX_VERBOSE=1 logs it once), and the table a
  * cap would choose on this machine (never NULL). */
@@ -326,11 +330,13 @@ void trex_adamw_ref(float *w, float *m, float *v, const float *g, int64_t n, con
 void trex_scale_ref(float *y, const float *x, float a, int64_t n);
 void trex_muon_momentum_ref(float *mom, float *x, const float *g, int64_t n, float mu, float gscale, bool nesterov);
 void trex_muon_update_ref(float *w, const float *x, int64_t n, double decay, double scale);
+void trex_muon_normalize_ref(float *x, int64_t n, double norm);
 double trex_sumsq_avx512(const float *x, int64_t n, int64_t *nonfinite);
 void trex_adamw_avx512(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
 void trex_scale_avx512(float *y, const float *x, float a, int64_t n);
 void trex_muon_momentum_avx512(float *mom, float *x, const float *g, int64_t n, float mu, float gscale,
                                bool nesterov);
 void trex_muon_update_avx512(float *w, const float *x, int64_t n, double decay, double scale);
+void trex_muon_normalize_avx512(float *x, int64_t n, double norm);
 
 #endif

@@ -71,14 +71,12 @@ void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m,
     TREX_ASSERT(x && ws && n >= 0 && m >= 0);
     TREX_ASSERT(prec == TREX_NS_BF16 || prec == TREX_NS_FP32);
     const int64_t numel = n * m;
-    double ss = 0.0;
-    for (int64_t k = 0; k < numel; k++)
-        ss += (double)x[k] * (double)x[k];
+    const trex_optim_kernels *ok = trex_optim_kernels_get();
+    int64_t nonfinite;
+    const double ss = ok->sumsq(x, numel, &nonfinite);
     if (!(ss > 0.0))
         return; /* zero (or empty) stays as it is */
-    const double norm = sqrt(ss);
-    for (int64_t k = 0; k < numel; k++)
-        x[k] = (float)((double)x[k] / norm);
+    ok->muon_normalize(x, numel, sqrt(ss));
 
     const bool tall = n > m;
     const int64_t r = tall ? m : n;
@@ -86,7 +84,6 @@ void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m,
     float *A = y + align16((size_t)numel);
     float *B = A + align16((size_t)(r * r));
     float *cur = x, *nxt = y;
-    const trex_optim_kernels *ok = trex_optim_kernels_get();
     for (int it = 0; it < NS_ITERS; it++) {
         const float *c3 = it < NS_FAST ? ns_fast : ns_final;
         gram(pool, prec, gws, tall, r, tall ? n : m, 1.0f, cur, m, 0.0f, A); /* A = X X^T or X^T X */

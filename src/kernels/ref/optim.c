@@ -8,8 +8,8 @@
  * each element a fixed sequence of IEEE float operations (no FMA contraction under -std=c11), which the
  * AVX-512 leaf runs 16 wide, so every level gives the same bits (docs/optim.md). scale (y = a x, Muon's
  * Newton–Schulz) is one float multiply per element at every level (SSE2 here, 16 wide in the leaf); Muon's
- * momentum (float) and update (double) passes are the optimizer's loops as they were, which the leaf runs
- * 16 and 8 wide. */
+ * momentum (float), update and normalization (double) passes are the optimizer's loops as they were, which
+ * the leaf runs 16, 8 and 8 wide. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -106,6 +106,12 @@ void trex_muon_update_ref(float *restrict w, const float *restrict x, int64_t n,
         w[k] = (float)((double)w[k] * decay - scale * (double)x[k]);
 }
 
+void trex_muon_normalize_ref(float *x, int64_t n, double norm)
+{
+    for (int64_t k = 0; k < n; k++)
+        x[k] = (float)((double)x[k] / norm);
+}
+
 /* ---- the tables -------------------------------------------------------------------------------- */
 
 static const trex_optim_kernels table_ref = {
@@ -116,6 +122,7 @@ static const trex_optim_kernels table_ref = {
     .scale = trex_scale_ref,
     .muon_momentum = trex_muon_momentum_ref,
     .muon_update = trex_muon_update_ref,
+    .muon_normalize = trex_muon_normalize_ref,
 };
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -127,6 +134,7 @@ static const trex_optim_kernels table_avx512 = {
     .scale = trex_scale_avx512,
     .muon_momentum = trex_muon_momentum_avx512,
     .muon_update = trex_muon_update_avx512,
+    .muon_normalize = trex_muon_normalize_avx512,
 };
 #endif
 

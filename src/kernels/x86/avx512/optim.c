@@ -131,3 +131,13 @@ void trex_muon_update_avx512(float *w, const float *x, int64_t n, double decay, 
         _mm256_mask_storeu_ps(w + k, mk, _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(wd, D), _mm512_mul_pd(S, xd))));
     }
 }
+
+void trex_muon_normalize_avx512(float *x, int64_t n, double norm)
+{
+    const __m512d N = _mm512_set1_pd(norm);
+    for (int64_t k = 0; k < n; k += 8) {
+        const __mmask8 mk = tail_mask8(n - k);
+        const __m512d xd = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mk, x + k));
+        _mm256_mask_storeu_ps(x + k, mk, _mm512_cvtpd_ps(_mm512_div_pd(xd, N)));
+    }
+}
