@@ -471,7 +471,7 @@ static void run_one(const trex_kernel_table *t, trex_pool *pool, const mats *m, 
                 C[i * m->ldc + j] = NAN;
     const trex_gemm_problem p = {m->M, m->N, m->K, f32 ? (const void *)m->Af : (const void *)m->Ab,
                                  m->lda, f32 ? (const void *)m->Bf : (const void *)m->Bb, m->ldb, C,
-                                 m->ldc};
+                                 m->ldc, NULL, 0};
     trex_gemm_grouped_with(t, pool, (ws_toggle++ & 1) ? shared_ws : NULL, f32 ? TREX_F32 : TREX_BF16,
                            m->ta, m->tb, alpha, beta, &p, 1);
 }
@@ -532,7 +532,7 @@ static void test_grouped(const trex_kernel_table *t, trex_pool *pool)
         m[g] = mats_make(Ms[g], N, K, false, true, 900 + g);
         C[g] = xmalloc((size_t)(Ms[g] * m[g].ldc + 1) * sizeof *C[g]);
         memcpy(C[g], m[g].C0, (size_t)(Ms[g] * m[g].ldc) * sizeof *C[g]);
-        p[g] = (trex_gemm_problem){Ms[g], N, K, m[g].Ab, m[g].lda, m[g].Bb, m[g].ldb, C[g], m[g].ldc};
+        p[g] = (trex_gemm_problem){Ms[g], N, K, m[g].Ab, m[g].lda, m[g].Bb, m[g].ldb, C[g], m[g].ldc, NULL, 0};
     }
     trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, 1.0f, p, G);
     double worst = 0;
@@ -561,7 +561,7 @@ static void test_grouped(const trex_kernel_table *t, trex_pool *pool)
         w[g] = mats_make(40, 33, Ks[g], true, false, 950 + g);
         D[g] = xmalloc((size_t)(40 * w[g].ldc) * sizeof *D[g]);
         memcpy(D[g], w[g].C0, (size_t)(40 * w[g].ldc) * sizeof *D[g]);
-        q[g] = (trex_gemm_problem){40, 33, Ks[g], w[g].Af, w[g].lda, w[g].Bf, w[g].ldb, D[g], w[g].ldc};
+        q[g] = (trex_gemm_problem){40, 33, Ks[g], w[g].Af, w[g].lda, w[g].Bf, w[g].ldb, D[g], w[g].ldc, NULL, 0};
     }
     trex_gemm_grouped_with(t, pool, NULL, TREX_F32, true, false, 0.5f, 1.0f, q, 4);
     bad = 0;
@@ -645,7 +645,7 @@ static void test_ksplit(const trex_kernel_table *t, trex_pool *pool)
                     const int64_t k0 = cuts[c], kn = cuts[c + 1] - k0;
                     const float beta = c || beta0 ? 1.0f : 0.0f;
                     const char *A = Ab + (size_t)(m.ta ? k0 * m.lda : k0) * esz, *B = Bb + (size_t)(k0 * m.ldb) * esz;
-                    trex_gemm_problem p = {M, N, kn, A, m.lda, B, m.ldb, C2, m.ldc};
+                    trex_gemm_problem p = {M, N, kn, A, m.lda, B, m.ldb, C2, m.ldc, NULL, 0};
                     trex_gemm_grouped_with(t, pool, NULL, in, m.ta, false, 1.0f, beta, &p, 1);
                     trex_gemm_packed *Bp = trex_gemm_pack_b_with(t, pool, in, false, N, kn, B, m.ldb);
                     CHECK(Bp != NULL, "ksplit pack");
@@ -690,7 +690,8 @@ static void stream_case(const trex_kernel_table *t, trex_pool *pool, int64_t M, 
     memcpy(C1, C0, (size_t)(M * N) * sizeof *C1);
     for (int64_t i = 0; i < M; i++)
         memcpy(C2 + i * L, C0 + i * N, (size_t)N * sizeof *C2);
-    const trex_gemm_problem streamed = {M, N, K, A, K, B, K, C1, N}, plain = {M, N, K, A, K, B, K, C2, L};
+    const trex_gemm_problem streamed = {M, N, K, A, K, B, K, C1, N, NULL, 0};
+    const trex_gemm_problem plain = {M, N, K, A, K, B, K, C2, L, NULL, 0};
     trex_gemm_grouped_with(t, pool, shared_ws, TREX_BF16, false, true, 1.0f, (float)beta, &streamed, 1);
     trex_gemm_grouped_with(t, pool, NULL, TREX_BF16, false, true, 1.0f, (float)beta, &plain, 1);
     int64_t diff = 0;
@@ -741,7 +742,7 @@ static void run_prepacked(const trex_kernel_table *t, const trex_kernel_table *t
           "pack_b %lldx%lld", (long long)m->N, (long long)m->K);
     CHECK(trex_gemm_packed_bytes(pk) >= trex_gemm_pack_b_bytes(m->N, m->K), "packed bytes");
     const trex_gemm_problem p = {m->M, m->N, m->K, a_f32 ? (const void *)m->Af : (const void *)m->Ab,
-                                 m->lda, pk, 0, C, m->ldc};
+                                 m->lda, pk, 0, C, m->ldc, NULL, 0};
     trex_gemm_grouped_prepacked_with(t, pool, (ws_toggle++ & 1) ? shared_ws : NULL,
                                      a_f32 ? TREX_F32 : TREX_BF16, m->ta, alpha, beta, &p, 1);
     trex_gemm_packed_free(pk);
@@ -803,8 +804,8 @@ static void test_prepacked(const trex_kernel_table *t, const trex_kernel_table *
         Cp[e] = xmalloc((size_t)(Ms[e] * g[e].ldc + 1) * sizeof *Cp[e]);
         memcpy(Cu[e], g[e].C0, (size_t)(Ms[e] * g[e].ldc) * sizeof *Cu[e]);
         pk[e] = trex_gemm_pack_b_with(t, pool, TREX_F32, g[e].tb, N, K, g[e].Bf, g[e].ldb);
-        pu[e] = (trex_gemm_problem){Ms[e], N, K, g[e].Af, g[e].lda, g[e].Bf, g[e].ldb, Cu[e], g[e].ldc};
-        pp[e] = (trex_gemm_problem){Ms[e], N, K, g[e].Af, g[e].lda, pk[e], 0, Cp[e], g[e].ldc};
+        pu[e] = (trex_gemm_problem){Ms[e], N, K, g[e].Af, g[e].lda, g[e].Bf, g[e].ldb, Cu[e], g[e].ldc, NULL, 0};
+        pp[e] = (trex_gemm_problem){Ms[e], N, K, g[e].Af, g[e].lda, pk[e], 0, Cp[e], g[e].ldc, NULL, 0};
     }
     /* The unpacked call takes one tb for all: run each problem alone with its own. */
     for (int e = 0; e < G; e++)
@@ -910,7 +911,7 @@ static void test_pack_range(const trex_kernel_table *t, trex_pool *pool)
                 float *C1 = xmalloc((ncm + 1) * sizeof *C1), *C2 = xmalloc((ncm + 1) * sizeof *C2);
                 run_one(t, pool, &m, false, 1.0f, 1.0f, false, C1);
                 memcpy(C2, m.C0, ncm * sizeof *C2);
-                const trex_gemm_problem p = {M, N, K, m.Ab, m.lda, v, 0, C2, m.ldc};
+                const trex_gemm_problem p = {M, N, K, m.Ab, m.lda, v, 0, C2, m.ldc, NULL, 0};
                 CHECK(v && trex_gemm_packed_n(v) == N && trex_gemm_packed_k(v) == K &&
                           trex_gemm_packed_panels(v) == pan && trex_gemm_packed_bytes(v) < bytes + 1024,
                       "view %lldx%lld", (long long)N, (long long)K);
@@ -972,8 +973,8 @@ static void test_gathered(const trex_kernel_table *t, trex_pool *pool)
                     }
                     for (int64_t q = 0; q < Ms[e] * N; q++)
                         C1[e][q] = C2[e][q] = (float)q * 0.25f;
-                    pg[e] = (trex_gemm_problem){Ms[e], N, K, Ag[e], K, pk, 0, C1[e], N};
-                    pr[e] = (trex_gemm_problem){Ms[e], N, K, X, lda, pk, 0, C2[e], N};
+                    pg[e] = (trex_gemm_problem){Ms[e], N, K, Ag[e], K, pk, 0, C1[e], N, NULL, 0};
+                    pr[e] = (trex_gemm_problem){Ms[e], N, K, X, lda, pk, 0, C2[e], N, NULL, 0};
                 }
                 const float alpha = ab ? 0.5f : 1.0f, beta = ab ? 1.0f : 0.0f;
                 const trex_dtype in = f32 ? TREX_F32 : TREX_BF16;
@@ -1031,8 +1032,8 @@ static void test_gathered(const trex_kernel_table *t, trex_pool *pool)
                 }
                 for (int64_t q = 0; q < M * Nx; q++)
                     C1[e][q] = C2[e][q] = (float)q;
-                pg[e] = (trex_gemm_problem){M, Nx, Kx, Ag[e], ac, Bg[e], bc, C1[e], Nx};
-                pr[e] = (trex_gemm_problem){M, Nx, Kx, As[e], ac + 3, Bs[e], bc + 2, C2[e], Nx};
+                pg[e] = (trex_gemm_problem){M, Nx, Kx, Ag[e], ac, Bg[e], bc, C1[e], Nx, NULL, 0};
+                pr[e] = (trex_gemm_problem){M, Nx, Kx, As[e], ac + 3, Bs[e], bc + 2, C2[e], Nx, NULL, 0};
             }
             /* problem 1 as stored: its lists NULL (its buffers' first rows are what Ag / Bg hold) */
             const int32_t *al[3] = {ai[0], NULL, ai[2]}, *bl[3] = {bi[0], NULL, bi[2]};
@@ -1248,6 +1249,101 @@ static void test_determinism(const trex_kernel_table *t)
         trex_pool_destroy(pools[i]);
 }
 
+/* A problem's D (trex_gemm_problem, trex_gemm_syrk): C = alpha op(A) op(B) + beta D must be, bit for bit,
+ * the plain problem run on a C that holds D's values, in every mode (set, add, general), on edge tiles,
+ * K = 0 and long K (slices), two problems in one call, and symmetric products; C's old contents (NaN
+ * here) are never read and its columns past N never written. With alpha 1 it must also be beta D
+ * stored into C and then a call with beta 1 (Newton–Schulz's aX + XB relies on it). */
+static int64_t d_compare(const float *plain, const float *got, int64_t M, int64_t N, int64_t ldc)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < ldc; j++)
+            bad += j < N ? memcmp(&plain[i * ldc + j], &got[i * ldc + j], sizeof(float)) != 0
+                         : !isnan(got[i * ldc + j]);
+    return bad;
+}
+
+static void test_gemm_d(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t shapes[][3] = {{1, 1, 1}, {33, 65, 17}, {64, 96, 0}, {97, 130, 600}, {300, 70, 1100}};
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}, {1, 3.4445f}, {-1.5f, 1}};
+    enum { NS = sizeof shapes / sizeof shapes[0] };
+    int64_t bad = 0, runs = 0;
+    uint64_t seed = 9400;
+    for (size_t a = 0; a < sizeof ab / sizeof ab[0]; a++) {
+        const float alpha = ab[a][0], beta = ab[a][1];
+        mats m[NS];
+        float *D[NS], *C1[NS], *C2[NS];
+        trex_gemm_problem plain[NS], withd[NS];
+        for (int s = 0; s < NS; s++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            m[s] = mats_make(M, N, K, false, true, seed++);
+            const int64_t ldd = N + 7, nc = M * m[s].ldc;
+            D[s] = xmalloc((size_t)(M * ldd) * sizeof(float));
+            C1[s] = xmalloc((size_t)nc * sizeof(float));
+            C2[s] = xmalloc((size_t)nc * sizeof(float));
+            for (int64_t i = 0; i < M; i++)
+                memcpy(D[s] + i * ldd, m[s].C0 + i * m[s].ldc, (size_t)N * sizeof(float));
+            plain[s] = (trex_gemm_problem){M, N, K, m[s].Af, m[s].lda, m[s].Bf, m[s].ldb, C1[s], m[s].ldc, NULL, 0};
+            withd[s] = (trex_gemm_problem){M, N, K, m[s].Af, m[s].lda, m[s].Bf, m[s].ldb, C2[s], m[s].ldc, D[s], ldd};
+        }
+        /* each problem alone, then all in one call */
+        for (int s = 0; s <= NS; s++) {
+            const int first = s < NS ? s : 0, count = s < NS ? 1 : NS;
+            for (int q = first; q < first + count; q++) {
+                memcpy(C1[q], m[q].C0, (size_t)(m[q].M * m[q].ldc) * sizeof(float));
+                for (int64_t e = 0; e < m[q].M * m[q].ldc; e++)
+                    C2[q][e] = NAN;
+            }
+            trex_gemm_grouped_with(t, pool, NULL, TREX_F32, false, true, alpha, beta, plain + first, count);
+            trex_gemm_grouped_with(t, pool, shared_ws, TREX_F32, false, true, alpha, beta, withd + first, count);
+            for (int q = first; q < first + count; q++)
+                bad += d_compare(C1[q], C2[q], m[q].M, m[q].N, m[q].ldc);
+            runs++;
+            /* alpha 1: the sums start from beta D, so beta D stored first and beta 1 give the same bits */
+            if (alpha != 1.0f || beta == 0.0f)
+                continue;
+            for (int q = first; q < first + count; q++)
+                for (int64_t e = 0; e < m[q].M * m[q].ldc; e++)
+                    C1[q][e] = beta * m[q].C0[e];
+            trex_gemm_grouped_with(t, pool, NULL, TREX_F32, false, true, 1.0f, 1.0f, plain + first, count);
+            for (int q = first; q < first + count; q++)
+                bad += d_compare(C1[q], C2[q], m[q].M, m[q].N, m[q].ldc);
+        }
+        /* symmetric: X = A [M, K] of the square shapes' rows, C [M, M] */
+        for (int s = 0; s < NS; s++) {
+            const int64_t n = shapes[s][0], k = shapes[s][2], ldc = n + 2, ldd = n + 5;
+            float *S1 = xmalloc((size_t)(n * ldc) * sizeof(float)), *S2 = xmalloc((size_t)(n * ldc) * sizeof(float));
+            float *SD = xmalloc((size_t)(n * ldd) * sizeof(float));
+            uint64_t st = seed++;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < ldc; j++) {
+                    S1[i * ldc + j] = j < n ? rnd(&st) : NAN;
+                    S2[i * ldc + j] = NAN;
+                    if (j < n)
+                        SD[i * ldd + j] = S1[i * ldc + j];
+                }
+            trex_gemm_syrk_with(t, pool, NULL, TREX_F32, false, n, k, alpha, m[s].Af, m[s].lda, beta, S1, ldc, NULL, 0);
+            trex_gemm_syrk_with(t, pool, shared_ws, TREX_F32, false, n, k, alpha, m[s].Af, m[s].lda, beta, S2, ldc, SD,
+                                ldd);
+            bad += d_compare(S1, S2, n, n, ldc);
+            runs++;
+            free(S1);
+            free(S2);
+            free(SD);
+        }
+        for (int s = 0; s < NS; s++) {
+            mats_free(&m[s]);
+            free(D[s]);
+            free(C1[s]);
+            free(C2[s]);
+        }
+    }
+    CHECK(bad == 0, "%s: %" PRId64 " calls with a D equal the plain problem on C = D (%" PRId64 " elements differ)",
+          t->gemm_name, runs, bad);
+}
+
 /* Symmetric products (trex_gemm_syrk_with): C = alpha op(X) op(X)^T + beta C on and below the diagonal
  * bit for bit the full product of the same level (op(A) = op(X), op(B) = op(X)^T), above it the exact
  * mirror, the padding past n untouched, the same bits for any pool. The old C is symmetric where beta
@@ -1285,7 +1381,7 @@ static void test_syrk(const trex_kernel_table *t, trex_pool *pool)
                         const trex_dtype in = f32 ? TREX_F32 : TREX_BF16;
                         const bool nan_above = a == 3; /* beta 1: C above the diagonal is never read */
                         memcpy(C1, m.C0, (size_t)nc * sizeof *C1);
-                        const trex_gemm_problem p = {n, n, k, X, m.lda, X, m.lda, C1, ldc};
+                        const trex_gemm_problem p = {n, n, k, X, m.lda, X, m.lda, C1, ldc, NULL, 0};
                         trex_gemm_grouped_with(t, pool, NULL, in, tr, !tr, alpha, beta, &p, 1);
                         memcpy(C2, m.C0, (size_t)nc * sizeof *C2);
                         if (nan_above)
@@ -1293,7 +1389,7 @@ static void test_syrk(const trex_kernel_table *t, trex_pool *pool)
                                 for (int64_t j = i + 1; j < n; j++)
                                     C2[i * ldc + j] = NAN;
                         trex_gemm_syrk_with(t, pi == 0 ? pool : pools[pi - 1], (ws_toggle++ & 1) ? shared_ws : NULL,
-                                            in, tr, n, k, alpha, X, m.lda, beta, C2, ldc);
+                                            in, tr, n, k, alpha, X, m.lda, beta, C2, ldc, NULL, 0);
                         int64_t b = 0;
                         for (int64_t i = 0; i < n; i++)
                             for (int64_t j = 0; j < ldc; j++) {
@@ -1629,6 +1725,7 @@ int main(int argc, char **argv)
         test_prepacked(lv[i], lv[0], pool);
         test_prepacked_a(lv[i], lv[0], pool);
         test_syrk(lv[i], pool);
+        test_gemm_d(lv[i], pool);
         test_pack_range(lv[i], pool);
         test_gathered(lv[i], pool);
         test_ksplit(lv[i], pool);

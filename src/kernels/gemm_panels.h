@@ -67,7 +67,7 @@ void trex_gemm_grouped_rows_with(const trex_kernel_table *t, trex_pool *pool, tr
                                  const int32_t *const *arows, const int32_t *const *brows, int64_t count);
 void trex_gemm_syrk_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans,
                          int64_t n, int64_t k, float alpha, const void *X, int64_t ldx, float beta, float *C,
-                         int64_t ldc);
+                         int64_t ldc, const float *D, int64_t ldd);
 void trex_gemm_pack_b_range_with(const trex_kernel_table *t, uint16_t *panels, int64_t N, int64_t K,
                                  trex_dtype in, bool tb, const void *B, int64_t ldb, int64_t n0,
                                  int64_t n1, int64_t k0, int64_t k1);

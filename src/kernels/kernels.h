@@ -93,13 +93,22 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
  * diagonal are computed (about half the FLOPs of trex_gemm_f32_bf16 for large n), each bit-identical
  * to that tile of trex_gemm_bf16 / trex_gemm_f32_bf16 (op(A) = op(X), op(B) = op(X)^T) on the same ISA,
  * and the elements above the diagonal are then copied from below: C comes out exactly symmetric. With
- * beta != 0 only the old C's lower triangle (diagonal included) matters.
- * Newton–Schulz's Gram matrices X X^T and the square of the symmetric X X^T (optim/muon.c). */
+ * beta != 0 only the old C's lower triangle (diagonal included) matters. D (not NULL, ldd >= n) stands
+ * for the old C as in trex_gemm_problem: C = alpha op(X) op(X)^T + beta D, D's lower triangle read.
+ * Newton–Schulz's Gram matrices X X^T and B = bA + cA^2 (optim/muon.c). */
 void trex_gemm_syrk(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans, int64_t n, int64_t k,
-                    float alpha, const void *X, int64_t ldx, float beta, float *C, int64_t ldc);
+                    float alpha, const void *X, int64_t ldx, float beta, float *C, int64_t ldc, const float *D,
+                    int64_t ldd);
 
 /* One problem of a grouped GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, A/B/C as in trex_gemm_bf16
- * (A and B of the call's input type). M, N or K may be 0. */
+ * (A and B of the call's input type). M, N or K may be 0. With D not NULL, beta's term reads D [M,N]
+ * (ldd >= N) instead: C = alpha * op(A) op(B) + beta * D, each element with the operations it would
+ * have with D's value in C (so D = C is the plain problem); D must not overlap C unless D == C.
+ * Newton–Schulz's aX + XB without a pass that writes aX first.
+ * The operations (every bf16 GEMM entry): with alpha = 1 each element's fp32 sum starts from beta * D
+ * (rounded once; beta 0: from zero, D not read) and adds the products in the order of kernels/
+ * gemm_panels.h, so beta * D stored into C first and a call with beta 1 give the same bits; with
+ * alpha != 1 it starts from zero and C = alpha * sum + beta * D. */
 typedef struct trex_gemm_problem {
     int64_t M, N, K;
     const void *A;
@@ -108,6 +117,8 @@ typedef struct trex_gemm_problem {
     int64_t ldb;
     float *C;
     int64_t ldc;
+    const float *D;
+    int64_t ldd;
 } trex_gemm_problem;
 
 /* Every problem of the list in one call (MoE experts over tokens permuted by expert), with shared

@@ -2326,7 +2326,7 @@ trex_code trex_attn_forward_core(const trex_ctx *ctx, const trex_config *cfg, in
     for (int64_t gi = 0; gi < G && !reuse; gi++) {
         if (C->ob) {
             const trex_gemm_problem pa = {N, dg, gin, C->ob + gi * gin, hc, w->wo_a + gi * dg * gin, gin,
-                                          C->u + gi * dg, G * dg};
+                                          C->u + gi * dg, G * dg, NULL, 0};
             trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, true, 1.0f, 0.0f, &pa, 1);
         } else {
             trex_gemm_ex(pool, gws, gdt, false, true, N, dg, gin, 1.0f, C->o + gi * gin, hc,
@@ -2402,7 +2402,7 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                      w->wo_a + gi * dg * gin, gin, 0.0f, gO + gi * gin, hc);
         if (C->ob) {
             const trex_gemm_problem pw = {dg, gin, N, du + gi * dg, G * dg, C->ob + gi * gin, hc,
-                                          g->wo_a + gi * dg * gin, gin};
+                                          g->wo_a + gi * dg * gin, gin, NULL, 0};
             trex_gemm_grouped_mixed(pool, gws, TREX_F32, TREX_BF16, true, false, 1.0f, dw_beta, &pw, 1);
         } else {
             trex_gemm_ex(pool, gws, gdt, true, false, dg, gin, N, 1.0f, du + gi * dg, G * dg,
@@ -2609,10 +2609,10 @@ void trex_attn_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     if (dqb) {
         TREX_ASSERT(gdt == TREX_BF16);
         if (!proj_dx_panels(pool, gws, gdt, w, TREX_BF16, dqr, dqb, w->wq_b, N, dc, hc, false)) {
-            const trex_gemm_problem px = {N, dc, hc, dqb, hc, w->wq_b, dc, dqr, dc};
+            const trex_gemm_problem px = {N, dc, hc, dqb, hc, w->wq_b, dc, dqr, dc, NULL, 0};
             trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, false, false, 1.0f, 0.0f, &px, 1);
         }
-        const trex_gemm_problem pw = {hc, dc, N, dqb, hc, C->qr, dc, g->wq_b, dc};
+        const trex_gemm_problem pw = {hc, dc, N, dqb, hc, C->qr, dc, g->wq_b, dc, NULL, 0};
         trex_gemm_grouped_mixed(pool, gws, TREX_BF16, TREX_F32, true, false, 1.0f, dw_beta, &pw, 1);
     } else {
         proj_backward(pool, gws, gdt, w, dqr, g->wq_b, dq, C->qr, w->wq_b, N, dc, hc, false, dw_acc);

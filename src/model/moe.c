@@ -324,10 +324,10 @@ static int64_t pieces_fwd(trex_gemm_problem *probs, const piece_list *pl, const 
             float *t = t0 + sw->rows * N;
             sw->p[sw->n++] = (swap_piece){lo - pl->p0, rows, t};
             sw->rows += rows;
-            probs[n++] = (trex_gemm_problem){N, rows, Kd, Bs[e], ldb, a, lda, t, rows};
+            probs[n++] = (trex_gemm_problem){N, rows, Kd, Bs[e], ldb, a, lda, t, rows, NULL, 0};
         } else {
             probs[n++] = (trex_gemm_problem){rows, N, Kd, a, lda, Bs[e], ldb,
-                                             c0 + (lo - pl->p0) * ldc, ldc};
+                                             c0 + (lo - pl->p0) * ldc, ldc, NULL, 0};
         }
     }
     return n;
@@ -349,7 +349,7 @@ static int64_t pieces_wgrad(trex_gemm_problem *probs, int64_t n, int64_t *nw, co
         if (hi <= lo)
             continue;
         const trex_gemm_problem p = {M, Nn, hi - lo, a0 + (lo - pl->p0) * lda, lda,
-                                     b0 + (lo - pl->p0) * ldb, ldb, dW[e], Nn};
+                                     b0 + (lo - pl->p0) * ldb, ldb, dW[e], Nn, NULL, 0};
         if (zero && lo == pl->off[e]) { /* ahead of the summing ones: probs [nw, n) */
             memmove(probs + *nw + 1, probs + *nw, (size_t)(n - *nw) * sizeof *probs);
             probs[(*nw)++] = p;
@@ -919,7 +919,7 @@ static void w13_backward_dx(trex_pool *pool, trex_gemm_ws *gws, const moe_wb *wb
             const int64_t r = pp->lo[j] - pl->p0;
             probs[j - j0] = (trex_gemm_problem){pp->hi[j] - pp->lo[j], d, 2 * I, dadu + r * la, la,
                                                 ws->wb + (j - j0) * 2 * I * (d + MOE_PAD),
-                                                d + MOE_PAD, dxg + r * d, d};
+                                                d + MOE_PAD, dxg + r * d, d, NULL, 0};
         }
         trex_gemm_grouped(pool, gws, TREX_BF16, false, false, 1.0f, 0.0f, probs, j1 - j0);
     }
@@ -969,7 +969,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
         wb_products(pool, gws, wb, true, probs, np);
         swiglu16_args sg = {.f = f, .a = a, .u = a + I, .h = hg, .I = I, .lau = lau, .L = L};
         trex_pool_for(pool, n, grain_for(I * 4), swiglu16_fwd_rows, &sg);
-        probs[0] = (trex_gemm_problem){n, d, I, hg, I, wb->sw2, wb->ld2, y + r0 * d, d};
+        probs[0] = (trex_gemm_problem){n, d, I, hg, I, wb->sw2, wb->ld2, y + r0 * d, d, NULL, 0};
         wb_products(pool, gws, wb, true, probs, 1);
     }
     /* With the bf16 copies, a | u reads x's rows through the tokens of the permuted rows (no gathered
@@ -1404,18 +1404,18 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
         swiglu16_args sg = {.f = f, .a = c->sa + r0 * lau, .u = c->su + r0 * lau, .h = hg, .dh = dhg,
                             .da = dadu, .du = dadu + I, .I = I, .la = la, .lau = lau, .L = L};
         /* dh = dy W2 (W2 [d, I]); SwiGLU backward and h; dW2 += dy^T h */
-        probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, wb.packed ? wb.sb2 : wb.sw2, wb.ld2, dhg, I};
+        probs[0] = (trex_gemm_problem){n, I, d, dyr, lx, wb.packed ? wb.sb2 : wb.sw2, wb.ld2, dhg, I, NULL, 0};
         wb_products(pool, gws, &wb, false, probs, 1);
         trex_pool_for(pool, n, grain_for(I * 8), swiglu16_bwd_rows, &sg);
         const bool zero = ctx->grads_zero && r0 == 0; /* the shared expert's first rows */
-        probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I};
+        probs[0] = (trex_gemm_problem){d, I, n, dyr, lx, hg, I, g->sw2, I, NULL, 0};
         wgrad_products(pool, gws, probs, NULL, NULL, 1, zero ? 1 : 0);
         int64_t nw, np = pieces_w13_wgrad(probs, &nw, &sp, &g->sw1, &g->sw3, gadj, I, d, dadu, la, xr, lx,
                                           zero);
         wgrad_products(pool, gws, probs, NULL, NULL, np, nw);
         probs[0] = copies ? (trex_gemm_problem){n, d, 2 * I, dadu, la, wb.packed ? wb.sb13 : wb.sw1, wb.ld13,
-                                                dx + r0 * d, d}
-                          : (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d};
+                                                dx + r0 * d, d, NULL, 0}
+                          : (trex_gemm_problem){n, d, 2 * I, dadu, la, ws.wb, lx, dx + r0 * d, d, NULL, 0};
         if (copies)
             wb_products(pool, gws, &wb, false, probs, 1);
         else

@@ -37,25 +37,39 @@ size_t trex_muon_workspace(int64_t n, int64_t m)
     return align16((size_t)n * (size_t)m) + 2 * align16(r * r);
 }
 
-/* C = alpha op(A) op(B) + beta C in the chosen precision. */
-static void mm(trex_pool *pool, trex_muon_ns prec, trex_gemm_ws *gws, bool ta, bool tb, int64_t M, int64_t N,
-               int64_t K, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-               int64_t ldc)
+/* The products below write C[M, N] (contiguous) = alpha (product) + beta D, D another contiguous
+ * [M, N] or NULL (beta 0). The bf16 GEMMs read D in their epilogue; the fp32 reference GEMM has no D,
+ * so there C = beta D comes first (the scale kernel) and the product is added with beta 1. */
+static float beta_first(trex_muon_ns prec, float *C, const float *D, int64_t numel, float beta)
 {
-    if (prec == TREX_NS_BF16)
-        trex_gemm_f32_bf16(pool, gws, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else
-        trex_gemm(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (prec == TREX_NS_BF16 || !D)
+        return beta;
+    trex_optim_kernels_get()->scale(C, D, beta, numel);
+    return 1.0f;
 }
 
-/* A symmetric product C[r,r] = alpha op(X) op(X)^T + beta C, op(X) = X [r, k] or (trans) X^T of an X
+/* C = alpha op(A) op(B) + beta D in the chosen precision. */
+static void mm(trex_pool *pool, trex_muon_ns prec, trex_gemm_ws *gws, bool ta, bool tb, int64_t M, int64_t N,
+               int64_t K, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+               const float *D, float *C)
+{
+    beta = beta_first(prec, C, D, M * N, beta);
+    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, N, D, N};
+    if (prec == TREX_NS_BF16)
+        trex_gemm_grouped(pool, gws, TREX_F32, ta, tb, alpha, beta, &p, 1);
+    else
+        trex_gemm(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+}
+
+/* A symmetric product C[r,r] = alpha op(X) op(X)^T + beta D, op(X) = X [r, k] or (trans) X^T of an X
  * stored [k, r] (row stride ldx): the Gram matrix X X^T or X^T X, and A^2 = A A^T. In bf16 only its
  * lower triangle is computed (trex_gemm_syrk): half the FLOPs. */
 static void gram(trex_pool *pool, trex_muon_ns prec, trex_gemm_ws *gws, bool trans, int64_t r, int64_t k,
-                 float alpha, const float *X, int64_t ldx, float beta, float *C)
+                 float alpha, const float *X, int64_t ldx, float beta, const float *D, float *C)
 {
+    beta = beta_first(prec, C, D, r * r, beta);
     if (prec == TREX_NS_BF16)
-        trex_gemm_syrk(pool, gws, TREX_F32, trans, r, k, alpha, X, ldx, beta, C, r);
+        trex_gemm_syrk(pool, gws, TREX_F32, trans, r, k, alpha, X, ldx, beta, C, r, D, r);
     else
         trex_gemm(pool, trans, !trans, r, r, k, alpha, X, ldx, X, ldx, beta, C, r);
 }
@@ -86,14 +100,12 @@ void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m,
     float *cur = x, *nxt = y;
     for (int it = 0; it < NS_ITERS; it++) {
         const float *c3 = it < NS_FAST ? ns_fast : ns_final;
-        gram(pool, prec, gws, tall, r, tall ? n : m, 1.0f, cur, m, 0.0f, A); /* A = X X^T or X^T X */
-        ok->scale(B, A, c3[1], r * r);
-        gram(pool, prec, gws, false, r, r, c3[2], A, r, 1.0f, B); /* B = bA + cA^2, A^2 = A A^T */
-        ok->scale(nxt, cur, c3[0], numel);
+        gram(pool, prec, gws, tall, r, tall ? n : m, 1.0f, cur, m, 0.0f, NULL, A); /* A = X X^T or X^T X */
+        gram(pool, prec, gws, false, r, r, c3[2], A, r, c3[1], A, B); /* B = bA + cA^2, A^2 = A A^T */
         if (tall) /* Y = aX + X B */
-            mm(pool, prec, gws, false, false, n, m, m, 1.0f, cur, m, B, r, 1.0f, nxt, m);
+            mm(pool, prec, gws, false, false, n, m, m, 1.0f, cur, m, B, r, c3[0], cur, nxt);
         else /* Y = aX + B X */
-            mm(pool, prec, gws, false, false, n, m, n, 1.0f, B, r, cur, m, 1.0f, nxt, m);
+            mm(pool, prec, gws, false, false, n, m, n, 1.0f, B, r, cur, m, c3[0], cur, nxt);
         float *t = cur;
         cur = nxt;
         nxt = t;

@@ -829,7 +829,7 @@ static int bench_kernels(int argc, char **argv)
             fill(A[g], na, k->f32, 1000 + (uint64_t)g);
             fill(B[g], nb, k->f32, 2000 + (uint64_t)g);
             memset(C[g], 0, nc * 4);
-            probs[g] = (trex_gemm_problem){M, N, K, A[g], lda, B[g], ldb, C[g], N};
+            probs[g] = (trex_gemm_problem){M, N, K, A[g], lda, B[g], ldb, C[g], N, NULL, 0};
             const bool sym = k->prepacked == SYM; /* one operand, half the products */
             res.flops += (sym ? (double)M + 1.0 : 2.0 * (double)N) * (double)M * (double)K;
             res.bytes += (double)(sym ? na : na + nb) * (double)esz + (k->accumulate ? 8.0 : 4.0) * (double)nc;
@@ -890,7 +890,7 @@ static int bench_kernels(int argc, char **argv)
                 trex_gemm_grouped_prepacked_with(c.t, c.pool, ws, in, k->ta, 1.0f, beta, pprobs, ng);
             else if (k->prepacked == SYM)
                 trex_gemm_syrk_with(c.t, c.pool, ws, in, k->ta, probs[0].M, probs[0].K, 1.0f, probs[0].A,
-                                    probs[0].lda, beta, probs[0].C, probs[0].ldc);
+                                    probs[0].lda, beta, probs[0].C, probs[0].ldc, NULL, 0);
             else if (k->prepacked == ROWS)
                 trex_gemm_grouped_rows_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs,
                                             (const int32_t *const *)arows, (const int32_t *const *)brows, ng);

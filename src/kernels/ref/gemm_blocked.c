@@ -55,8 +55,9 @@
 #define KSLICE 512               /* k per slice of a block, at most (compute_block) */
 #define ADD_STREAM_LIMIT (8l << 20) /* bytes of a beta-1 C in a call above which its last slice streams it */
 
-/* alpha 1 beta 0: tiles stored into C | alpha 1 beta 1: tiles loaded from C and stored back |
- * anything else: the sum goes through a 32x32 buffer, then C = alpha * sum + beta * C. */
+/* alpha 1 beta 0: tiles stored into C | alpha 1, any other beta: the sums start from beta * D (D's tiles
+ * loaded as they are for beta 1, else scaled into a 32x32 buffer; D is C unless the problem names one),
+ * then stored into C | alpha != 1: the sum goes through a 32x32 buffer, then C = alpha * sum + beta * D. */
 enum { MODE_SET, MODE_ADD, MODE_GENERAL };
 
 typedef struct sub {
@@ -65,6 +66,8 @@ typedef struct sub {
     int64_t a_rs, a_ks, b_rs, b_ks;
     float *C;
     int64_t ldc;
+    const float *D;          /* beta's term (the problem's D, or C) */
+    int64_t ldd;
     int64_t mb;              /* rows per block of C (and per packed A block) */
     int64_t npan;            /* 32-column panels of B */
     int64_t mblk, nblk;      /* mb x NB blocks of C */
@@ -270,31 +273,49 @@ static int64_t slice_k(int64_t Kp)
     return ceil_div(Kp / TREX_GEMM_KU, ns) * TREX_GEMM_KU;
 }
 
-/* One row of MODE_GENERAL's epilogue into t: t = alpha t (+ beta c). A whole row is a loop of 32 that
+/* One row of MODE_GENERAL's epilogue into t: t = alpha t (+ beta d). A whole row is a loop of 32 that
  * the compiler vectorizes (-O2 does only loops without a remainder); a tile at C's right edge runs the
  * same operations element by element. */
-static inline void general_row(float *restrict t, const float *restrict c, int64_t cols, float alpha, float beta)
+static inline void general_row(float *restrict t, const float *restrict d, int64_t cols, float alpha, float beta)
 {
     if (cols == TREX_GEMM_NR && beta == 0.0f)
         for (int64_t j = 0; j < TREX_GEMM_NR; j++)
             t[j] = alpha * t[j];
     else if (cols == TREX_GEMM_NR)
         for (int64_t j = 0; j < TREX_GEMM_NR; j++)
-            t[j] = alpha * t[j] + beta * c[j];
+            t[j] = alpha * t[j] + beta * d[j];
     else
         for (int64_t j = 0; j < cols; j++)
-            t[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * c[j];
+            t[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * d[j];
 }
 
-/* C = alpha t + beta C (or C = t for MODE_SET and MODE_ADD, whose sum already holds C) for the rows x
- * cols corner of a 32x32 sum t (the thread's buffer, never C), which then holds what was stored
- * (mirror_tile reads it): edge tiles, MODE_GENERAL and symmetric products go through here. */
-static void store_tile(const run *r, float *c, int64_t ldc, float *t, int64_t rows, int64_t cols)
+/* MODE_ADD's starting sums for the rows x cols corner of a tile: t = beta d (a copy for beta 1), 32 floats
+ * apart; whole rows in loops of 32, as general_row. */
+static void start_tile(float *restrict t, const float *restrict d, int64_t ldd, float beta, int64_t rows,
+                       int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++, t += TREX_GEMM_NR, d += ldd)
+        if (beta == 1.0f)
+            memcpy(t, d, (size_t)cols * sizeof *t);
+        else if (cols == TREX_GEMM_NR)
+            for (int64_t j = 0; j < TREX_GEMM_NR; j++)
+                t[j] = beta * d[j];
+        else
+            for (int64_t j = 0; j < cols; j++)
+                t[j] = beta * d[j];
+}
+
+/* C = alpha t + beta D (or C = t for MODE_SET and MODE_ADD, whose sum already holds D) for the rows x
+ * cols corner of a 32x32 sum t (the thread's buffer, never C or D), which then holds what was stored
+ * (mirror_tile reads it): edge tiles, MODE_GENERAL and symmetric products go through here. d is D's
+ * tile (C's, unless the problem names a D). */
+static void store_tile(const run *r, float *c, int64_t ldc, const float *d, int64_t ldd, float *t, int64_t rows,
+                       int64_t cols)
 {
     const float alpha = r->alpha, beta = r->beta; /* in registers: c may alias r as far as C knows */
-    for (int64_t i = 0; i < rows; i++, c += ldc, t += TREX_GEMM_NR) {
+    for (int64_t i = 0; i < rows; i++, c += ldc, d += ldd, t += TREX_GEMM_NR) {
         if (r->mode == MODE_GENERAL)
-            general_row(t, c, cols, alpha, beta);
+            general_row(t, d, cols, alpha, beta);
         memcpy(c, t, (size_t)cols * sizeof *c);
     }
 }
@@ -351,6 +372,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                 /* a symmetric C's tiles go through tmp, which the mirror reads */
                 const bool direct = !r->sym && r->mode != MODE_GENERAL && rows == R && cols == Q;
                 float *c = s->C + i0 * s->ldc + j0;
+                const float *d = s->D + i0 * s->ldd + j0;
                 float *part = first && last ? NULL : sums + (ip * np + jp) * R * Q; /* one slice: unused */
                 trex_ukr_c io = {.out = part, .ldo = Q, .in = part, .ldi = Q};
                 if (next && ip * share < lines) {
@@ -360,10 +382,9 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                 unsigned flags = first ? 0 : TREX_UKR_ACCUMULATE;
                 if (first && r->mode == MODE_ADD) {
                     flags = TREX_UKR_ACCUMULATE;
-                    io.in = c, io.ldi = s->ldc;
-                    if (!direct) {
-                        for (int64_t i = 0; i < rows; i++)
-                            memcpy(tmp + i * Q, c + i * s->ldc, (size_t)cols * sizeof *c);
+                    io.in = d, io.ldi = s->ldd;
+                    if (!direct || r->beta != 1.0f) {
+                        start_tile(tmp, d, s->ldd, r->beta, rows, cols);
                         io.in = tmp, io.ldi = Q;
                     }
                 }
@@ -374,7 +395,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                 }
                 ukr(kl, ablk + ip * R * Kp + k0 * R, bsl, &io, flags);
                 if (last && !direct)
-                    store_tile(r, c, s->ldc, tmp, rows, cols);
+                    store_tile(r, c, s->ldc, d, s->ldd, tmp, rows, cols);
                 if (last && r->sym)
                     mirror_tile(r, s->C - s->n0, s->ldc, tmp, i0, s->n0 + j0, rows, cols);
             }
@@ -510,12 +531,12 @@ size_t trex_gemm_ws_bytes(const trex_gemm_ws *ws)
 
 /* ---- driver ------------------------------------------------------------------------------------------ */
 
-/* C = beta * C for an empty sum (K == 0); beta == 0 writes zeros. */
-static void scale_c(float *C, int64_t M, int64_t N, int64_t ldc, float beta)
+/* C = beta * D for an empty sum (K == 0); beta == 0 writes zeros. */
+static void scale_c(float *C, int64_t M, int64_t N, int64_t ldc, float beta, const float *D, int64_t ldd)
 {
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
-            C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+            C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * D[i * ldd + j];
 }
 
 /* Columns of a chunk: as many whole panels of packed B as fit OPERAND_LIMIT, at least one. */
@@ -885,9 +906,9 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
         }
         if (q->M == 0 || q->N == 0)
             continue;
-        TREX_ASSERT(q->C != NULL && q->ldc >= q->N);
+        TREX_ASSERT(q->C != NULL && q->ldc >= q->N && (!q->D || q->ldd >= q->N));
         if (q->K == 0) {
-            scale_c(q->C, q->M, q->N, q->ldc, beta);
+            scale_c(q->C, q->M, q->N, q->ldc, beta, q->D ? q->D : q->C, q->D ? q->ldd : q->ldc);
             for (int64_t i = 0; sym && i < q->M; i++) /* above the diagonal: the mirror, as for K > 0 */
                 for (int64_t j = 0; j < i; j++)
                     q->C[j * q->ldc + i] = q->C[i * q->ldc + j];
@@ -943,6 +964,8 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
                 s->b_ks = b_ks;
             }
             s->C = q->C + n0;
+            s->D = (q->D ? q->D : q->C) + n0;
+            s->ldd = q->D ? q->ldd : q->ldc;
             s->n0 = n0;
             s->ldc = q->ldc;
             s->mb = mb;
@@ -975,9 +998,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
         max_items = items_c > max_items ? items_c : max_items;
         b = e;
     }
-    const int mode = alpha == 1.0f && beta == 0.0f   ? MODE_SET
-                     : alpha == 1.0f && beta == 1.0f ? MODE_ADD
-                                                     : MODE_GENERAL;
+    const int mode = alpha != 1.0f ? MODE_GENERAL : beta == 0.0f ? MODE_SET : MODE_ADD;
     const size_t bbytes = ((size_t)max_pack * 2 + 63) / 64 * 64;
     const size_t abytes = ((size_t)ablock * 2 + 63) / 64 * 64, sbytes = (size_t)sblock * sizeof(float);
     char *packed = ws_grow(&w->pack, &w->pack_cap, bbytes + (size_t)nslots * (abytes + sbytes));
@@ -1132,7 +1153,7 @@ void trex_gemm_prepacked(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, boo
                          float beta, float *C, int64_t ldc)
 {
     TREX_ASSERT(B != NULL && !B->a);
-    const trex_gemm_problem p = {M, B->N, B->K, A, lda, B, 0, C, ldc};
+    const trex_gemm_problem p = {M, B->N, B->K, A, lda, B, 0, C, ldc, NULL, 0};
     trex_gemm_grouped_prepacked_with(trex_kernels_table(), pool, ws, a_in, ta, alpha, beta, &p, 1);
 }
 
@@ -1142,7 +1163,7 @@ void trex_gemm_prepacked_a_with(const trex_kernel_table *t, trex_pool *pool, tre
                                 int64_t ldc)
 {
     TREX_ASSERT(A != NULL && A->a && (b_in == TREX_BF16 || b_in == TREX_F32));
-    const trex_gemm_problem p = {A->N, N, A->K, A, 0, B, ldb, C, ldc};
+    const trex_gemm_problem p = {A->N, N, A->K, A, 0, B, ldb, C, ldc, NULL, 0};
     gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, tb, alpha, beta, &p, 1, NULL, NULL, false);
 }
 
@@ -1158,7 +1179,7 @@ void trex_gemm_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int64_t
                     int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B,
                     int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, ldc};
+    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, ldc, NULL, 0};
     trex_gemm_grouped_with(trex_kernels_table(), pool, ws, TREX_BF16, ta, tb, alpha, beta, &p, 1);
 }
 
@@ -1166,23 +1187,24 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
                         int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                         int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, ldc};
+    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, ldc, NULL, 0};
     trex_gemm_grouped_with(trex_kernels_table(), pool, ws, TREX_F32, ta, tb, alpha, beta, &p, 1);
 }
 
 void trex_gemm_syrk_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans,
                          int64_t n, int64_t k, float alpha, const void *X, int64_t ldx, float beta, float *C,
-                         int64_t ldc)
+                         int64_t ldc, const float *D, int64_t ldd)
 {
     TREX_ASSERT(in == TREX_BF16 || in == TREX_F32);
-    const trex_gemm_problem p = {n, n, k, X, ldx, X, ldx, C, ldc};
+    const trex_gemm_problem p = {n, n, k, X, ldx, X, ldx, C, ldc, D, ldd};
     gemm_run(t, pool, ws, in, false, in, false, trans, !trans, alpha, beta, &p, 1, NULL, NULL, true);
 }
 
 void trex_gemm_syrk(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans, int64_t n, int64_t k,
-                    float alpha, const void *X, int64_t ldx, float beta, float *C, int64_t ldc)
+                    float alpha, const void *X, int64_t ldx, float beta, float *C, int64_t ldc, const float *D,
+                    int64_t ldd)
 {
-    trex_gemm_syrk_with(trex_kernels_table(), pool, ws, in, trans, n, k, alpha, X, ldx, beta, C, ldc);
+    trex_gemm_syrk_with(trex_kernels_table(), pool, ws, in, trans, n, k, alpha, X, ldx, beta, C, ldc, D, ldd);
 }
 
 void trex_cvt_f32_bf16(uint16_t *dst, const float *src, int64_t n)
