@@ -8,10 +8,11 @@
  * Every GEMM sums in a fixed order, so the result does not depend on the pool.
  *
  * Precision: with TREX_NS_FP32 every product is the fp32 reference GEMM; with TREX_NS_BF16 (the default
- * of the optimizer) every product rounds its operands to bf16 and sums in fp32 (trex_gemm_f32_bf16,
- * AMX where present), while X, A, B and the aX + ... sums stay fp32; the two symmetric products (A and
- * A^2) compute only their lower triangle and mirror it (trex_gemm_syrk), which cuts a 512 x 1024
- * matrix's FLOPs by 28%. Measured accuracy and speed: docs/optim.md. */
+ * of the optimizer) every product rounds its operands to bf16 and sums in fp32 (the bf16 GEMM with fp32
+ * operands, AMX where present), while X, A, B and the aX + ... sums stay fp32; the two symmetric
+ * products (A and A^2) compute only their lower triangle and mirror it (trex_gemm_syrk), which cuts a
+ * 512 x 1024 matrix's FLOPs by 28%, and aX and bA are the products' beta terms (a problem's D), so no
+ * pass writes them first. Measured accuracy and speed: docs/optim.md. */
 #include <math.h>
 #include <stddef.h>
 
@@ -54,11 +55,12 @@ static void mm(trex_pool *pool, trex_muon_ns prec, trex_gemm_ws *gws, bool ta, b
                const float *D, float *C)
 {
     beta = beta_first(prec, C, D, M * N, beta);
-    const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, N, D, N};
-    if (prec == TREX_NS_BF16)
+    if (prec == TREX_NS_BF16) {
+        const trex_gemm_problem p = {M, N, K, A, lda, B, ldb, C, N, D, N};
         trex_gemm_grouped(pool, gws, TREX_F32, ta, tb, alpha, beta, &p, 1);
-    else
+    } else {
         trex_gemm(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+    }
 }
 
 /* A symmetric product C[r,r] = alpha op(X) op(X)^T + beta D, op(X) = X [r, k] or (trans) X^T of an X
