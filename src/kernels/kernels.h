@@ -308,7 +308,8 @@ static inline void trex_adamw_consts_f32(trex_adamw_f32 *k, const trex_adamw_con
     k->gscale = c->gscale;
 }
 typedef double (*trex_sumsq_fn)(const float *x, int64_t n, int64_t *nonfinite);
-/* scale: y[k] = a x[k] for k < n, one IEEE float multiply each (y may be x): Newton–Schulz's aX and bA. */
+/* scale: y[k] = a x[k] for k < n, one IEEE float multiply each (y may be x): Newton–Schulz's aX and bA on its
+ * fp32 path (the bf16 GEMMs take them as their beta terms). */
 typedef void (*trex_scale_fn)(float *y, const float *x, float a, int64_t n);
 /* muon_normalize: x[k] = (float)((double)x[k] / norm), one IEEE double division each: Newton–Schulz's
  * X / ||X||_F (norm from sumsq).
