@@ -88,7 +88,7 @@ void trex_muon_orthogonalize_ex(trex_pool *pool, float *x, int64_t n, int64_t m,
     TREX_ASSERT(prec == TREX_NS_BF16 || prec == TREX_NS_FP32);
     const int64_t numel = n * m;
     const trex_optim_kernels *ok = trex_optim_kernels_get();
-    int64_t nonfinite;
+    int64_t nonfinite; /* not needed: a NaN or Inf makes ss NaN or Inf, and the step checked the gradients */
     const double ss = ok->sumsq(x, numel, &nonfinite);
     if (!(ss > 0.0))
         return; /* zero (or empty) stays as it is */
