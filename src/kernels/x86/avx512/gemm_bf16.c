@@ -3,7 +3,11 @@
  * The 32x32 block of C is done as four bands of 8 rows; a band keeps 8 x 2 zmm accumulators (16 fp32
  * each) while it walks all of k in pairs: two 64-byte loads of the VNNI B panel (32 columns x one k-pair) and,
  * per row, a broadcast of that row's k-pair from the A panel, then one VDPBF16PS per accumulator.
- * The B panel is read once per band. Also a block's transpose (the symmetric products' mirror tiles).
+ * The B panel is read once per band. Alongside, the prefetch_lines lines the framework names (the next B
+ * slice) are prefetched into L2 (PREFETCHT1), spread over the call's steps as the AMX level does: the
+ * hardware prefetchers stop at each 4 KiB page of the packed panels, so without it every slice of a B that
+ * streams from L3 or memory starts with demand misses (the experts' products at T = 512 +4-10%, 2048^3
+ * +3-5%; docs/kernels.md "Round 17"). Also a block's transpose (the symmetric products' mirror tiles).
  * Compiled with AVX-512 flags; reached only through the dispatch table. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -70,6 +74,10 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
     const int64_t ldo = c->ldo, ldi = c->ldi;
     const bool accumulate = flags & TREX_UKR_ACCUMULATE;
     const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0;
+    const char *pf = c->prefetch;
+    const int64_t steps = TREX_GEMM_MR / 8 * (kp / 32);
+    const int64_t pf_step = pf ? (c->prefetch_lines + steps - 1) / steps : 0;
+    int64_t pf_left = pf ? c->prefetch_lines : 0;
     for (int64_t rb = 0; rb < TREX_GEMM_MR; rb += 8) {
         ROW_INIT(0);
         ROW_INIT(1);
@@ -82,6 +90,13 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
         for (int64_t k0 = 0; k0 < kp; k0 += 32) {
             const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
             const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
+            if (pf_left > 0) {
+                const int64_t n = pf_left < pf_step ? pf_left : pf_step;
+                for (int64_t i = 0; i < n; i++)
+                    _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
+                pf += 64 * n;
+                pf_left -= n;
+            }
             for (int q = 0; q < 16; q++) {
                 const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR);
                 const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR + 32);
