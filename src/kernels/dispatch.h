@@ -52,7 +52,10 @@ typedef struct trex_cpu_features {
  * TREX_UKR_STREAM asks for non-temporal stores of out (a hint: taken when out is 64-byte aligned and
  * ldo a multiple of 16; the run's gemm_end then fences them). prefetch, when not NULL, names
  * prefetch_lines consecutive 64-byte lines that the framework reads next (the following slice of B):
- * a level may bring them towards L2 while it computes (a hint; levels without prefetching ignore it). */
+ * a level may bring them towards L2 while it computes (a hint; levels without prefetching ignore it).
+ * rows (1..32; 0: all 32) is how many rows of the block the caller uses: a level may skip the others,
+ * neither reading them from in nor writing them to out (the A panel's padding rows at the bottom edge
+ * of a problem, e.g. an expert's last rows). */
 #define TREX_UKR_ACCUMULATE 1u
 #define TREX_UKR_STREAM 2u
 typedef struct trex_ukr_c {
@@ -62,6 +65,7 @@ typedef struct trex_ukr_c {
     int64_t ldi;
     const void *prefetch;
     int64_t prefetch_lines;
+    int64_t rows;
 } trex_ukr_c;
 typedef void (*trex_gemm_ukr_fn)(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                                  unsigned flags);

@@ -374,7 +374,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
                 float *c = s->C + i0 * s->ldc + j0;
                 const float *d = s->D + i0 * s->ldd + j0;
                 float *part = first && last ? NULL : sums + (ip * np + jp) * R * Q; /* one slice: unused */
-                trex_ukr_c io = {.out = part, .ldo = Q, .in = part, .ldi = Q};
+                trex_ukr_c io = {.out = part, .ldo = Q, .in = part, .ldi = Q, .rows = rows};
                 if (next && ip * share < lines) {
                     io.prefetch = (const char *)next + ip * share * 64;
                     io.prefetch_lines = min64(share, lines - ip * share);

@@ -3,7 +3,8 @@
  * The 32x32 block of C is done as four bands of 8 rows; a band keeps 8 x 2 zmm accumulators (16 fp32
  * each) while it walks all of k in pairs: two 64-byte loads of the VNNI B panel (32 columns x one k-pair) and,
  * per row, a broadcast of that row's k-pair from the A panel, then one VDPBF16PS per accumulator.
- * The B panel is read once per band. Alongside, the prefetch_lines lines the framework names (the next B
+ * The B panel is read once per band; bands wholly below the rows the caller uses (c->rows: the padding
+ * of a problem's last A panel) are skipped. Alongside, the prefetch_lines lines the framework names (the next B
  * slice) are prefetched into L2 (PREFETCHT1), spread over the call's steps as the AMX level does: the
  * hardware prefetchers stop at each 4 KiB page of the packed panels, so without it every slice of a B that
  * streams from L3 or memory starts with demand misses (the experts' products at T = 512 +4-10%, 2048^3
@@ -74,11 +75,13 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
     const int64_t ldo = c->ldo, ldi = c->ldi;
     const bool accumulate = flags & TREX_UKR_ACCUMULATE;
     const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0;
+    /* bands of 8 rows that hold rows the caller uses (c->rows; the rest is the A panel's padding) */
+    const int64_t mr = c->rows > 0 && c->rows < TREX_GEMM_MR ? (c->rows + 7) / 8 * 8 : TREX_GEMM_MR;
     const char *pf = c->prefetch;
-    const int64_t steps = TREX_GEMM_MR / 8 * (kp / 32);
+    const int64_t steps = mr / 8 * (kp / 32);
     const int64_t pf_step = pf ? (c->prefetch_lines + steps - 1) / steps : 0;
     int64_t pf_left = pf ? c->prefetch_lines : 0;
-    for (int64_t rb = 0; rb < TREX_GEMM_MR; rb += 8) {
+    for (int64_t rb = 0; rb < mr; rb += 8) {
         ROW_INIT(0);
         ROW_INIT(1);
         ROW_INIT(2);
