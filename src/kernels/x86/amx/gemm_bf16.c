@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/prefetch_l2.h"
 
 typedef struct tile_config {
     uint8_t palette;
@@ -57,24 +58,16 @@ void trex_gemm_end_amx(void)
  * kp <= L1_KP), A is loaded with the non-temporal hint (TILELOADDT1) and streams past without evicting
  * B: 4096 x 1024 x 512 went from 27-28% to 35-39% of the peak on two threads. A longer B panel streams
  * from L2 either way, and there the hint measured up to 14% slower (docs/kernels.md "Round 13").
- * Alongside, the pf_lines lines at pf (the next B slice; pf NULL: none) are prefetched into L2
- * (PREFETCHT1), spread over the steps and none past the last: the hardware prefetchers stop at each
- * 4 KiB page of the packed panels, and B comes from L3 or memory. a_hint is a constant at each call, so
+ * Alongside, the pf_lines lines at pf (the next B slice; pf NULL: none) are prefetched into L2, spread
+ * over the steps (x86/prefetch_l2.h): B comes from L3 or memory. a_hint is a constant at each call, so
  * the compiler makes two loops. */
 static inline __attribute__((always_inline)) void products(int64_t kp, const uint16_t *ap, const uint16_t *bp,
                                                            bool a_hint, const char *pf, int64_t pf_lines)
 {
-    const int64_t pf_step = (pf_lines + kp / 32 - 1) / (kp / 32); /* lines per step, the last steps fewer */
-    int64_t pf_left = pf ? pf_lines : 0;
+    l2_prefetch pfs = l2_prefetch_plan(pf, pf_lines, kp / 32);
     const size_t sa = 64, sb = 2 * TREX_GEMM_NR * 2;
     for (int64_t k = 0; k < kp; k += 32, ap += 32 * TREX_GEMM_MR, bp += 32 * TREX_GEMM_NR) {
-        if (pf_left > 0) {
-            const int64_t n = pf_left < pf_step ? pf_left : pf_step;
-            for (int64_t i = 0; i < n; i++)
-                _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
-            pf += 64 * n;
-            pf_left -= n;
-        }
+        l2_prefetch_step(&pfs);
         if (a_hint)
             _tile_stream_loadd(4, ap, sa);
         else

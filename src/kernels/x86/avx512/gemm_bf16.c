@@ -4,11 +4,9 @@
  * each) while it walks all of k in pairs: two 64-byte loads of the VNNI B panel (32 columns x one k-pair) and,
  * per row, a broadcast of that row's k-pair from the A panel, then one VDPBF16PS per accumulator.
  * The B panel is read once per band; bands wholly below the rows the caller uses (c->rows: the padding
- * of a problem's last A panel) are skipped. Alongside, the prefetch_lines lines the framework names (the next B
- * slice) are prefetched into L2 (PREFETCHT1), spread over the call's steps as the AMX level does: the
- * hardware prefetchers stop at each 4 KiB page of the packed panels, so without it every slice of a B that
- * streams from L3 or memory starts with demand misses (the experts' products at T = 512 +4-10%, 2048^3
- * +3-5%; docs/kernels.md "Round 17"). Also a block's transpose (the symmetric products' mirror tiles).
+ * of a problem's last A panel) are skipped. Alongside, the next B slice is prefetched into L2 over the
+ * call's steps, as the AMX level does (x86/prefetch_l2.h; 2048^3 5-9% faster, docs/kernels.md
+ * "Round 17"). Also a block's transpose (the symmetric products' mirror tiles).
  * Compiled with AVX-512 flags; reached only through the dispatch table. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -16,6 +14,7 @@
 
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/avx512/mask.h"
+#include "kernels/x86/prefetch_l2.h"
 #include "kernels/x86/avx512/transpose.h"
 
 static inline __m512bh bcast_pair(const uint16_t *p)
@@ -77,10 +76,7 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
     const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0;
     /* bands of 8 rows that hold rows the caller uses (c->rows; the rest is the A panel's padding) */
     const int64_t mr = c->rows > 0 && c->rows < TREX_GEMM_MR ? (c->rows + 7) / 8 * 8 : TREX_GEMM_MR;
-    const char *pf = c->prefetch;
-    const int64_t steps = mr / 8 * (kp / 32);
-    const int64_t pf_step = pf ? (c->prefetch_lines + steps - 1) / steps : 0;
-    int64_t pf_left = pf ? c->prefetch_lines : 0;
+    l2_prefetch pf = l2_prefetch_plan(c->prefetch, c->prefetch_lines, mr / 8 * (kp / 32));
     for (int64_t rb = 0; rb < mr; rb += 8) {
         ROW_INIT(0);
         ROW_INIT(1);
@@ -93,13 +89,7 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
         for (int64_t k0 = 0; k0 < kp; k0 += 32) {
             const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
             const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
-            if (pf_left > 0) {
-                const int64_t n = pf_left < pf_step ? pf_left : pf_step;
-                for (int64_t i = 0; i < n; i++)
-                    _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
-                pf += 64 * n;
-                pf_left -= n;
-            }
+            l2_prefetch_step(&pf);
             for (int q = 0; q < 16; q++) {
                 const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR);
                 const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR + 32);
