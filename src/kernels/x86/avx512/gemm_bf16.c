@@ -14,8 +14,8 @@
 
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/avx512/mask.h"
-#include "kernels/x86/prefetch_l2.h"
 #include "kernels/x86/avx512/transpose.h"
+#include "kernels/x86/prefetch_l2.h"
 
 static inline __m512bh bcast_pair(const uint16_t *p)
 {
