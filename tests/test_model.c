@@ -472,6 +472,74 @@ static void test_head_grads_zero(fixture *f)
     free(g2);
 }
 
+/* grads_zero is the promise that the pass sets every gradient: whatever the buffer held before is
+ * never read. Each pass starts from a buffer of NaN and must give the values of a pass that adds to a
+ * cleared buffer, every tensor (the summed ones that the model clears, the products that write theirs)
+ * in every case that changes which products run: fp32 and bf16 compute, dense and sparse, each head,
+ * each recompute policy, a batch without targets (no product of the head runs), two tokens (most
+ * experts get no rows), and loss weights of 0. */
+static void test_grads_zero_sets_all(fixture *f)
+{
+    const int64_t n = f->w.layout.n_float;
+    const size_t bytes = sizeof(float) * (size_t)n;
+    float *g1 = malloc(bytes), *g2 = malloc(bytes);
+    TREX_ASSERT(g1 && g2);
+    uint8_t none[B * T];
+    memset(none, 0, sizeof none);
+    const trex_batch batches[] = {f->batch, {B, T, f->tokens, none, f->doc}, {1, 2, f->tokens, f->mask, NULL}};
+    static const char *const bname[] = {"the batch", "no targets", "two tokens"};
+    static const trex_model_recompute pol[] = {
+        TREX_MODEL_RECOMPUTE_NONE, TREX_MODEL_RECOMPUTE_FULL, TREX_MODEL_RECOMPUTE_ATTENTION,
+        TREX_MODEL_RECOMPUTE_MOE, TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE, TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE};
+    static const trex_head_precision heads[] = {TREX_HEAD_AUTO, TREX_HEAD_BF16X3, TREX_HEAD_FP32};
+    int cases = 0, bad = 0;
+    for (int run = 0; run < 4; run++)
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
+            for (size_t pi = 0; pi < sizeof pol / sizeof pol[0]; pi++)
+                for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+                    for (int zw = 0; zw < 2; zw++) {
+                        /* the policies and heads with the first batch only; weights 0 with the rest */
+                        if ((pi > 0 || hi > 0) && bi > 0)
+                            continue;
+                        if (zw && (pi > 0 || hi > 0))
+                            continue;
+                        trex_model_opts o = f->opts;
+                        o.compute = run & 1 ? TREX_BF16 : TREX_F32;
+                        o.sparse = run >= 2;
+                        o.recompute = pol[pi];
+                        o.head_precision = heads[hi];
+                        if (zw)
+                            o.mtp_weight = o.indexer_weight = o.balance_weight = 0.0;
+                        trex_losses l1, l2;
+                        memset(g1, 0, bytes);
+                        for (int64_t i = 0; i < n; i++)
+                            g2[i] = NAN;
+                        grads_pass(f, &batches[bi], o, false, g1, NULL, NULL, &l1);
+                        grads_pass(f, &batches[bi], o, true, g2, NULL, NULL, &l2);
+                        int64_t ndiff = 0;
+                        const char *first = "-";
+                        for (int64_t k = 0; k < f->w.layout.count; k++) {
+                            const trex_param *p = &f->w.layout.params[k];
+                            for (int64_t i = p->offset; i < p->offset + p->numel; i++)
+                                if (!(g1[i] == g2[i])) { /* NaN, or another value; +0 and -0 alike */
+                                    first = ndiff++ ? first : p->name;
+                                }
+                        }
+                        cases++;
+                        if (ndiff || memcmp(&l1, &l2, sizeof l1) != 0) {
+                            bad++;
+                            CHECK(false, "grads_zero from a NaN buffer: %s, %s, %s, recompute %d, %s head%s: "
+                                  "%lld values differ from a pass adding to zeros (the first in %s)",
+                                  trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", bname[bi],
+                                  (int)o.recompute, trex_model_head_name(&o), zw ? ", loss weights 0" : "",
+                                  (long long)ndiff, first);
+                        }
+                    }
+    CHECK(bad == 0, "grads_zero sets every gradient: %d cases, %d differ", cases, bad);
+    free(g1);
+    free(g2);
+}
+
 /* With grads_zero, the attention's weight gradients (wq_a, wq_b, wkv, wo_a, wo_b, the compressors' and the
  * indexer's projections) and the MTP block's e_proj and h_proj are written by their products (beta 0)
  * instead of added to the zeros they hold: every gradient equal to a run that adds (fp32 and bf16, dense
@@ -813,6 +881,7 @@ int main(void)
     test_head_pairs(&f);
     test_head_grads_zero(&f);
     test_weight_grads_zero(&f);
+    test_grads_zero_sets_all(&f);
     test_recompute(&f);
     test_stale_arena(&f, &mem);
     /* The indexer's inputs and the attention probabilities in its loss are detached

@@ -86,12 +86,16 @@ typedef struct trex_model_opts {
      * of logits (0: 512 for bf16x3, 1 024 for the others; docs/precision.md "The LM head"). */
     trex_head_precision head_precision;
     trex_model_recompute recompute;
-    /* The gradient buffer given to trex_model_forward holds zeros (the caller cleared it for this
-     * micro-batch): the split heads then write d head.weight with their first product, bf16 mode's
-     * MoE each expert's weight gradients with its first rows, and the attention (its projections, the
-     * compressors' and the indexer's) and the MTP block (e_proj, h_proj) theirs with their one product
-     * each, instead of adding to zeros read back (530 MB, 1.9 GB and 0.38 GB at dsv4-bench). The same
-     * values: 0 + x = x (only a sum of negative zeros alone would keep its sign). */
+    /* The pass sets every gradient, as if the buffer given to trex_model_forward had been cleared
+     * first; what it holds before is never read (the trainer's first micro-batch of a step). The split
+     * heads write d head.weight with their first product, bf16 mode's MoE each expert's weight
+     * gradients with its first rows, and the attention (its projections, the compressors' and the
+     * indexer's) and the MTP block (e_proj, h_proj) theirs with their one product each, instead of
+     * adding to zeros read back (530 MB, 1.9 GB and 0.38 GB at dsv4-bench); the forward clears only
+     * the gradients that are sums (the embedding's, the norms', mHC's, the router's, ...: 0.64 GB of
+     * the 3.5 GB at dsv4-bench in bf16 mode), and those that no product wrote (d head.weight without
+     * a target, the experts without rows). The same values as adding to a cleared buffer: 0 + x = x
+     * (only a sum of negative zeros alone would keep its sign). */
     bool grads_zero;
 } trex_model_opts;
 

@@ -39,8 +39,9 @@ typedef struct trex_ctx {
      * and the head's logits run in bf16x3 (fp32-level accuracy). */
     trex_dtype compute;
     trex_gemm_ws *ws; /* the bf16 GEMMs' workspace (NULL: allocated per call) */
-    /* The gradients of this pass start at zero (trex_model_opts.grads_zero): a weight gradient's first
-     * product may write it (beta 0) instead of adding to zeros it would read back. */
+    /* The pass sets every gradient (trex_model_opts.grads_zero): a weight gradient's first product
+     * writes it (beta 0), and the gradients that are sums start from zeros the forward wrote
+     * (model.c grads_clear_summed). */
     bool grads_zero;
 } trex_ctx;
 

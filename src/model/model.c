@@ -29,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernels/fused.h"
 #include "kernels/kernels.h"
@@ -1405,6 +1408,115 @@ fail:
     return rc;
 }
 
+/* ---- the gradients of a grads_zero pass ------------------------------------------------------- */
+
+/* n floats at p = +0 with non-temporal stores (SSE2, part of x86-64): each line is written without
+ * first being read into the cache (ordinary stores, memset's at these sizes, read every line before
+ * writing it: twice the memory traffic), then an sfence, so the zeros are globally visible before the
+ * pool's join publishes them. Elsewhere memset. */
+static void zero_stream(float *p, int64_t n)
+{
+#if defined(__SSE2__)
+    int64_t i = 0;
+    for (; i < n && ((uintptr_t)(p + i) & 15u); i++)
+        p[i] = 0.0f;
+    const __m128 z = _mm_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        _mm_stream_ps(p + i, z);
+        _mm_stream_ps(p + i + 4, z);
+        _mm_stream_ps(p + i + 8, z);
+        _mm_stream_ps(p + i + 12, z);
+    }
+    for (; i + 4 <= n; i += 4)
+        _mm_stream_ps(p + i, z);
+    for (; i < n; i++)
+        p[i] = 0.0f;
+    _mm_sfence();
+#else
+    memset(p, 0, (size_t)n * sizeof *p);
+#endif
+}
+
+/* Runs of the gradient buffer to clear: run r is [at[r], at[r] + len[r]), and the runs laid end to
+ * end are the index space [0, total) that the pool's threads split. */
+typedef struct clear_job {
+    float *g;
+    const int64_t *at, *len;
+    int64_t nruns;
+} clear_job;
+
+static void clear_runs(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const clear_job *j = arg;
+    int64_t base = 0;
+    for (int64_t r = 0; r < j->nruns && base < e; base += j->len[r], r++) {
+        const int64_t lo = b > base ? b : base, hi = e < base + j->len[r] ? e : base + j->len[r];
+        if (lo < hi)
+            zero_stream(j->g + j->at[r] + (lo - base), hi - lo);
+    }
+}
+
+/* Clears the gradient buffer's floats [at, at + n) by every pool thread. */
+static void grads_clear_run(trex_model *m, int64_t at, int64_t n)
+{
+    clear_job j = {m->grads, &at, &n, 1};
+    trex_pool_for(m->ctx.pool, n, 1 << 16, clear_runs, &j);
+}
+
+/* Whether a grads_zero pass writes param p's whole gradient with products (beta 0), so that it need
+ * not be cleared first: the attention's projections and the MTP block's e_proj / h_proj always; d
+ * head.weight with the split heads (fp32's adds to it; with no target at all no product runs and the
+ * forward clears it then: head_dw_set); the experts' in bf16 mode (fp32's add to theirs; trex_moe_backward
+ * clears those of experts that get no rows). Every other gradient is a sum into the buffer: the
+ * embedding's scatter, the norms', mHC's, the router's, the sinks', the compressors' and the indexer's
+ * (whose products run only with compressed entries and a KL term). */
+static bool grad_written(const trex_model *m, const trex_param *p)
+{
+    switch (p->kind) {
+    case TREX_P_ATTN:
+    case TREX_P_MTP_PROJ:
+        return true;
+    case TREX_P_HEAD:
+        return m->head3;
+    case TREX_P_EXPERT:
+    case TREX_P_SHARED_EXPERT:
+        return m->ctx.compute == TREX_BF16;
+    default:
+        return false;
+    }
+}
+
+/* A grads_zero pass's start: clears the gradients that the pass sums into (grad_written), adjacent
+ * tensors as one run, by every pool thread. At dsv4-bench in bf16 mode that is 636 MB (the embedding's
+ * 530, the compressors' 73, the rest small) of the buffer's 3 505 (docs/perf.md "The twenty-sixth
+ * sitting"). */
+static trex_code grads_clear_summed(trex_model *m, trex_err *err)
+{
+    const trex_layout *lay = &m->weights->layout;
+    int64_t *at = malloc(2 * (size_t)lay->count * sizeof *at);
+    if (!at)
+        return trex_err_set(err, TREX_ENOMEM, "model: out of memory for %lld gradient runs",
+                            (long long)lay->count);
+    int64_t *len = at + lay->count, nruns = 0, total = 0;
+    for (int64_t i = 0; i < lay->count; i++) {
+        const trex_param *p = &lay->params[i];
+        if (grad_written(m, p) || p->numel == 0)
+            continue;
+        if (nruns > 0 && at[nruns - 1] + len[nruns - 1] == p->offset) {
+            len[nruns - 1] += p->numel;
+        } else {
+            at[nruns] = p->offset;
+            len[nruns++] = p->numel;
+        }
+        total += p->numel;
+    }
+    clear_job j = {m->grads, at, len, nruns};
+    trex_pool_for(m->ctx.pool, total, 1 << 16, clear_runs, &j);
+    free(at);
+    return TREX_OK;
+}
+
 trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_model_opts *opts,
                              float *grads, float *logits, float *mtp_logits, trex_losses *out,
                              trex_err *err)
@@ -1442,7 +1554,6 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     memset(out, 0, sizeof *out);
     m->opts = opts ? *opts : trex_model_opts_default();
     m->ctx.grads_zero = grads && m->opts.grads_zero;
-    m->head_dw_set = m->ctx.grads_zero; /* consumed by the head's first product into d head.weight */
     m->ctx.compute = m->opts.compute;
     m->tokens = b->tokens;
     const int64_t B = b->B, T = b->T, N = B * T, Nm = B * (T - 1);
@@ -1471,6 +1582,10 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     m->head_kt = trex_model_head_terms(&m->opts);
     m->head3 = m->head_kt > 0;
     m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
+    /* consumed by the split head's first product into d head.weight */
+    m->head_dw_set = m->ctx.grads_zero && m->head3;
+    if (m->ctx.grads_zero)
+        TREX_TRY(grads_clear_summed(m, err));
     const bool merged = heads_merged(m, logits, mtp_logits);
     if (m->head3) { /* the head's buffers; merged heads carve theirs in heads_run3 */
         if (!merged)
@@ -1587,6 +1702,9 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
             goto fail;
         trex_prof_end(TREX_PROF_MTP);
     }
+
+    if (m->head_dw_set) /* no row had a target: no product of the split heads wrote d head.weight */
+        grads_clear_run(m, m->g.head - m->grads, cfg->vocab_size * cfg->hidden_size);
 
     /* losses (docs/model-conventions.md) */
     out->main_targets = m->hp.count;

@@ -1467,6 +1467,25 @@ static void experts_backward_grouped(const trex_ctx *ctx, const trex_moe_cache *
     }
 }
 
+/* bf16 mode with grads_zero: each expert's weight gradients are written by the product of its first
+ * rows (pieces_wgrad), the shared expert's by its first pass; those of an expert without rows in this
+ * pass (all of them, the shared expert too, with no token) are cleared here instead. */
+static void clear_idle_experts(const trex_moe_cache *c, trex_moe_w *g)
+{
+    const size_t bytes = (size_t)(c->I * c->d) * sizeof(float);
+    for (int64_t e = 0; e < c->E; e++)
+        if (c->N == 0 || c->off[e + 1] == c->off[e]) {
+            memset(g->w1[e], 0, bytes);
+            memset(g->w2[e], 0, bytes);
+            memset(g->w3[e], 0, bytes);
+        }
+    if (c->N == 0) {
+        memset(g->sw1, 0, bytes);
+        memset(g->sw2, 0, bytes);
+        memset(g->sw3, 0, bytes);
+    }
+}
+
 void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
                        const trex_seqinfo *seq, float *dx, const float *dy, const float *x,
                        const trex_moe_w *w, trex_moe_w *g, const trex_moe_cache *cache,
@@ -1483,6 +1502,8 @@ void trex_moe_backward(const trex_ctx *ctx, const trex_config *cfg, int layer,
     const float L = (float)cfg->swiglu_limit;
     trex_pool *pool = ctx->pool;
     trex_arena *ar = ctx->arena;
+    if (ctx->grads_zero && ctx->compute == TREX_BF16)
+        clear_idle_experts(c, g);
     if (N == 0)
         return;
 

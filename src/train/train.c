@@ -26,9 +26,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "kernels/dispatch.h"
 #include "trex/checkpoint.h"
@@ -409,52 +406,6 @@ static void scale_grads(trainer *t, double f)
     trex_pool_for(t->pool, j.n, 1 << 16, scale_chunk, &j);
 }
 
-/* n floats at p = +0 with non-temporal stores (SSE2, part of x86-64): each line is written without
- * first being read into the cache (ordinary stores, memset's at these sizes, read every line before
- * writing it: twice the memory traffic), then an sfence, so the zeros are globally visible before the
- * pool's join publishes them. Elsewhere memset. */
-static void zero_stream(float *p, int64_t n)
-{
-#if defined(__SSE2__)
-    int64_t i = 0;
-    for (; i < n && ((uintptr_t)(p + i) & 15u); i++)
-        p[i] = 0.0f;
-    const __m128 z = _mm_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        _mm_stream_ps(p + i, z);
-        _mm_stream_ps(p + i + 4, z);
-        _mm_stream_ps(p + i + 8, z);
-        _mm_stream_ps(p + i + 12, z);
-    }
-    for (; i + 4 <= n; i += 4)
-        _mm_stream_ps(p + i, z);
-    for (; i < n; i++)
-        p[i] = 0.0f;
-    _mm_sfence();
-#else
-    memset(p, 0, (size_t)n * sizeof *p);
-#endif
-}
-
-static void zero_chunk(void *arg, int64_t b, int64_t e, int tid)
-{
-    (void)tid;
-    const scale_job *j = arg;
-    zero_stream(j->g + b, e - b);
-}
-
-/* The gradients (GBs at dsv4-bench size) are cleared by every pool thread (one core's stores do not
- * reach the machine's memory bandwidth), with non-temporal stores: a buffer that size does not stay in
- * the cache until the backward reaches it, and memset's ordinary stores would read all of it first
- * (3.5 GB at dsv4-bench: 0.45 -> 0.21 CPU-s; docs/perf.md "mHC and fixed passes, round 6"). A small
- * model's buffer goes through the same stores (its extra cache misses cost little; the training tests
- * run this path). */
-static void zero_grads(trainer *t)
-{
-    scale_job j = {t->grads, t->w.layout.n_float, 0.0f};
-    trex_pool_for(t->pool, j.n, 1 << 16, zero_chunk, &j);
-}
-
 static double mtp_weight_at(const trainer *t)
 {
     const trex_train_settings *s = &t->s;
@@ -489,7 +440,6 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
     }
     const bool warm = step <= s->indexer_warmup;
     const double lam = mtp_weight_at(t);
-    zero_grads(t);
     memset(t->load, 0, (size_t)(t->nblocks * t->E) * sizeof *t->load);
     double sum_main = 0, sum_mtp = 0, bal = 0, idx = 0, c_prev = 1.0;
     for (int64_t k = 0; k < K; k++) {
@@ -501,7 +451,7 @@ static trex_code train_step(trainer *t, int64_t step, train_metrics *m, trex_err
         o.indexer_weight = s->indexer_weight / ((double)K * c);
         o.compute = s->compute;
         o.recompute = s->recompute;
-        o.grads_zero = k == 0; /* zero_grads above */
+        o.grads_zero = k == 0; /* the first micro-batch writes every gradient (none cleared here) */
         if (k > 0 && c != c_prev)
             scale_grads(t, c_prev / c);
         const int64_t off = k * mbs * T;
