@@ -472,6 +472,34 @@ static void test_head_grads_zero(fixture *f)
     free(g2);
 }
 
+/* One case of test_grads_zero_sets_all: batch b under options o, from a cleared buffer g1 (adding) and
+ * from a buffer of NaN g2 (grads_zero); false, with a message, when a value or a loss differs. */
+static bool grads_zero_case(fixture *f, const trex_batch *b, const char *bname, trex_model_opts o, float *g1,
+                            float *g2)
+{
+    const int64_t n = f->w.layout.n_float;
+    trex_losses l1, l2;
+    memset(g1, 0, sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        g2[i] = NAN;
+    grads_pass(f, b, o, false, g1, NULL, NULL, &l1);
+    grads_pass(f, b, o, true, g2, NULL, NULL, &l2);
+    int64_t ndiff = 0;
+    const char *first = "-";
+    for (int64_t k = 0; k < f->w.layout.count; k++) {
+        const trex_param *p = &f->w.layout.params[k];
+        for (int64_t i = p->offset; i < p->offset + p->numel; i++)
+            if (!(g1[i] == g2[i])) /* NaN, or another value; +0 and -0 alike */
+                first = ndiff++ ? first : p->name;
+    }
+    const bool ok = ndiff == 0 && memcmp(&l1, &l2, sizeof l1) == 0;
+    CHECK(ok, "grads_zero from a NaN buffer: %s, %s, %s, recompute %d, %s head%s: %lld values differ from a "
+          "pass adding to zeros (the first in %s)",
+          trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", bname, (int)o.recompute,
+          trex_model_head_name(&o), o.mtp_weight == 0.0 ? ", loss weights 0" : "", (long long)ndiff, first);
+    return ok;
+}
+
 /* grads_zero is the promise that the pass sets every gradient: whatever the buffer held before is
  * never read. Each pass starts from a buffer of NaN and must give the values of a pass that adds to a
  * cleared buffer, every tensor (the summed ones that the model clears, the products that write theirs)
@@ -480,8 +508,7 @@ static void test_head_grads_zero(fixture *f)
  * experts get no rows), and loss weights of 0. */
 static void test_grads_zero_sets_all(fixture *f)
 {
-    const int64_t n = f->w.layout.n_float;
-    const size_t bytes = sizeof(float) * (size_t)n;
+    const size_t bytes = sizeof(float) * (size_t)f->w.layout.n_float;
     float *g1 = malloc(bytes), *g2 = malloc(bytes);
     TREX_ASSERT(g1 && g2);
     uint8_t none[B * T];
@@ -493,48 +520,29 @@ static void test_grads_zero_sets_all(fixture *f)
         TREX_MODEL_RECOMPUTE_MOE, TREX_MODEL_RECOMPUTE_FULL_KEEP_CORE, TREX_MODEL_RECOMPUTE_ATTENTION_KEEP_CORE};
     static const trex_head_precision heads[] = {TREX_HEAD_AUTO, TREX_HEAD_BF16X3, TREX_HEAD_FP32};
     int cases = 0, bad = 0;
-    for (int run = 0; run < 4; run++)
+    for (int run = 0; run < 4; run++) {
+        trex_model_opts o = f->opts;
+        o.compute = run & 1 ? TREX_BF16 : TREX_F32;
+        o.sparse = run >= 2;
+        /* every policy with every head, on the first batch */
+        for (size_t pi = 0; pi < sizeof pol / sizeof pol[0]; pi++)
+            for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+                trex_model_opts c = o;
+                c.recompute = pol[pi];
+                c.head_precision = heads[hi];
+                cases++;
+                bad += !grads_zero_case(f, &batches[0], bname[0], c, g1, g2);
+            }
+        /* every batch with the loss weights 0, and the others with the weights as they are */
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
-            for (size_t pi = 0; pi < sizeof pol / sizeof pol[0]; pi++)
-                for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
-                    for (int zw = 0; zw < 2; zw++) {
-                        /* the policies and heads with the first batch only; weights 0 with the rest */
-                        if ((pi > 0 || hi > 0) && bi > 0)
-                            continue;
-                        if (zw && (pi > 0 || hi > 0))
-                            continue;
-                        trex_model_opts o = f->opts;
-                        o.compute = run & 1 ? TREX_BF16 : TREX_F32;
-                        o.sparse = run >= 2;
-                        o.recompute = pol[pi];
-                        o.head_precision = heads[hi];
-                        if (zw)
-                            o.mtp_weight = o.indexer_weight = o.balance_weight = 0.0;
-                        trex_losses l1, l2;
-                        memset(g1, 0, bytes);
-                        for (int64_t i = 0; i < n; i++)
-                            g2[i] = NAN;
-                        grads_pass(f, &batches[bi], o, false, g1, NULL, NULL, &l1);
-                        grads_pass(f, &batches[bi], o, true, g2, NULL, NULL, &l2);
-                        int64_t ndiff = 0;
-                        const char *first = "-";
-                        for (int64_t k = 0; k < f->w.layout.count; k++) {
-                            const trex_param *p = &f->w.layout.params[k];
-                            for (int64_t i = p->offset; i < p->offset + p->numel; i++)
-                                if (!(g1[i] == g2[i])) { /* NaN, or another value; +0 and -0 alike */
-                                    first = ndiff++ ? first : p->name;
-                                }
-                        }
-                        cases++;
-                        if (ndiff || memcmp(&l1, &l2, sizeof l1) != 0) {
-                            bad++;
-                            CHECK(false, "grads_zero from a NaN buffer: %s, %s, %s, recompute %d, %s head%s: "
-                                  "%lld values differ from a pass adding to zeros (the first in %s)",
-                                  trex_dtype_name(o.compute), o.sparse ? "sparse" : "dense", bname[bi],
-                                  (int)o.recompute, trex_model_head_name(&o), zw ? ", loss weights 0" : "",
-                                  (long long)ndiff, first);
-                        }
-                    }
+            for (int zw = bi == 0; zw < 2; zw++) {
+                trex_model_opts c = o;
+                if (zw)
+                    c.mtp_weight = c.indexer_weight = c.balance_weight = 0.0;
+                cases++;
+                bad += !grads_zero_case(f, &batches[bi], bname[bi], c, g1, g2);
+            }
+    }
     CHECK(bad == 0, "grads_zero sets every gradient: %d cases, %d differ", cases, bad);
     free(g1);
     free(g2);
