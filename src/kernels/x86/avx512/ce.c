@@ -7,7 +7,8 @@
  * are explicit, so nothing is contracted), the max as MAXPS (which is exactly `l > m ? l : m`, NaN
  * and signed zeros included), 2^n applied by VSCALEFPS (one rounding, subnormal results included, as
  * the reference's two-step product), the per-column sums in double lanes over the rows in order, and
- * the bf16 rounding of trex_f32_to_bf16 in integer lanes (NaN quieted, ties to even).
+ * the bf16 rounding of trex_f32_to_bf16 (avx512/bf16.h; split3 takes its integer form, whose fp32
+ * upper halves give x - hi).
  *
  * Prefetches (hints only: they change no value, never fault, and their addresses, which may lie past
  * the block or the buffer, are computed as integers): ce_fwd's exp pass, which reads its block from L2
@@ -20,24 +21,13 @@
 #include <stdint.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx512/bf16.h"
 #include "kernels/x86/avx512/exp_poly.h"
 #include "kernels/x86/avx512/mask.h"
 
 float trex_fused_ce_exp_avx512(float x)
 {
     return _mm_cvtss_f32(_mm512_castps512_ps128(trex_exp_nonpos16(_mm512_set1_ps(x))));
-}
-
-/* trex_f32_to_bf16 of 16 lanes. */
-static inline __m256i bf16_16(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040)));
-    return _mm512_cvtepi32_epi16(r);
 }
 
 void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
@@ -102,21 +92,9 @@ void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64
             const __m512 cv = _mm512_maskz_loadu_ps(m, c + i);
             const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, cv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
             const __m512 x = _mm512_maskz_mul_ps(nz, _mm512_maskz_loadu_ps(m, e + i), cv);
-            _mm256_mask_storeu_epi16(o + i, m, bf16_16(x));
+            _mm256_mask_storeu_epi16(o + i, m, bf16_round16(x));
         }
     }
-}
-
-/* 16 floats rounded in their dwords: the upper half of each is trex_f32_to_bf16 of it, the lower half
- * is garbage (NaN: the upper half quieted, as trex_f32_to_bf16 does). */
-static inline __m512i bf16_in_hi(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
 }
 
 static inline __mmask32 tail_mask32(int64_t left)
@@ -143,9 +121,9 @@ void trex_fused_split3_avx512(uint16_t *dst, const float *src, int64_t rows, int
         for (int64_t i = 0; i < n; i += 32) {
             const __mmask16 m0 = tail_mask(n - i), m1 = n - i > 16 ? tail_mask(n - i - 16) : 0;
             const __m512 x0 = _mm512_maskz_loadu_ps(m0, x + i), x1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
-            const __m512i h0 = bf16_in_hi(x0), h1 = bf16_in_hi(x1);
-            const __m512i l0 = bf16_in_hi(_mm512_sub_ps(x0, _mm512_castsi512_ps(_mm512_and_si512(h0, top))));
-            const __m512i l1 = bf16_in_hi(_mm512_sub_ps(x1, _mm512_castsi512_ps(_mm512_and_si512(h1, top))));
+            const __m512i h0 = bf16_round_int(x0), h1 = bf16_round_int(x1);
+            const __m512i l0 = bf16_round_int(_mm512_sub_ps(x0, _mm512_castsi512_ps(_mm512_and_si512(h0, top))));
+            const __m512i l1 = bf16_round_int(_mm512_sub_ps(x1, _mm512_castsi512_ps(_mm512_and_si512(h1, top))));
             const __m512i H = _mm512_permutex2var_epi16(h0, up, h1), L = _mm512_permutex2var_epi16(l0, up, l1);
             if (stream) {
                 _mm512_stream_si512((void *)(ph + i), H);

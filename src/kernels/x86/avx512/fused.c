@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx512/bf16.h"
 #include "kernels/x86/avx512/mask.h"
 #include "trex/status.h"
 
@@ -125,21 +126,8 @@ void trex_fused_copy_nt_avx512(float *dst, const float *src, int64_t n)
     _mm_sfence();
 }
 
-/* cvt_bf16_nt: 16 floats to 16 bf16 as trex_f32_to_bf16 (integer round to nearest even, NaN quieted),
- * streaming 32-byte stores from the first 32-byte boundary of dst on */
-static inline __m256i bf16_round16(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
-                                  16);
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    return _mm512_cvtepi32_epi16(r);
-}
-
+/* cvt_bf16_nt: 16 floats to 16 bf16 as trex_f32_to_bf16 (avx512/bf16.h), streaming 32-byte stores
+ * from the first 32-byte boundary of dst on */
 void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n)
 {
     int64_t i = 0;

@@ -8,59 +8,17 @@
  * 16x16 dword transpose turns one into the other. The A format from a source with k contiguous needs no
  * tile at all: it is a copy of 64-byte row pieces, done row by row (each source row one sequential
  * stream: fp32 sources packed ~30% faster from L2 than by 16-row tiles, docs/kernels.md). fp32
- * sources are rounded to bf16 exactly as trex_f32_to_bf16 does (integer round-to-nearest-even, NaN
- * quieted), so every level packs the same bits; the packers round in 32-bit lanes and merge the upper
- * halves with one permute or blend instead of narrowing each vector (VPMOVDW). The fp32 packers
+ * sources are rounded to bf16 exactly as trex_f32_to_bf16 does (avx512/bf16.h: the conversion
+ * instructions, subnormals by the integer rounding), so every level packs the same bits. The fp32 packers
  * prefetch the next step of their source rows: rows far apart (one page each) defeat the hardware
  * prefetchers, and the packers then wait on memory (docs/kernels.md, "Packing"). */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512/bf16.h"
 #include "kernels/x86/avx512/mask.h"
 #include "kernels/x86/avx512/transpose.h"
-
-/* 16 fp32 -> 16 bf16, bit-exact with trex_f32_to_bf16. */
-static inline __m256i f32_to_bf16(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    return _mm512_cvtepi32_epi16(r);
-}
-
-/* 16 fp32 rounded in place: the upper 16 bits of each dword are trex_f32_to_bf16 of it (the lower
- * bits are garbage). Pairs of these are merged without the narrowing VPMOVDW. */
-static inline __m512i f32_round_hi(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-}
-
-/* The upper halves of the dwords of lo (elements 0-15) then hi (16-31): 32 bf16 in order. */
-static inline __m512i hi_halves(__m512i lo, __m512i hi)
-{
-    const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
-                                         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return _mm512_permutex2var_epi16(lo, idx, hi);
-}
-
-/* Dword j = (bf16 of b[j]) << 16 | bf16 of a[j]: the k-pair (a, b) of 16 columns, VNNI order. */
-static inline __m512i pair_halves(__m512i ra, __m512i rb)
-{
-    return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(ra, 16), rb);
-}
 
 static inline __mmask32 mask32(int64_t n)
 {
@@ -72,7 +30,7 @@ static inline __mmask32 mask32(int64_t n)
 static inline __m256i load16(const void *p, bool f32, int64_t n)
 {
     if (f32)
-        return f32_to_bf16(_mm512_maskz_loadu_ps(tail_mask(n), p));
+        return bf16_round16(_mm512_maskz_loadu_ps(tail_mask(n), p));
     return _mm256_maskz_loadu_epi16(tail_mask(n), p);
 }
 
@@ -82,10 +40,8 @@ static inline __m512i load32(const void *p, bool f32, int64_t n)
     if (!f32)
         return _mm512_maskz_loadu_epi16(mask32(n), p);
     const float *q = p;
-    const __m512i lo = f32_round_hi(_mm512_maskz_loadu_ps(tail_mask(n), q));
-    const __m512i hi = n > 16 ? f32_round_hi(_mm512_maskz_loadu_ps(tail_mask(n - 16), q + 16))
-                              : _mm512_setzero_si512();
-    return hi_halves(lo, hi);
+    return bf16_round32(_mm512_maskz_loadu_ps(tail_mask(n), q),
+                        n > 16 ? _mm512_maskz_loadu_ps(tail_mask(n - 16), q + 16) : _mm512_setzero_ps());
 }
 
 typedef struct view {
@@ -133,10 +89,9 @@ static inline void load_tile(const view *x, int64_t rr, int64_t kk, bool want_ro
         for (int p = 0; p < 16; p++) {
             const int64_t k = kk + 2 * p;
             const float *e = (const float *)(const void *)x->src + k * x->ks + rr;
-            const __m512i a = k < x->kc ? f32_round_hi(_mm512_maskz_loadu_ps(m, e)) : _mm512_setzero_si512();
-            const __m512i b = k + 1 < x->kc ? f32_round_hi(_mm512_maskz_loadu_ps(m, e + x->ks))
-                                            : _mm512_setzero_si512();
-            v[p] = pair_halves(a, b);
+            const __m512 a = k < x->kc ? _mm512_maskz_loadu_ps(m, e) : _mm512_setzero_ps();
+            const __m512 b = k + 1 < x->kc ? _mm512_maskz_loadu_ps(m, e + x->ks) : _mm512_setzero_ps();
+            v[p] = bf16_pairs16(a, b);
         }
         if (want_rows)
             transpose16(v);
@@ -171,10 +126,7 @@ static void pack_a_rows(uint16_t *dst, const view *x, int64_t kcp)
         if (x->f32)
             for (; kk + 32 <= x->kc; kk += 32) {
                 const float *q = (const float *)src + kk;
-                const __m512i v = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(f32_to_bf16(_mm512_loadu_ps(q))),
-                    f32_to_bf16(_mm512_loadu_ps(q + 16)), 1);
-                _mm512_storeu_si512(d + kk * TREX_GEMM_MR, v);
+                _mm512_storeu_si512(d + kk * TREX_GEMM_MR, bf16_round32(_mm512_loadu_ps(q), _mm512_loadu_ps(q + 16)));
             }
         else
             for (; kk + 32 <= x->kc; kk += 32)
@@ -247,7 +199,7 @@ void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n - i);
-        _mm256_mask_storeu_epi16(dst + i, m, f32_to_bf16(_mm512_maskz_loadu_ps(m, src + i)));
+        _mm256_mask_storeu_epi16(dst + i, m, bf16_round16(_mm512_maskz_loadu_ps(m, src + i)));
     }
 }
 

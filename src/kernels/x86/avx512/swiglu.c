@@ -5,13 +5,14 @@
  * so the bits are the same: the clamps as compare-and-blend (a NaN fails the compare and passes), the
  * exp as there (min/max clamp, round to nearest even, two-step reduction, the same polynomial by
  * separate multiplies and adds, 2^n built in the exponent field), IEEE division, the bf16 rounding of
- * trex_f32_to_bf16 in integer lanes (NaN quieted, ties to even). The backward's dot product keeps the
+ * trex_f32_to_bf16 (avx512/bf16.h). The backward's dot product keeps the
  * reference's 16 partial sums (element j in lane j mod 16) and its combining tree. Compiled with this
  * folder's flags and ISO C, so nothing is contracted into a fused multiply-add. */
 #include <immintrin.h>
 #include <stdint.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx512/bf16.h"
 #include "kernels/x86/avx512/exp_poly.h"
 #include "kernels/x86/avx512/mask.h"
 
@@ -25,20 +26,6 @@ static inline __m512 exp16(__m512 x)
     const __m512i e = _mm512_slli_epi32(
         _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
-
-/* trex_f32_to_bf16 of 16 lanes. */
-static inline __m256i to_bf16(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    r = _mm512_mask_mov_epi32(
-        r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040)));
-    return _mm512_cvtepi32_epi16(r);
 }
 
 void trex_fused_swiglu_fwd_bf16_avx512(uint16_t *h, const float *a, const float *u, int64_t n,
@@ -58,7 +45,7 @@ void trex_fused_swiglu_fwd_bf16_avx512(uint16_t *h, const float *a, const float 
         }
         const __m512 ex = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ac), sign)));
         const __m512 s = _mm512_div_ps(ac, _mm512_add_ps(one, ex));
-        _mm256_mask_storeu_epi16(h + j, m, to_bf16(_mm512_mul_ps(_mm512_mul_ps(s, uc), vg)));
+        _mm256_mask_storeu_epi16(h + j, m, bf16_round16(_mm512_mul_ps(_mm512_mul_ps(s, uc), vg)));
     }
 }
 
@@ -104,11 +91,11 @@ float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *h, uint16_t *da, uint16_t *du,
         const __m512 h0 = _mm512_mul_ps(_mm512_div_ps(ac, den), uc);
         dot = _mm512_mask_add_ps(dot, m, dot, _mm512_mul_ps(d, h0));
         if (h)
-            _mm256_mask_storeu_epi16(h + j, m, to_bf16(_mm512_mul_ps(h0, vg)));
+            _mm256_mask_storeu_epi16(h + j, m, bf16_round16(_mm512_mul_ps(h0, vg)));
         const __m512 d0 = _mm512_mul_ps(d, vg);
-        _mm256_mask_storeu_epi16(du + j, m, to_bf16(_mm512_mul_ps(_mm512_mul_ps(ku, d0), sl)));
+        _mm256_mask_storeu_epi16(du + j, m, bf16_round16(_mm512_mul_ps(_mm512_mul_ps(ku, d0), sl)));
         _mm256_mask_storeu_epi16(
-            da + j, m, to_bf16(_mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(ka, d0), uc), dsl)));
+            da + j, m, bf16_round16(_mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(ka, d0), uc), dsl)));
     }
     return tree16(dot);
 }
