@@ -1,4 +1,4 @@
-/* kernels/x86/avx512/pack.c — AVX-512 (F/BW/VL) panel packing and fp32 <-> bf16 conversion.
+/* kernels/x86/avx512/pack.c — AVX-512 (F/BW/VL/BF16) panel packing and fp32 <-> bf16 conversion.
  *
  * Compiled with AVX-512 flags; reached only through the dispatch table. The packed formats are those of
  * kernels/gemm_panels.h. A panel block is built from 16-row x 32-k tiles held as 16 vectors of 16 dwords,
@@ -126,7 +126,8 @@ static void pack_a_rows(uint16_t *dst, const view *x, int64_t kcp)
         if (x->f32)
             for (; kk + 32 <= x->kc; kk += 32) {
                 const float *q = (const float *)src + kk;
-                _mm512_storeu_si512(d + kk * TREX_GEMM_MR, bf16_round32(_mm512_loadu_ps(q), _mm512_loadu_ps(q + 16)));
+                _mm512_storeu_si512(d + kk * TREX_GEMM_MR,
+                                    bf16_round32(_mm512_loadu_ps(q), _mm512_loadu_ps(q + 16)));
             }
         else
             for (; kk + 32 <= x->kc; kk += 32)
