@@ -696,6 +696,7 @@ typedef struct ce3_job {
     float *bmax;         /* [nb, pw] block maxima per column; with keep, then the gradient factors */
     double *bsum;        /* [nb, pw] block sums of exp(l - block max) per column */
     const double *lt;    /* [pw] the target's logit (0 without a target) */
+    const float *et;     /* [pw] (1-term gradient) its exp, read before the gradient overwrites it */
     double *lse, *nll;   /* of the head pass (index r0 + i) */
     const trex_fused_table *fz;
 } ce3_job;
@@ -822,47 +823,45 @@ static float head_dw_beta(trex_model *m)
 }
 
 /* The one-hot part of the chunk's d logits^T at the targets in vocabulary rows [v0, v1): the target's
- * d logit, factor * exp(l_t - m_b) - scale, from its exp et[i] read before the gradient overwrote it. */
-static void ce3_onehot(const ce3_job *j, const float *et, int64_t v0, int64_t v1)
+ * d logit, factor * exp(l_t - m_b) - scale, from its exp j->et[i]. */
+static void ce3_onehot(const ce3_job *j, int64_t v0, int64_t v1)
 {
     for (int64_t i = 0; i < j->rows; i++) {
         const int32_t t = j->tgt[j->r0 + i];
         if (t < v0 || t >= v1)
             continue;
         const float c = j->bmax[t / HEAD3_CE_VOCAB * j->pw + i];
-        const float x = (c != 0.0f ? et[i] * c : 0.0f) - ce3_scale(j, j->r0 + i);
+        const float x = (c != 0.0f ? j->et[i] * c : 0.0f) - ce3_scale(j, j->r0 + i);
         ((uint16_t *)(void *)(j->L + (int64_t)t * j->ldc))[i] = trex_f32_to_bf16(x);
     }
 }
 
 /* The chunk's 1-term d logits^T (bf16, in place) of vocabulary rows [v0, v1), whole CE blocks. */
-static void ce3_grad_range(trex_pool *pool, const ce3_job *j, const float *et, int64_t v0, int64_t v1)
+static void ce3_grad_range(trex_pool *pool, const ce3_job *j, int64_t v0, int64_t v1)
 {
     ce3_job jb = *j;
     jb.L = j->L + v0 * j->ldc;
     jb.bmax = j->bmax + v0 / HEAD3_CE_VOCAB * j->pw;
     jb.V = v1 - v0;
     trex_pool_for(pool, (v1 - v0 + HEAD3_CE_VOCAB - 1) / HEAD3_CE_VOCAB, 1, ce3_grad_blocks, &jb);
-    ce3_onehot(j, et, v0, v1);
+    ce3_onehot(j, v0, v1);
 }
 
 /* The 1-term gradient products of rows [r0, r0 + rows) of the head pass, whose d logits^T are the bf16
  * columns [0, rows) of dl (row stride ldl bf16): dhn = dl^T W_hi (K = V in vocabulary blocks of
  * HEAD3_DHN_VOCAB1, each a sum over the whole block per element) and dW += dl hn_hi (K = rows); hn_hi
- * and W_hi at offset 0 of the kt d-wide rows of hnF and W3. With ce (its exp at the targets in et), the
- * d logits of ce's chunk are made here, block by block, just before the block's d hn product reads
- * them, while the block (12 MiB at 1 024 rows) can still be in the last-level cache (docs/kernels.md
- * "Round 19"). */
+ * and W_hi at offset 0 of the kt d-wide rows of hnF and W3. With ce, the d logits of ce's chunk are made
+ * here, block by block, just before the block's d hn product reads them, while the block (12 MiB at
+ * 1 024 rows) can still be in the last-level cache (docs/kernels.md "Round 19"). */
 static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
-                        const uint16_t *dl, int64_t ldl, int64_t r0, int64_t rows, float *dW, const ce3_job *ce,
-                        const float *et)
+                        const uint16_t *dl, int64_t ldl, int64_t r0, int64_t rows, float *dW, const ce3_job *ce)
 {
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, kd = m->head_kt * d;
     trex_pool *pool = m->ctx.pool;
     for (int64_t v0 = 0, b = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1, b++) {
         const int64_t vn = dhn_block_rows(V, v0);
         if (ce)
-            ce3_grad_range(pool, ce, et, v0, v0 + vn);
+            ce3_grad_range(pool, ce, v0, v0 + vn);
         if (m->dhn_w)
             trex_gemm_prepacked(pool, m->ctx.ws, TREX_BF16, true, rows, 1.0f, dl + v0 * ldl, ldl, m->dhn_w[b],
                                 v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
@@ -926,7 +925,7 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
         }
         ce3_job j = {.L = L, .V = V, .rows = rows, .pw = pw, .ldc = ldc, .r0 = r0, .nb = nb, .tgt = hp->tgt,
                      .scale = scale, .scale2 = scale2, .rs = rs, .keep = grad, .bmax = m->ce_max,
-                     .bsum = m->ce_sum, .lt = lt, .lse = hp->lse, .nll = nll, .fz = trex_fused()};
+                     .bsum = m->ce_sum, .lt = lt, .et = et, .lse = hp->lse, .nll = nll, .fz = trex_fused()};
         trex_pool_for(pool, nb, 1, ce3_fwd_blocks, &j);
         trex_pool_for(pool, pw, 16, ce3_comb_cols, &j);
         if (!dW)
@@ -935,7 +934,7 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
             memset(hp->dhn + r0 * d, 0, (size_t)(rows * d) * sizeof(float));
             if (held) /* the held chunk goes alone */
                 head3_grad1(m, hp, W3, hnF, (const uint16_t *)(const void *)chunk, 2 * ldc, held_r0, held, dW,
-                            NULL, NULL);
+                            NULL);
             held = 0;
             continue;
         }
@@ -966,9 +965,9 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
             }
         } else if (pairs && !held && rows == pw && r0 + rows < R) {
             held = rows, held_r0 = r0; /* the first of a pair: its products wait for the second */
-            ce3_grad_range(pool, &j, et, 0, V);
+            ce3_grad_range(pool, &j, 0, V);
         } else {
-            head3_grad1(m, hp, W3, hnF, dl, 2 * ldc, held ? held_r0 : r0, held + rows, dW, &j, et);
+            head3_grad1(m, hp, W3, hnF, dl, 2 * ldc, held ? held_r0 : r0, held + rows, dW, &j);
             held = 0;
         }
     }
