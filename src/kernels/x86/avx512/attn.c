@@ -5,9 +5,9 @@
  * for the A and B tiles, only where their rows are (an A or B tile is read by the product right after
  * its load, from the same memory, so nothing is copied). TILE_DP holds the C tile in 16 registers, one
  * row each, and walks the 16 k-pairs: a 64-byte load of B's pair row, then per row of C one VDPBF16PS
- * with that row's pair of A broadcast. Each element is then summed in k-pair order, two products per
- * step (the instruction's order), where the tile unit sums in its own; both are fp32 sums of exact
- * products, within the bounds of tests/test_attn_bf16.c. Like TDPBF16PS, VDPBF16PS reads bf16
+ * with that row's pair of A broadcast by the instruction itself (dp_bcast). Each element is then
+ * summed in k-pair order, two products per step (the instruction's order), where the tile unit sums in
+ * its own; both are fp32 sums of exact products, within the bounds of tests/test_attn_bf16.c. Like TDPBF16PS, VDPBF16PS reads bf16
  * subnormals as zero and flushes subnormal results. Compiled with AVX-512 flags. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -25,6 +25,17 @@ typedef struct tile_state {
     tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
 } tile_state;
 
+/* acc + VDPBF16PS(b, the pair at p broadcast): the broadcast is the instruction's memory operand
+ * ({1to16}), which GCC 12 does not fold for this intrinsic, so one instruction replaces a VPBROADCASTD
+ * and a VDPBF16PS (docs/kernels.md "Round 20"). b and the pair trade places in the instruction: the
+ * products of bf16 pairs are exact in fp32, so the sums are the same bits. */
+static inline __m512 dp_bcast(__m512 acc, __m512bh b, const char *p)
+{
+    /* the operand as 4 bytes, which need not be 4-byte aligned */
+    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(b), "m"(*(const char(*)[4])p));
+    return acc;
+}
+
 /* c += a (16 rows x 16 bf16 pairs) times b (16 pair rows x 16 columns) */
 static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows *b)
 {
@@ -34,11 +45,8 @@ static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows 
     for (int k = 0; k < 16; k++) {
         const __m512bh bk = (__m512bh)_mm512_loadu_si512((const void *)(b->p + k * b->ld));
         const char *ak = a->p + 4 * k;
-        _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++) {
-            int32_t pair;
-            memcpy(&pair, ak + m * a->ld, sizeof pair);
-            acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_set1_epi32(pair), bk);
-        }
+        _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
+            acc[m] = dp_bcast(acc[m], bk, ak + m * a->ld);
     }
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
         _mm512_storeu_ps(c[m], acc[m]);
