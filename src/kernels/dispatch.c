@@ -50,82 +50,60 @@ bool trex_isa_parse(const char *s, trex_isa *out)
 
 /* ---- the tables -------------------------------------------------------------------------------------- */
 
-static const trex_kernel_table table_ref = {
-    .isa = TREX_ISA_REF,
-    .gemm_name = "ref",
-    .pack_name = "ref",
-    .cvt_name = "ref",
-    .gemm_ukr = trex_gemm_ukr_ref,
-    .gemm_tile_t = trex_gemm_tile_t_ref,
-    .pack_a_bf16 = trex_pack_a_bf16_ref,
-    .pack_a_f32 = trex_pack_a_f32_ref,
-    .pack_b_bf16 = trex_pack_b_bf16_ref,
-    .pack_b_f32 = trex_pack_b_f32_ref,
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
-    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,
-    .gemm_f32_name = "ref",
-};
+/* The reference entries: every level without leaves of its own runs them. */
+#define REF_ENTRIES                            \
+    .gemm_name = "ref",                        \
+    .pack_name = "ref",                        \
+    .cvt_name = "ref",                         \
+    .gemm_ukr = trex_gemm_ukr_ref,             \
+    .gemm_tile_t = trex_gemm_tile_t_ref,       \
+    .pack_a_bf16 = trex_pack_a_bf16_ref,       \
+    .pack_a_f32 = trex_pack_a_f32_ref,         \
+    .pack_b_bf16 = trex_pack_b_bf16_ref,       \
+    .pack_b_f32 = trex_pack_b_f32_ref,         \
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,     \
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,     \
+    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,     \
+    .gemm_f32_name = "ref"
+
+static const trex_kernel_table table_ref = {.isa = TREX_ISA_REF, REF_ENTRIES};
 
 /* No AVX2 leaf exists yet: the level is recognised (and capped to) but runs the reference entries. */
-static const trex_kernel_table table_avx2 = {
-    .isa = TREX_ISA_AVX2,
-    .gemm_name = "ref",
-    .pack_name = "ref",
-    .cvt_name = "ref",
-    .gemm_ukr = trex_gemm_ukr_ref,
-    .gemm_tile_t = trex_gemm_tile_t_ref,
-    .pack_a_bf16 = trex_pack_a_bf16_ref,
-    .pack_a_f32 = trex_pack_a_f32_ref,
-    .pack_b_bf16 = trex_pack_b_bf16_ref,
-    .pack_b_f32 = trex_pack_b_f32_ref,
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
-    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,
-    .gemm_f32_name = "ref",
-};
+static const trex_kernel_table table_avx2 = {.isa = TREX_ISA_AVX2, REF_ENTRIES};
 
 #ifdef TREX_X86
+/* The AVX-512 leaves that the amx level shares (it has its own bf16 micro-kernel and peak). */
+#define AVX512_ENTRIES                            \
+    .pack_name = "avx512",                        \
+    .cvt_name = "avx512",                         \
+    .gemm_tile_t = trex_gemm_tile_t_avx512,       \
+    .pack_a_bf16 = trex_pack_a_bf16_avx512,       \
+    .pack_a_f32 = trex_pack_a_f32_avx512,         \
+    .pack_b_bf16 = trex_pack_b_bf16_avx512,       \
+    .pack_b_f32 = trex_pack_b_f32_avx512,         \
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,     \
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,     \
+    .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,     \
+    .gemm_f32_name = "avx512-mul-add",            \
+    .peak_f32_fma = trex_peak_f32_fma_avx512,     \
+    .peak_bf16_dp = trex_peak_bf16_dp_avx512
+
 static const trex_kernel_table table_avx512 = {
     .isa = TREX_ISA_AVX512,
     .gemm_name = "avx512-vdpbf16ps",
-    .pack_name = "avx512",
-    .cvt_name = "avx512",
     .gemm_ukr = trex_gemm_ukr_avx512,
-    .gemm_tile_t = trex_gemm_tile_t_avx512,
     .gemm_end = trex_gemm_end_avx512,
-    .pack_a_bf16 = trex_pack_a_bf16_avx512,
-    .pack_a_f32 = trex_pack_a_f32_avx512,
-    .pack_b_bf16 = trex_pack_b_bf16_avx512,
-    .pack_b_f32 = trex_pack_b_f32_avx512,
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,
-    .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,
-    .gemm_f32_name = "avx512-mul-add",
-    .peak_f32_fma = trex_peak_f32_fma_avx512,
-    .peak_bf16_dp = trex_peak_bf16_dp_avx512,
+    AVX512_ENTRIES,
 };
 
 static const trex_kernel_table table_amx = {
     .isa = TREX_ISA_AMX,
     .gemm_name = "amx-tdpbf16ps",
-    .pack_name = "avx512",
-    .cvt_name = "avx512",
     .gemm_ukr = trex_gemm_ukr_amx,
-    .gemm_tile_t = trex_gemm_tile_t_avx512,
     .gemm_begin = trex_gemm_begin_amx,
     .gemm_end = trex_gemm_end_amx,
-    .pack_a_bf16 = trex_pack_a_bf16_avx512,
-    .pack_a_f32 = trex_pack_a_f32_avx512,
-    .pack_b_bf16 = trex_pack_b_bf16_avx512,
-    .pack_b_f32 = trex_pack_b_f32_avx512,
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,
-    .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,
-    .gemm_f32_name = "avx512-mul-add",
-    .peak_f32_fma = trex_peak_f32_fma_avx512,
-    .peak_bf16_dp = trex_peak_bf16_dp_avx512,
     .peak_bf16_amx = trex_peak_bf16_amx,
+    AVX512_ENTRIES,
 };
 #endif
 

@@ -187,109 +187,72 @@ static const trex_fused_table table_ref = {
 };
 
 #if defined(__x86_64__) || defined(__i386__)
+/* The AVX-512 leaves, shared by the avx512 and amx tables. */
+#define AVX512_ENTRIES                                                 \
+    .dot = trex_fused_dot_avx512,                                      \
+    .dots = trex_fused_dots_avx512,                                    \
+    .axpy = trex_fused_axpy_avx512,                                    \
+    .axpy_rows = trex_fused_axpy_rows_avx512,                          \
+    .kl_qgrad = trex_fused_kl_qgrad_avx512,                            \
+    .kl_kgrad = trex_fused_kl_kgrad_avx512,                            \
+    .copy_nt = trex_fused_copy_nt_avx512,                              \
+    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,                      \
+    .rope = trex_fused_rope_avx512,                                    \
+    .rms_head_bwd = trex_fused_rms_head_bwd_avx512,                    \
+    .sattn_fwd = trex_fused_sattn_fwd_avx512,                          \
+    .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,              \
+    .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,          \
+    .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,                    \
+    .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,                    \
+    .mhc_collapse = trex_fused_mhc_collapse_avx512,                    \
+    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,            \
+    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_avx512,              \
+    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_avx512,              \
+    .gate_fwd = trex_fused_gate_fwd_avx512,                            \
+    .gate_bwd_dx = trex_fused_gate_bwd_dx_avx512,                      \
+    .gate_bwd_dw = trex_fused_gate_bwd_dw_avx512,                      \
+    .gate_bwd_dx_mhc = trex_fused_gate_bwd_dx_mhc_avx512,              \
+    .gate_fwd_fma = trex_fused_gate_fwd_fma_avx512,                    \
+    .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_avx512,              \
+    .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_avx512,      \
+    .ce_fwd = trex_fused_ce_fwd_avx512,                                \
+    .ce_grad = trex_fused_ce_grad_avx512,                              \
+    .ce_exp = trex_fused_ce_exp_avx512,                                \
+    .pool_fwd = trex_fused_pool_fwd_avx512,                            \
+    .pool_bwd = trex_fused_pool_bwd_avx512,                            \
+    .split3 = trex_fused_split3_avx512,                                \
+    .sumsq = trex_fused_sumsq_avx512,                                  \
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx512,                      \
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,                      \
+    .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512
+
+/* The bf16 attention core of a level isa (kernels/x86/attn_tiles.h: avx512 or amx). */
+#define ATTN_BF16_ENTRIES(isa)                                                                \
+    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_##isa,                                        \
+    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_##isa,                            \
+    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_##isa,                        \
+    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_##isa,                          \
+    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_##isa,                            \
+    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_##isa,                \
+    .sattn_bwd_query_keys_bf16 = trex_fused_sattn_bwd_query_keys_bf16_##isa,                  \
+    .sattn_bwd_query_block_keys_bf16 = trex_fused_sattn_bwd_query_block_keys_bf16_##isa,      \
+    .sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_##isa,                        \
+    .sattn_bf16_name = #isa,                                                                  \
+    .dots_bf16 = trex_fused_dots_bf16_##isa
+
 static const trex_fused_table table_avx512 = {
     .isa = TREX_ISA_AVX512,
     .name = "avx512",
-    .dot = trex_fused_dot_avx512,
-    .dots = trex_fused_dots_avx512,
-    .axpy = trex_fused_axpy_avx512,
-    .axpy_rows = trex_fused_axpy_rows_avx512,
-    .kl_qgrad = trex_fused_kl_qgrad_avx512,
-    .kl_kgrad = trex_fused_kl_kgrad_avx512,
-    .copy_nt = trex_fused_copy_nt_avx512,
-    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,
-    .rope = trex_fused_rope_avx512,
-    .rms_head_bwd = trex_fused_rms_head_bwd_avx512,
-    .sattn_fwd = trex_fused_sattn_fwd_avx512,
-    .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
-    .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
-    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_avx512,
-    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_avx512,
-    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_avx512,
-    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_avx512,
-    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_avx512,
-    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_avx512,
-    .sattn_bwd_query_keys_bf16 = trex_fused_sattn_bwd_query_keys_bf16_avx512,
-    .sattn_bwd_query_block_keys_bf16 = trex_fused_sattn_bwd_query_block_keys_bf16_avx512,
-    .sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_avx512,
-    .sattn_bf16_name = "avx512",
-    .dots_bf16 = trex_fused_dots_bf16_avx512,
-    .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,
-    .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
-    .mhc_collapse = trex_fused_mhc_collapse_avx512,
-    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,
-    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_avx512,
-    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_avx512,
-    .gate_fwd = trex_fused_gate_fwd_avx512,
-    .gate_bwd_dx = trex_fused_gate_bwd_dx_avx512,
-    .gate_bwd_dw = trex_fused_gate_bwd_dw_avx512,
-    .gate_bwd_dx_mhc = trex_fused_gate_bwd_dx_mhc_avx512,
-    .gate_fwd_fma = trex_fused_gate_fwd_fma_avx512,
-    .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_avx512,
-    .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_avx512,
-    .ce_fwd = trex_fused_ce_fwd_avx512,
-    .ce_grad = trex_fused_ce_grad_avx512,
-    .ce_exp = trex_fused_ce_exp_avx512,
-    .pool_fwd = trex_fused_pool_fwd_avx512,
-    .pool_bwd = trex_fused_pool_bwd_avx512,
-    .split3 = trex_fused_split3_avx512,
-    .sumsq = trex_fused_sumsq_avx512,
-    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx512,
-    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,
-    .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512,
+    AVX512_ENTRIES,
+    ATTN_BF16_ENTRIES(avx512),
 };
 
 /* AMX: the avx512 table with the bf16 attention core on the tile unit (kernels/x86/amx/attn.c) */
 static const trex_fused_table table_amx = {
     .isa = TREX_ISA_AMX,
     .name = "amx",
-    .dot = trex_fused_dot_avx512,
-    .dots = trex_fused_dots_avx512,
-    .axpy = trex_fused_axpy_avx512,
-    .axpy_rows = trex_fused_axpy_rows_avx512,
-    .kl_qgrad = trex_fused_kl_qgrad_avx512,
-    .kl_kgrad = trex_fused_kl_kgrad_avx512,
-    .copy_nt = trex_fused_copy_nt_avx512,
-    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,
-    .rope = trex_fused_rope_avx512,
-    .rms_head_bwd = trex_fused_rms_head_bwd_avx512,
-    .sattn_fwd = trex_fused_sattn_fwd_avx512,
-    .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,
-    .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,
-    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_amx,
-    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_amx,
-    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_amx,
-    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_amx,
-    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_amx,
-    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_amx,
-    .sattn_bwd_query_keys_bf16 = trex_fused_sattn_bwd_query_keys_bf16_amx,
-    .sattn_bwd_query_block_keys_bf16 = trex_fused_sattn_bwd_query_block_keys_bf16_amx,
-    .sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_amx,
-    .sattn_bf16_name = "amx",
-    .dots_bf16 = trex_fused_dots_bf16_amx,
-    .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,
-    .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,
-    .mhc_collapse = trex_fused_mhc_collapse_avx512,
-    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,
-    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_avx512,
-    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_avx512,
-    .gate_fwd = trex_fused_gate_fwd_avx512,
-    .gate_bwd_dx = trex_fused_gate_bwd_dx_avx512,
-    .gate_bwd_dw = trex_fused_gate_bwd_dw_avx512,
-    .gate_bwd_dx_mhc = trex_fused_gate_bwd_dx_mhc_avx512,
-    .gate_fwd_fma = trex_fused_gate_fwd_fma_avx512,
-    .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_avx512,
-    .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_avx512,
-    .ce_fwd = trex_fused_ce_fwd_avx512,
-    .ce_grad = trex_fused_ce_grad_avx512,
-    .ce_exp = trex_fused_ce_exp_avx512,
-    .pool_fwd = trex_fused_pool_fwd_avx512,
-    .pool_bwd = trex_fused_pool_bwd_avx512,
-    .split3 = trex_fused_split3_avx512,
-    .sumsq = trex_fused_sumsq_avx512,
-    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx512,
-    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,
-    .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512,
+    AVX512_ENTRIES,
+    ATTN_BF16_ENTRIES(amx),
 };
 #endif
 
