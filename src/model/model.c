@@ -839,6 +839,8 @@ static void ce3_onehot(const ce3_job *j, int64_t v0, int64_t v1)
 /* The chunk's 1-term d logits^T (bf16, in place) of vocabulary rows [v0, v1), whole CE blocks. */
 static void ce3_grad_range(trex_pool *pool, const ce3_job *j, int64_t v0, int64_t v1)
 {
+    _Static_assert(HEAD3_DHN_VOCAB1 % HEAD3_CE_VOCAB == 0, "d hn's vocabulary blocks are whole CE blocks");
+    TREX_ASSERT(v0 % HEAD3_CE_VOCAB == 0 && (v1 % HEAD3_CE_VOCAB == 0 || v1 == j->V));
     ce3_job jb = *j;
     jb.L = j->L + v0 * j->ldc;
     jb.bmax = j->bmax + v0 / HEAD3_CE_VOCAB * j->pw;
