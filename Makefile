@@ -1,16 +1,20 @@
 # trex — GNU Makefile.
 #   make            build build/trex (library, CLI, tests)
 #   make test       the whole suite: unit and script tests, then the ASan+UBSan build of the C tests
-#   make asan       only the ASan+UBSan build and its tests
+#                   (with AMX emulated, AMX_EMU=1 below)
+#   make asan       only the ASan+UBSan build (AMX emulated) and its tests
 #   make demo       install missing dependencies, build, run the main job on an embedded default
 #   make fuzz       build the libFuzzer targets (clang) into $(BUILD)/fuzz
 # BUILD=dir puts every output under dir (several builds can coexist); OPT="-O1 -g" sets optimisation.
+# AMX_EMU=1 builds a test tree whose amx level runs its tile instructions in C (kernels/x86/amx/emu.h)
+# on any AVX-512 BF16 machine: right results, no speed (tests/run.sh tests the AMX leaves with it).
 
 BUILD   ?= build
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 WERROR  ?= -Werror
 SAN     ?=
+AMX_EMU ?=
 
 CPPFLAGS += -Iinclude -Isrc -I/usr/include/coin -D_GNU_SOURCE
 OPT      ?= -O2 -g
@@ -19,6 +23,11 @@ override CFLAGS += $(OPT) -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -W
 ifeq ($(SAN),1)
 override CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=address,undefined
+endif
+AMX_FLAGS := -mamx-tile -mamx-bf16
+ifeq ($(AMX_EMU),1)
+CPPFLAGS += -DTREX_AMX_EMU
+AMX_FLAGS :=
 endif
 LDLIBS   += -lcjson -lglpk -lCbcSolver -lCbc -lpcre2-8 -lm -pthread
 
@@ -42,7 +51,11 @@ $(BUILD)/obj/%.o: %.c
 # (src/kernels/dispatch.c) reaches them, after checking that the CPU and the OS support the ISA.
 $(BUILD)/obj/src/kernels/x86/avx2/%.o: override CFLAGS += -mavx2 -mfma
 $(BUILD)/obj/src/kernels/x86/avx512/%.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
-$(BUILD)/obj/src/kernels/x86/amx/%.o: override CFLAGS += -mamx-tile -mamx-bf16 -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
+$(BUILD)/obj/src/kernels/x86/amx/%.o: override CFLAGS += $(AMX_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
+# The emulator's tile products are most of an emulated test's time: vectorised at -O3 and without the
+# sanitizers' checks in every build (its own memory is the bounded tile file; ASan still checks the bytes
+# a tile load or store touches, in its memcpy).
+$(BUILD)/obj/src/kernels/x86/amx/emu.o: override CFLAGS += -O3 -fno-sanitize=all
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -63,7 +76,7 @@ test-run: all
 	bash tests/run.sh $(BUILD)
 
 asan:
-	$(MAKE) BUILD=$(BUILD)/asan SAN=1 OPT="-O1 -g" all
+	$(MAKE) BUILD=$(BUILD)/asan SAN=1 AMX_EMU=1 OPT="-O1 -g" all
 	ASAN_ONLY=1 bash tests/run.sh $(BUILD)/asan
 
 demo:

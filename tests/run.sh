@@ -3,8 +3,11 @@
 #   tests/run.sh BUILD [ASAN_BUILD]
 # C tests (BUILD/tests/test_*) and script tests (tests/test_*.sh, run with TREX=BUILD/trex) run from
 # BUILD, test_attention and test_model also with TREX_ISA=avx512. With ASAN_BUILD, the tree is rebuilt
-# there with ASan+UBSan, and its C tests run again, with the script tests that carry the line
-# `# asan: yes`. ASAN_ONLY=1 runs only that part, from BUILD.
+# there with ASan+UBSan and AMX emulated (make SAN=1 AMX_EMU=1: on a machine with AVX-512 BF16 the amx
+# level runs its tile instructions in C, kernels/x86/amx/emu.h, so its leaves are tested everywhere and
+# ASan checks the bytes each tile load and store touches, which it cannot see in the real instructions),
+# and its C tests run again, with the script tests that carry the line `# asan: yes`. ASAN_ONLY=1 runs
+# only that part, from BUILD.
 # Each test prints its own `N passed, N failed`; a test that prints none counts as one check, by its exit code.
 set -u
 build=$1
@@ -65,7 +68,7 @@ else
   run_tree "$build" 0
   if [ -n "$asan" ]; then
     echo "building the ASan+UBSan tree in $asan ..."
-    if make -s -j2 BUILD="$asan" SAN=1 OPT="-O1 -g" all >"$logdir/asan-build.log" 2>&1; then
+    if make -s -j2 BUILD="$asan" SAN=1 AMX_EMU=1 OPT="-O1 -g" all >"$logdir/asan-build.log" 2>&1; then
       ASAN_OPTIONS=detect_leaks=1 run_tree "$asan" 1
     else
       tail -n 30 "$logdir/asan-build.log"; total_fail=$((total_fail + 1)); failed_names+=("asan-build")

@@ -130,17 +130,18 @@ static void test_dispatch(const char *self)
     /* The suite may run under any TREX_ISA; only a bad value would fail here. */
     CHECK(trex_kernels_init(&err) == TREX_OK, "trex_kernels_init: %s", err.msg);
     printf("detected: best level %s, active %s; avx512_bf16=%d amx_tile=%d amx_bf16=%d xcr0=0x%llx "
-           "amx permission=%d\n",
+           "amx permission=%d%s\n",
            trex_isa_name(f->best), trex_isa_name(trex_kernels_isa()), f->cpu_avx512bf16,
-           f->cpu_amx_tile, f->cpu_amx_bf16, (unsigned long long)f->xcr0, f->amx_perm);
+           f->cpu_amx_tile, f->cpu_amx_bf16, (unsigned long long)f->xcr0, f->amx_perm,
+           f->amx_emulated ? " (AMX emulated: an AMX_EMU build)" : "");
     if (f->best >= TREX_ISA_AVX2)
         CHECK(f->cpu_avx2 && f->cpu_fma && f->os_avx, "avx2 level needs AVX2, FMA and OS AVX state");
     if (f->best >= TREX_ISA_AVX512)
         CHECK(f->cpu_avx512f && f->cpu_avx512bw && f->cpu_avx512vl && f->cpu_avx512bf16 && f->os_avx512,
               "avx512 level needs AVX-512 F/BW/VL/BF16 and OS ZMM state");
     if (f->best >= TREX_ISA_AMX)
-        CHECK(f->cpu_amx_tile && f->cpu_amx_bf16 && f->os_amx && f->amx_perm,
-              "amx level needs AMX-TILE/BF16, OS tile state and the permission");
+        CHECK(f->amx_emulated || (f->cpu_amx_tile && f->cpu_amx_bf16 && f->os_amx && f->amx_perm),
+              "amx level needs AMX-TILE/BF16, OS tile state and the permission (or an AMX_EMU build)");
     CHECK(trex_kernels_isa() <= f->best, "active level above the best available");
     for (int i = 0; i < TREX_ISA_COUNT; i++) {
         const trex_kernel_table *t = trex_kernels_table_for((trex_isa)i);

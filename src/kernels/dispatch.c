@@ -4,7 +4,9 @@
  * OSXSAVE) and, on Linux, asks for the AMX tile-data permission with arch_prctl(ARCH_REQ_XCOMP_PERM,
  * XFEATURE_XTILEDATA): without it the first tile instruction would kill the process with SIGILL. A level
  * is available only when the CPU has every feature its leaves are compiled for *and* the OS saves the
- * matching register state. The tables are static const; init points `active` at one of them, once. */
+ * matching register state. The tables are static const; init points `active` at one of them, once.
+ * A test build with TREX_AMX_EMU (make AMX_EMU=1) makes amx available wherever avx512 is, its tile
+ * instructions emulated in C (kernels/x86/amx/emu.h), so the AMX leaves are tested without the unit. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* syscall() */
 #endif
@@ -98,7 +100,11 @@ static const trex_kernel_table table_avx512 = {
 
 static const trex_kernel_table table_amx = {
     .isa = TREX_ISA_AMX,
+#ifdef TREX_AMX_EMU
+    .gemm_name = "amx-tdpbf16ps (emulated)",
+#else
     .gemm_name = "amx-tdpbf16ps",
+#endif
     .gemm_ukr = trex_gemm_ukr_amx,
     .gemm_begin = trex_gemm_begin_amx,
     .gemm_end = trex_gemm_end_amx,
@@ -185,7 +191,10 @@ static void detect(trex_cpu_features *f)
     bool avx2 = f->cpu_avx && f->cpu_avx2 && f->cpu_fma && f->os_avx;
     bool avx512 = avx2 && f->cpu_avx512f && f->cpu_avx512bw && f->cpu_avx512vl && f->cpu_avx512bf16 &&
                   f->os_avx512;
-    bool amx = avx512 && f->cpu_amx_tile && f->cpu_amx_bf16 && f->os_amx && f->amx_perm;
+#ifdef TREX_AMX_EMU
+    f->amx_emulated = true;
+#endif
+    bool amx = avx512 && (f->amx_emulated || (f->cpu_amx_tile && f->cpu_amx_bf16 && f->os_amx && f->amx_perm));
     f->best = amx ? TREX_ISA_AMX : avx512 ? TREX_ISA_AVX512 : avx2 ? TREX_ISA_AVX2 : TREX_ISA_REF;
 #endif
 }
@@ -210,6 +219,9 @@ static void log_choice(const trex_kernel_table *t, const char *cap)
             f->cpu_avx512bf16, f->cpu_amx_tile, f->cpu_amx_bf16, (unsigned long long)f->xcr0,
             f->os_avx, f->os_avx512, f->os_amx,
             f->amx_perm ? "granted" : f->amx_perm_errno ? strerror(f->amx_perm_errno) : "not asked");
+    if (f->amx_emulated)
+        fprintf(stderr, "trex: kernels: AMX emulated in C (a test build, make AMX_EMU=1): right results, "
+                        "no speed\n");
     fprintf(stderr, "trex: kernels: level %s (best available %s, TREX_ISA=%s)\n",
             trex_isa_name(t->isa), trex_isa_name(f->best), cap ? cap : "unset");
     fprintf(stderr, "trex: kernels: gemm_bf16 micro-kernel: %s%s\n", t->gemm_name,

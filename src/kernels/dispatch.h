@@ -43,6 +43,8 @@ typedef struct trex_cpu_features {
     bool os_amx;                   /* XCR0 bits 17, 18 (XTILECFG, XTILEDATA) */
     bool amx_perm;                 /* Linux granted XTILEDATA to this process */
     int amx_perm_errno;            /* errno of the arch_prctl request when it failed, else 0 */
+    bool amx_emulated;             /* a test build (make AMX_EMU=1): the amx level runs its tile
+                                    * instructions in C (kernels/x86/amx/emu.h) wherever avx512 runs */
     trex_isa best;                 /* the highest level every requirement above allows */
 } trex_cpu_features;
 

@@ -2,6 +2,9 @@
  * its tile operations as the tile unit's own instructions (TDPBF16PS on the GEMM micro-kernel's tile
  * configuration, trex_gemm_begin_amx: 8 tiles of 16 rows x 64 bytes). Compiled with AMX flags. */
 #include <immintrin.h>
+#ifdef TREX_AMX_EMU
+#include "kernels/x86/amx/emu.h" /* test builds without the tile unit */
+#endif
 
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"

@@ -20,6 +20,9 @@
 
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/prefetch_l2.h"
+#ifdef TREX_AMX_EMU
+#include "kernels/x86/amx/emu.h" /* test builds without the tile unit */
+#endif
 
 typedef struct tile_config {
     uint8_t palette;
@@ -38,9 +41,13 @@ void trex_gemm_begin_amx(void)
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
+#ifdef TREX_AMX_EMU
+    TREX_TILE_CONFIG_LOAD(&cfg);
+#else
     /* Not _tile_loadconfig: GCC 12 declares its operand as 8 bytes, so the stores of the other 56
      * bytes can be dropped as dead. The whole struct is the operand here. */
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+#endif
 }
 
 void trex_gemm_end_amx(void)
