@@ -37,6 +37,8 @@ for r in (a, m):
     assert not missing, f"missing {missing}"
     assert r["config"] == "configs/dsv4-tiny.json" and r["seq"] == 64 and r["mbs"] == 1 and r["threads"] == 2
     assert r["step_s"] > 0 and r["tokens_per_s"] > 0 and r["model_flops_per_token"] > 0
+    # only an AMX_EMU test build emulates, and only the amx level
+    assert r["kernels_emulated"] in (False, True) and (not r["kernels_emulated"] or r["kernels"] == "amx")
     assert abs(r["tokens_per_s"] * r["step_s"] - 64) < 1e-9 * 64, "tokens_per_s * step_s = seq * mbs"
     if r["peak_flops"] is not None:
         want = r["tokens_per_s"] * r["model_flops_per_token"] / r["peak_flops"]

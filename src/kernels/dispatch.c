@@ -40,6 +40,13 @@ const char *trex_isa_name(trex_isa isa)
     return isa >= 0 && isa < TREX_ISA_COUNT ? isa_names[isa] : "?";
 }
 
+const char *trex_isa_label(trex_isa isa)
+{
+    if (isa == TREX_ISA_AMX && trex_cpu_features_get()->amx_emulated)
+        return "amx (emulated in C: a test build)";
+    return trex_isa_name(isa);
+}
+
 bool trex_isa_parse(const char *s, trex_isa *out)
 {
     for (int i = 0; i < TREX_ISA_COUNT; i++)

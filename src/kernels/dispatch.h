@@ -134,6 +134,9 @@ const trex_kernel_table *trex_kernels_table(void);
 const trex_kernel_table *trex_kernels_table_for(trex_isa cap);
 
 const char *trex_isa_name(trex_isa isa);            /* "ref", "avx2", "avx512", "amx" */
+/* The name for a person to read: trex_isa_name, and for amx in an AMX_EMU test build
+ * "amx (emulated in C: a test build)", so that no timing from such a build passes for the unit's. */
+const char *trex_isa_label(trex_isa isa);
 /* Parses an ISA name (case-sensitive); false when unknown. */
 bool trex_isa_parse(const char *s, trex_isa *out);
 

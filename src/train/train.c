@@ -735,7 +735,7 @@ trex_code trex_train_run(const trex_train_settings *s, const trex_train_faults *
         trex_train_settings_print(e, stdout);
         printf("trex train: model %s: %.2fM parameters (%" PRId64 " trainable), %" PRId64 " threads, kernels %s\n",
                t->cfg.name, (double)t->w.layout.n_float / 1e6, t->w.layout.n_trainable,
-               (int64_t)trex_pool_size(t->pool), trex_isa_name(trex_kernels_isa()));
+               (int64_t)trex_pool_size(t->pool), trex_isa_label(trex_kernels_isa()));
         printf("trex train: data %s: %" PRId64 " sequences of %" PRId64 "; step = %" PRId64 " micro-batches of %" PRId64
                " (%" PRId64 " tokens); %.3g model FLOPs/step; peak %.4g TFLOP/s%s%s%s%s\n",
                e->data, t->data.n, e->seq, t->K, e->mbs, e->gbs * e->seq, t->flops_step, t->peak_tflops,

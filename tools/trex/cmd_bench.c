@@ -236,7 +236,7 @@ static int bench_peak(int argc, char **argv)
         return rc;
     if (!c.json)
         printf("trex bench peak: level %s, %d threads, median of %lld runs of %.2f s\n",
-               trex_isa_name(c.t->isa), c.nthreads, (long long)c.reps, secs);
+               trex_isa_label(c.t->isa), c.nthreads, (long long)c.reps, secs);
     peaks p;
     measure_peaks(&c, secs, &p);
     char date[32];

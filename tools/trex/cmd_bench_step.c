@@ -168,7 +168,7 @@ int trex_cmd_bench_step(int argc, char **argv)
                : !strcmp(copies, "panels") ? " (expert and attention weight copies as panels)"
                                            : " (expert weight copies as rows)",
                optimizer, recompute, nthreads,
-               trex_isa_name(trex_kernels_isa()), (long long)warmup, (long long)steps);
+               trex_isa_label(trex_kernels_isa()), (long long)warmup, (long long)steps);
         fflush(stdout);
     }
 
@@ -254,6 +254,8 @@ int trex_cmd_bench_step(int argc, char **argv)
         cJSON_AddStringToObject(root, "optimizer", optimizer);
         cJSON_AddNumberToObject(root, "threads", nthreads);
         cJSON_AddStringToObject(root, "kernels", trex_isa_name(trex_kernels_isa()));
+        cJSON_AddBoolToObject(root, "kernels_emulated", trex_cpu_features_get()->amx_emulated &&
+                                                            trex_kernels_isa() == TREX_ISA_AMX);
         cJSON_AddNumberToObject(root, "warmup", (double)warmup);
         cJSON_AddNumberToObject(root, "steps", (double)steps);
         cJSON_AddNumberToObject(root, "tokens_per_step", tokens);
