@@ -9,7 +9,8 @@
  * eight tiles and configuration (as each hardware thread has its own tile registers); a load copies
  * the configured rows and bytes at that moment and zeroes the rest of the tile; TDPBF16PS sums as the
  * Intel SDM's pseudo-code does (even and odd products of each pair in two fp32 sums over k, added to C
- * at the end; bf16 subnormal inputs read as zero, subnormal results flushed). What the hardware would
+ * at the end; bf16 subnormal inputs read as zero, subnormal results flushed; the Intrinsics Guide's
+ * shorter pseudo-code sums straight into C, which rounds differently). What the hardware would
  * fault on (#UD) aborts with a message instead: a tile instruction without a configuration, a tile
  * number past the palette, TDPBF16PS on shapes that do not match or on repeated tiles, a configuration
  * the palette does not allow. So the AMX leaves' tile layouts, strides and configuration are tested on
