@@ -59,12 +59,10 @@ bool trex_isa_parse(const char *s, trex_isa *out)
 
 /* ---- the tables -------------------------------------------------------------------------------------- */
 
-/* The reference entries: every level without leaves of its own runs them. */
-#define REF_ENTRIES                            \
-    .gemm_name = "ref",                        \
+/* The reference entries but the bf16 GEMM's micro-kernel: a level without leaves of its own runs them. */
+#define REF_ENTRIES_BUT_UKR                    \
     .pack_name = "ref",                        \
     .cvt_name = "ref",                         \
-    .gemm_ukr = trex_gemm_ukr_ref,             \
     .gemm_tile_t = trex_gemm_tile_t_ref,       \
     .pack_a_bf16 = trex_pack_a_bf16_ref,       \
     .pack_a_f32 = trex_pack_a_f32_ref,         \
@@ -75,10 +73,21 @@ bool trex_isa_parse(const char *s, trex_isa *out)
     .gemm_f32_ukr = trex_gemm_f32_ukr_ref,     \
     .gemm_f32_name = "ref"
 
+#define REF_ENTRIES .gemm_name = "ref", .gemm_ukr = trex_gemm_ukr_ref, REF_ENTRIES_BUT_UKR
+
 static const trex_kernel_table table_ref = {.isa = TREX_ISA_REF, REF_ENTRIES};
 
-/* No AVX2 leaf exists yet: the level is recognised (and capped to) but runs the reference entries. */
+#ifdef TREX_X86
+/* AVX2 has the bf16 GEMM's micro-kernel (fp32 FMAs on bf16 pairs); everything else is the reference. */
+static const trex_kernel_table table_avx2 = {
+    .isa = TREX_ISA_AVX2,
+    .gemm_name = "avx2-fma",
+    .gemm_ukr = trex_gemm_ukr_avx2,
+    REF_ENTRIES_BUT_UKR,
+};
+#else
 static const trex_kernel_table table_avx2 = {.isa = TREX_ISA_AVX2, REF_ENTRIES};
+#endif
 
 #ifdef TREX_X86
 /* The AVX-512 leaves that the amx level shares (it has its own bf16 micro-kernel and peak). */
@@ -231,8 +240,7 @@ static void log_choice(const trex_kernel_table *t, const char *cap)
                         "no speed\n");
     fprintf(stderr, "trex: kernels: level %s (best available %s, TREX_ISA=%s)\n",
             trex_isa_name(t->isa), trex_isa_name(f->best), cap ? cap : "unset");
-    fprintf(stderr, "trex: kernels: gemm_bf16 micro-kernel: %s%s\n", t->gemm_name,
-            t->isa == TREX_ISA_AVX2 ? " (no avx2 variant yet)" : "");
+    fprintf(stderr, "trex: kernels: gemm_bf16 micro-kernel: %s\n", t->gemm_name);
     fprintf(stderr, "trex: kernels: gemm_bf16 packing: %s\n", t->pack_name);
     fprintf(stderr, "trex: kernels: f32<->bf16 conversion: %s\n", t->cvt_name);
     fprintf(stderr, "trex: kernels: fp32 trex_gemm/linear micro-kernel: %s\n", t->gemm_f32_name);

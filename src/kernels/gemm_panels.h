@@ -110,6 +110,10 @@ void trex_gemm_f32_ukr_avx512(int64_t K, const float *ap, const float *bp, float
 double trex_peak_f32_fma_avx512(int64_t iters);
 double trex_peak_bf16_dp_avx512(int64_t iters);
 
+/* ---- leaves: AVX2 + FMA (kernels/x86/avx2/) ------------------------------------------------------- */
+void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                        unsigned flags);
+
 /* ---- leaves: AMX-TILE + AMX-BF16 (kernels/x86/amx/) ---------------------------------------------- */
 void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                        unsigned flags);
