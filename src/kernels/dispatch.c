@@ -59,7 +59,7 @@ bool trex_isa_parse(const char *s, trex_isa *out)
 
 /* ---- the tables -------------------------------------------------------------------------------------- */
 
-/* The reference entries but the bf16 GEMM's micro-kernel: a level without leaves of its own runs them. */
+/* The reference entries but the bf16 GEMM's micro-kernel, which the avx2 level has of its own. */
 #define REF_ENTRIES_BUT_UKR                    \
     .pack_name = "ref",                        \
     .cvt_name = "ref",                         \
@@ -73,23 +73,22 @@ bool trex_isa_parse(const char *s, trex_isa *out)
     .gemm_f32_ukr = trex_gemm_f32_ukr_ref,     \
     .gemm_f32_name = "ref"
 
-#define REF_ENTRIES .gemm_name = "ref", .gemm_ukr = trex_gemm_ukr_ref, REF_ENTRIES_BUT_UKR
-
-static const trex_kernel_table table_ref = {.isa = TREX_ISA_REF, REF_ENTRIES};
+static const trex_kernel_table table_ref = {
+    .isa = TREX_ISA_REF,
+    .gemm_name = "ref",
+    .gemm_ukr = trex_gemm_ukr_ref,
+    REF_ENTRIES_BUT_UKR,
+};
 
 #ifdef TREX_X86
-/* AVX2 has the bf16 GEMM's micro-kernel (fp32 FMAs on bf16 pairs); everything else is the reference. */
+/* AVX2: the bf16 GEMM's micro-kernel (fp32 FMAs on bf16 pairs); everything else the reference. */
 static const trex_kernel_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .gemm_name = "avx2-fma",
     .gemm_ukr = trex_gemm_ukr_avx2,
     REF_ENTRIES_BUT_UKR,
 };
-#else
-static const trex_kernel_table table_avx2 = {.isa = TREX_ISA_AVX2, REF_ENTRIES};
-#endif
 
-#ifdef TREX_X86
 /* The AVX-512 leaves that the amx level shares (it has its own bf16 micro-kernel and peak). */
 #define AVX512_ENTRIES                            \
     .pack_name = "avx512",                        \
@@ -132,14 +131,14 @@ static const trex_kernel_table table_amx = {
 static const trex_kernel_table *table_of(trex_isa isa)
 {
     switch (isa) {
-#ifdef TREX_X86
+#ifdef TREX_X86 /* elsewhere the best level is ref, and no cap goes above it */
     case TREX_ISA_AMX:
         return &table_amx;
     case TREX_ISA_AVX512:
         return &table_avx512;
-#endif
     case TREX_ISA_AVX2:
         return &table_avx2;
+#endif
     default:
         return &table_ref;
     }

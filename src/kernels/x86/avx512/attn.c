@@ -7,8 +7,9 @@
  * row each, and walks the 16 k-pairs: a 64-byte load of B's pair row, then per row of C one VDPBF16PS
  * with that row's pair of A broadcast by the instruction itself (dp_bcast). Each element is then
  * summed in k-pair order, two products per step (the instruction's order), where the tile unit sums in
- * its own; both are fp32 sums of exact products, within the bounds of tests/test_attn_bf16.c. Like TDPBF16PS, VDPBF16PS reads bf16
- * subnormals as zero and flushes subnormal results. Compiled with AVX-512 flags. */
+ * its own; both are fp32 sums of exact products, within the bounds of tests/test_attn_bf16.c. Like
+ * TDPBF16PS, VDPBF16PS reads bf16 subnormals as zero and flushes subnormal results. Compiled with
+ * AVX-512 flags. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
