@@ -503,13 +503,14 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "plan_local: load after: $load_after" >&2
 # process baseline: the peak RSS of a trex run that allocates nothing
 base_kb=$(/usr/bin/time -f %M "$build/trex" model info --config configs/dsv4-tiny.json 2>&1 >/dev/null | tail -n 1)
-# the machine's fp32 peak (MFU denominator of local.json): AVX-512 fp32 FMA per CPU-second x threads
+# the machine's fp32 peak (MFU denominator of local.json): AVX-512 (else AVX2) fp32 FMA per CPU-second x threads
 "$build/trex" bench peak --reps 3 --json --threads "$threads" >"$work/peak.json"
 /usr/bin/python3 - "$work/rates.json" "$base_kb" "$load_before" "$load_after" "$write" "$work/peak.json" "$out" <<'PY'
 import json, sys, datetime, collections
 r = json.load(open(sys.argv[1]), object_pairs_hook=collections.OrderedDict)
 peak = json.load(open(sys.argv[6]))
-fma = peak["peak_tflops"]["avx512_fp32_fma"]["per_cpu_second"] * peak["threads"]
+pt = peak["peak_tflops"]
+fma = (pt.get("avx512_fp32_fma") or pt["avx2_fp32_fma"])["per_cpu_second"] * peak["threads"]
 r["baseline_mib"] = round(int(sys.argv[2]) / 1024.0, 1)
 extra = {k: r.pop(k) for k in ("gemm_fit_worst", "attn_gflops_c128", "attn_gflops_c512")}
 date = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")

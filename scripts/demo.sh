@@ -92,8 +92,8 @@ tail -n "$held" "$sft_src" >"$work/sft-heldout.jsonl"
 # MFU denominator: the fp32 FMA peak of the threads used, measured now (trex bench peak; docs/mfu.md)
 stage="MFU peak"
 peak=$("$trex" bench peak --json --threads "$TREX_THREADS" --reps 3 --seconds 0.2 |
-  "$py" -c 'import json,sys; print(json.load(sys.stdin)["peak_tflops"]["avx512_fp32_fma"]["all_threads"])' 2>/dev/null || echo 0)
-echo "MFU peak: ${peak} TFLOP/s (trex bench peak, AVX-512 fp32 FMA, $TREX_THREADS threads; 0 = the cluster file's)"
+  "$py" -c 'import json,sys; p=json.load(sys.stdin)["peak_tflops"]; print((p.get("avx512_fp32_fma") or p["avx2_fp32_fma"])["all_threads"])' 2>/dev/null || echo 0)
+echo "MFU peak: ${peak} TFLOP/s (trex bench peak, fp32 FMA: AVX-512, else AVX2; $TREX_THREADS threads; 0 = the cluster file's)"
 
 stage="3a. CPT"
 echo "== 3a. continued pre-training: $cpt_steps steps of ${cpt_gbs}x$seq tokens from random weights $(at)"

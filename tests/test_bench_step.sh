@@ -10,7 +10,7 @@
 #   - --gemm-profile lists the bf16 products by shape (JSON array gemm, a text table): FLOPs = 2 M N K per
 #     call, the sums, the LM head's logits product among them, no bit of the step changed;
 #   - fp32 and bf16, AdamW and Muon run; the text report has its lines; the peak is measured when not
-#     given (when the kernel level has a peak loop);
+#     given (when the kernel level has a peak loop; a bf16 step at avx2 takes the fp32 FMA loop's);
 #   - bad flags fail with exit status 2 and a message naming the flag; a bad config with status 1.
 # Env: TREX = the trex binary. Run from the repository root.
 . "$(dirname "$0")/lib.sh"
@@ -68,7 +68,19 @@ assert a["optimizer"] == "adamw" and m["optimizer"] == "muon"
 assert a["optimizer_flops_per_step"] == 0 and m["optimizer_flops_per_step"] > 0, "Newton-Schulz only under Muon"
 assert a["model_flops_per_token"] == m["model_flops_per_token"], "FLOPs/token do not depend on the optimizer"
 if m["kernels"] != "ref":
-    assert m["peak_source"] == "avx512_fp32_fma" and m["peak_flops"] > 0, "fp32 peak measured"
+    want = "avx2_fp32_fma" if m["kernels"] == "avx2" else "avx512_fp32_fma"
+    assert m["peak_source"] == want and m["peak_flops"] > 0, "fp32 peak measured"
+PY
+
+# --- the avx2 level's bf16 MFU: against its fp32 FMA peak, the unit its bf16 products run on -------------
+TREX_ISA=avx2 "$TREX" bench step "${fast[@]}" --precision bf16 --json >"$tmp/avx2.json" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && ok || { bad "bench step bf16 at avx2 exit $rc"; cat "$tmp/err"; }
+"$PY" - "$tmp/avx2.json" <<'PY' && ok || bad "avx2 bf16 step: the peak and MFU"
+import json, sys
+r = json.load(open(sys.argv[1]))
+if r["kernels"] == "avx2":  # a machine with AVX2 (else the ref level, without a peak loop)
+    assert r["peak_source"] == "avx2_fp32_fma" and r["peak_flops"] > 0, (r["peak_source"], r["peak_flops"])
+    assert r["mfu"] is not None and 0 < r["mfu"] < 1, r["mfu"]
 PY
 
 # --- --no-weight-copies: the same bf16 step without the bf16 weight copies (their memory, same losses) --------

@@ -59,34 +59,44 @@ bool trex_isa_parse(const char *s, trex_isa *out)
 
 /* ---- the tables -------------------------------------------------------------------------------------- */
 
-/* The reference entries but the bf16 GEMM's micro-kernel, which the avx2 level has of its own. */
-#define REF_ENTRIES_BUT_UKR                    \
-    .pack_name = "ref",                        \
-    .cvt_name = "ref",                         \
-    .gemm_tile_t = trex_gemm_tile_t_ref,       \
-    .pack_a_bf16 = trex_pack_a_bf16_ref,       \
-    .pack_a_f32 = trex_pack_a_f32_ref,         \
-    .pack_b_bf16 = trex_pack_b_bf16_ref,       \
-    .pack_b_f32 = trex_pack_b_f32_ref,         \
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,     \
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,     \
-    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,     \
-    .gemm_f32_name = "ref"
-
 static const trex_kernel_table table_ref = {
     .isa = TREX_ISA_REF,
     .gemm_name = "ref",
+    .pack_name = "ref",
+    .cvt_name = "ref",
     .gemm_ukr = trex_gemm_ukr_ref,
-    REF_ENTRIES_BUT_UKR,
+    .gemm_tile_t = trex_gemm_tile_t_ref,
+    .pack_a_bf16 = trex_pack_a_bf16_ref,
+    .pack_a_f32 = trex_pack_a_f32_ref,
+    .pack_b_bf16 = trex_pack_b_bf16_ref,
+    .pack_b_f32 = trex_pack_b_f32_ref,
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
+    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,
+    .gemm_f32_name = "ref",
 };
 
 #ifdef TREX_X86
-/* AVX2: the bf16 GEMM's micro-kernel (fp32 FMAs on bf16 pairs); everything else the reference. */
+/* AVX2 + FMA: the bf16 products as fp32 FMAs on bf16 pairs, the packers, conversions and the fp32
+ * GEMM's micro-kernel on 256-bit vectors, and the FMA peak (its bf16 products' unit); a block's
+ * transpose is the reference's. */
 static const trex_kernel_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .gemm_name = "avx2-fma",
+    .pack_name = "avx2",
+    .cvt_name = "avx2",
     .gemm_ukr = trex_gemm_ukr_avx2,
-    REF_ENTRIES_BUT_UKR,
+    .gemm_tile_t = trex_gemm_tile_t_ref,
+    .pack_a_bf16 = trex_pack_a_bf16_avx2,
+    .pack_a_f32 = trex_pack_a_f32_avx2,
+    .pack_b_bf16 = trex_pack_b_bf16_avx2,
+    .pack_b_f32 = trex_pack_b_f32_avx2,
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx2,
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx2,
+    .gemm_f32_ukr = trex_gemm_f32_ukr_avx2,
+    .gemm_f32_name = "avx2-mul-add",
+    .peak_f32_fma = trex_peak_f32_fma_avx2,
+    .peak_f32_fma_name = "avx2_fp32_fma",
 };
 
 /* The AVX-512 leaves that the amx level shares (it has its own bf16 micro-kernel and peak). */
@@ -103,6 +113,7 @@ static const trex_kernel_table table_avx2 = {
     .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,     \
     .gemm_f32_name = "avx512-mul-add",            \
     .peak_f32_fma = trex_peak_f32_fma_avx512,     \
+    .peak_f32_fma_name = "avx512_fp32_fma",       \
     .peak_bf16_dp = trex_peak_bf16_dp_avx512
 
 static const trex_kernel_table table_avx512 = {

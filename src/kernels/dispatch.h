@@ -113,7 +113,8 @@ typedef struct trex_kernel_table {
     trex_gemm_f32_ukr_fn gemm_f32_ukr;
     const char *gemm_f32_name;
     /* Peak loops; NULL when the level has none. */
-    trex_peak_fn peak_f32_fma;   /* fp32 FMA, AVX-512 (16 lanes x 2 FLOP) */
+    trex_peak_fn peak_f32_fma;   /* fp32 FMA (AVX-512: 16 lanes x 2 FLOP; AVX2: 8 lanes x 2) */
+    const char *peak_f32_fma_name; /* "avx512_fp32_fma", "avx2_fp32_fma": the key in reports */
     trex_peak_fn peak_bf16_dp;   /* VDPBF16PS (16 lanes x 4 FLOP) */
     trex_peak_fn peak_bf16_amx;  /* TDPBF16PS on 16x16x32 tiles (16384 FLOP each) */
 } trex_kernel_table;

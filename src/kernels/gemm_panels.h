@@ -113,6 +113,18 @@ double trex_peak_bf16_dp_avx512(int64_t iters);
 /* ---- leaves: AVX2 + FMA (kernels/x86/avx2/) ------------------------------------------------------- */
 void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                         unsigned flags);
+void trex_pack_a_bf16_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                           int64_t kc, int64_t kcp);
+void trex_pack_a_f32_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                          int64_t kc, int64_t kcp);
+void trex_pack_b_bf16_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                           int64_t kc, int64_t kcp);
+void trex_pack_b_f32_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
+                          int64_t kc, int64_t kcp);
+void trex_cvt_f32_bf16_avx2(uint16_t *dst, const float *src, int64_t n);
+void trex_cvt_bf16_f32_avx2(float *dst, const uint16_t *src, int64_t n);
+void trex_gemm_f32_ukr_avx2(int64_t K, const float *ap, const float *bp, float *acc); /* gemm_f32.c */
+double trex_peak_f32_fma_avx2(int64_t iters);
 
 /* ---- leaves: AMX-TILE + AMX-BF16 (kernels/x86/amx/) ---------------------------------------------- */
 void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,

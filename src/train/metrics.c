@@ -74,9 +74,10 @@ double trex_train_measure_peak(trex_pool *pool, trex_dtype compute, double secs,
     } else if (compute == TREX_BF16 && kt->peak_bf16_dp) {
         fn = kt->peak_bf16_dp;
         name = "avx512_bf16";
-    } else if (compute == TREX_F32 && kt->peak_f32_fma) {
+    } else if (kt->peak_f32_fma) {
+        /* fp32; or bf16 at a level without a bf16 unit (avx2), whose bf16 products are fp32 FMAs */
         fn = kt->peak_f32_fma;
-        name = "avx512_fp32_fma";
+        name = kt->peak_f32_fma_name;
     }
     if (what)
         *what = name;

@@ -1,8 +1,8 @@
 /* tools/trex/cmd_bench.c — `trex bench peak | kernels`: the machine's peaks and each kernel against its
  * roofline, with oneDNN side by side.
  *
- *   peak     register-only loops of the dispatch table (AMX TDPBF16PS, AVX-512 VDPBF16PS, AVX-512 fp32
- *            FMA): TFLOP/s of one core and of every pool thread at once; and the copy bandwidth.
+ *   peak     register-only loops of the dispatch table (AMX TDPBF16PS, AVX-512 VDPBF16PS, AVX-512 or AVX2
+ *            fp32 FMA): TFLOP/s of one core and of every pool thread at once; and the copy bandwidth.
  *   kernels  the bf16 GEMM (all three layouts, bf16 and fp32 inputs) at 2048^3 and at dsv4-bench's
  *            transformer shapes, and the grouped expert GEMM at dsv4-bench's expert shapes; for each the
  *            median time, TFLOP/s, the share of the measured peak and of the roofline
@@ -213,8 +213,8 @@ static int bench_peak(int argc, char **argv)
     static const char summary[] =
         "Register-only peak loops of the kernel table's level, on one core and on every thread of "
         "the pool at once: AMX bf16 (TDPBF16PS 16x16x32 tiles, 4 independent accumulators), AVX-512 "
-        "bf16 (VDPBF16PS) and AVX-512 fp32 FMA (24 independent chains); and memcpy bandwidth over "
-        "256 MiB buffers (bytes read + written). Medians of --reps runs. 'per CPU-second' divides the "
+        "bf16 (VDPBF16PS) and fp32 FMA (AVX-512: 24 independent chains; AVX2: 12, the unit of that "
+        "level's bf16 products); and memcpy bandwidth over 256 MiB buffers (bytes read + written). Medians of --reps runs. 'per CPU-second' divides the "
         "FLOPs of the one-core run by the CPU time it got: the rate while on a core, which stays "
         "meaningful when other processes share the machine.";
     const trex_opt opts[] = {
@@ -241,8 +241,11 @@ static int bench_peak(int argc, char **argv)
     measure_peaks(&c, secs, &p);
     char date[32];
     today(date, sizeof date);
-    const char *names[3] = {"amx_bf16", "avx512_bf16", "avx512_fp32_fma"};
-    const char *desc[3] = {"AMX bf16 (TDPBF16PS)", "AVX-512 bf16 (VDPBF16PS)", "AVX-512 fp32 FMA"};
+    const bool fma256 = c.t->isa == TREX_ISA_AVX2;
+    const char *names[3] = {"amx_bf16", "avx512_bf16",
+                            c.t->peak_f32_fma_name ? c.t->peak_f32_fma_name : "avx512_fp32_fma"};
+    const char *desc[3] = {"AMX bf16 (TDPBF16PS)", "AVX-512 bf16 (VDPBF16PS)",
+                           fma256 ? "AVX2 fp32 FMA" : "AVX-512 fp32 FMA"};
     const double *vals[3] = {p.amx, p.dp, p.fma};
     if (c.json) {
         cJSON *root = cJSON_CreateObject();
@@ -664,7 +667,7 @@ static int bench_kernels(int argc, char **argv)
     const double peak = pk.amx[1] > 0 ? pk.amx[1] : pk.dp[1] > 0 ? pk.dp[1] : pk.fma[1];
     const double core_peak = pk.amx[2] > 0 ? pk.amx[2] : pk.dp[2] > 0 ? pk.dp[2] : pk.fma[2];
     const char *peak_kind = pk.amx[1] > 0 ? "amx_bf16" : pk.dp[1] > 0 ? "avx512_bf16"
-                            : pk.fma[1] > 0 ? "avx512_fp32_fma" : "none";
+                            : pk.fma[1] > 0 ? c.t->peak_f32_fma_name : "none";
     dnnl_api dn;
     const bool have_dnnl = !no_dnnl && dnnl_load(&dn, c.nthreads);
 

@@ -71,3 +71,33 @@ void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, cons
         for (int r0 = 0; r0 < nrows; r0 += ROWS)
             piece(kp, ap, bp, c, acc, r0, c0, nrows);
 }
+
+/* The level's peak: 256-bit fp32 FMAs, the unit its bf16 products run on (`trex bench peak`, and the
+ * MFU denominator of bf16 steps at this level, docs/mfu.md). Twelve named accumulators (an array would
+ * live in memory at -O2) in twelve independent chains cover a 4-cycle FMA latency on two ports with
+ * room to spare, in 14 of the 16 registers; the empty asm keeps them in registers and stops the compiler
+ * from folding iterations. */
+double trex_peak_f32_fma_avx2(int64_t iters)
+{
+    __m256 x0 = _mm256_set1_ps(1.00f), x1 = _mm256_set1_ps(1.01f), x2 = _mm256_set1_ps(1.02f),
+           x3 = _mm256_set1_ps(1.03f), x4 = _mm256_set1_ps(1.04f), x5 = _mm256_set1_ps(1.05f),
+           x6 = _mm256_set1_ps(1.06f), x7 = _mm256_set1_ps(1.07f), x8 = _mm256_set1_ps(1.08f),
+           x9 = _mm256_set1_ps(1.09f), x10 = _mm256_set1_ps(1.10f), x11 = _mm256_set1_ps(1.11f);
+    const __m256 m = _mm256_set1_ps(0.999999f), d = _mm256_set1_ps(1e-7f);
+#define FMA(x) x = _mm256_fmadd_ps(x, m, d)
+    for (int64_t it = 0; it < iters; it++) {
+        FMA(x0); FMA(x1); FMA(x2); FMA(x3); FMA(x4); FMA(x5);
+        FMA(x6); FMA(x7); FMA(x8); FMA(x9); FMA(x10); FMA(x11);
+        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5));
+        __asm__ volatile("" : "+x"(x6), "+x"(x7), "+x"(x8), "+x"(x9), "+x"(x10), "+x"(x11));
+    }
+#undef FMA
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
+                                   _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
+    const __m256 t = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(x8, x9), _mm256_add_ps(x10, x11)));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, t);
+    volatile float sink = lanes[0] + lanes[7];
+    (void)sink;
+    return (double)iters * 12 * 8 * 2;
+}

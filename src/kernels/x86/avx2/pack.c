@@ -1,0 +1,238 @@
+/* kernels/x86/avx2/pack.c — AVX2 panel packing and fp32 <-> bf16 conversion.
+ *
+ * Compiled with AVX2 and FMA flags; reached only through the dispatch table. The packed formats are
+ * those of kernels/gemm_panels.h, and every byte is the reference's (tests/test_kernels.c compares
+ * each level's packers with kernels/ref/bf16.c on every edge). fp32 is rounded to bf16 in integers,
+ * exactly as trex_f32_to_bf16: nearest even, subnormals kept, NaN quieted (AVX2 has no conversion
+ * instruction).
+ *
+ * The unit of work is a tile of 8 rows x 16 k held as 8 registers of 8 dwords, each dword a pair of
+ * consecutive k of one row. A source with k contiguous (ks == 1) loads a tile "by rows" (register i =
+ * row i's 8 pairs: the A format); a source with rows contiguous (rs == 1) loads it "by pairs" (register
+ * p = pair p over the 8 rows, two source rows interleaved: the VNNI format). An 8 x 8 dword transpose
+ * turns one into the other. A tile that runs past the source's rows or k is built through a small
+ * zero-filled buffer instead (the panel's edges). The A format from a source with k contiguous needs no
+ * tile: each row's 32 k of a step are a copy (fp32 rounded). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm_panels.h"
+#include "trex/tensor.h"
+
+enum { TR = 8, TK = 16 }; /* a tile's rows and k */
+
+/* ---- rounding -------------------------------------------------------------------------------------- */
+
+/* trex_f32_to_bf16 of each lane, in the dword's upper half (the lower half is garbage). */
+static inline __m256i round_hi(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    const __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000)); /* both non-negative */
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+}
+
+/* 16 floats at p to 16 bf16, in order. */
+static inline __m256i round16(const float *p)
+{
+    const __m256i lo = _mm256_srli_epi32(round_hi(_mm256_loadu_ps(p)), 16);
+    const __m256i hi = _mm256_srli_epi32(round_hi(_mm256_loadu_ps(p + 8)), 16);
+    /* packus works within 128-bit lanes: lo 0-3, hi 0-3, lo 4-7, hi 4-7; the permute puts them in order */
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
+}
+
+/* 8 floats at p to 8 bf16. */
+static inline __m128i round8(const float *p)
+{
+    const __m256i r = _mm256_srli_epi32(round_hi(_mm256_loadu_ps(p)), 16);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* ---- tiles ------------------------------------------------------------------------------------------ */
+
+typedef struct view {
+    const char *src;
+    bool f32;
+    int64_t rs, ks, rows, kc;
+} view;
+
+static inline uint16_t elem(const view *x, int64_t r, int64_t k)
+{
+    const int64_t i = r * x->rs + k * x->ks;
+    return x->f32 ? trex_f32_to_bf16(((const float *)(const void *)x->src)[i])
+                  : ((const uint16_t *)(const void *)x->src)[i];
+}
+
+static inline const char *at(const view *x, int64_t r, int64_t k)
+{
+    return x->src + (size_t)(r * x->rs + k * x->ks) * (x->f32 ? 4 : 2);
+}
+
+/* 8 x 8 transpose of dwords. */
+static inline void transpose8(__m256i v[TR])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        v[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* The tile at rows rr.., k kk.. of the view, by rows (want_rows) or by pairs. */
+static void load_tile(const view *x, int64_t rr, int64_t kk, bool want_rows, __m256i v[TR])
+{
+    if (rr + TR > x->rows || kk + TK > x->kc) {
+        /* an edge: through a zero-filled buffer, by rows */
+        uint16_t buf[TR][TK] = {{0}};
+        for (int64_t i = 0; i < TR && rr + i < x->rows; i++)
+            for (int64_t k = 0; k < TK && kk + k < x->kc; k++)
+                buf[i][k] = elem(x, rr + i, kk + k);
+        for (int i = 0; i < TR; i++)
+            v[i] = _mm256_loadu_si256((const __m256i *)(const void *)buf[i]);
+        if (!want_rows)
+            transpose8(v);
+        return;
+    }
+    if (x->ks == 1) {
+        for (int i = 0; i < TR; i++) {
+            const char *p = at(x, rr + i, kk);
+            v[i] = x->f32 ? round16((const float *)(const void *)p)
+                          : _mm256_loadu_si256((const __m256i *)(const void *)p);
+        }
+        if (!want_rows)
+            transpose8(v);
+        return;
+    }
+    /* rs == 1: source rows k and k+1 (8 values of r each) interleaved into dword pairs */
+    for (int p = 0; p < TR; p++) {
+        const char *e = at(x, rr, kk + 2 * p), *o = at(x, rr, kk + 2 * p + 1);
+        const __m128i a = x->f32 ? round8((const float *)(const void *)e)
+                                 : _mm_loadu_si128((const __m128i *)(const void *)e);
+        const __m128i b = x->f32 ? round8((const float *)(const void *)o)
+                                 : _mm_loadu_si128((const __m128i *)(const void *)o);
+        v[p] = _mm256_set_m128i(_mm_unpackhi_epi16(a, b), _mm_unpacklo_epi16(a, b));
+    }
+    if (want_rows)
+        transpose8(v);
+}
+
+/* ---- packers ------------------------------------------------------------------------------------------ */
+
+/* A format from a source with k contiguous, row by row (each source row one sequential stream). */
+static void pack_a_rows(uint16_t *dst, const view *x, int64_t kcp)
+{
+    const size_t esz = x->f32 ? 4 : 2;
+    for (int64_t r = 0; r < TREX_GEMM_MR; r++) {
+        uint16_t *d = dst + r * 32;
+        if (r >= x->rows) {
+            for (int64_t kk = 0; kk < kcp; kk += 32)
+                memset(d + kk * TREX_GEMM_MR, 0, 64);
+            continue;
+        }
+        const char *src = x->src + (size_t)(r * x->rs) * esz;
+        int64_t kk = 0;
+        for (; kk + 32 <= x->kc; kk += 32) {
+            __m256i *q = (__m256i *)(void *)(d + kk * TREX_GEMM_MR);
+            if (x->f32) {
+                const float *s = (const float *)(const void *)src + kk;
+                _mm256_storeu_si256(q, round16(s));
+                _mm256_storeu_si256(q + 1, round16(s + 16));
+            } else {
+                const __m256i *s = (const __m256i *)(const void *)((const uint16_t *)(const void *)src + kk);
+                _mm256_storeu_si256(q, _mm256_loadu_si256(s));
+                _mm256_storeu_si256(q + 1, _mm256_loadu_si256(s + 1));
+            }
+        }
+        for (; kk < kcp; kk += 32)
+            for (int64_t k = 0; k < 32; k++)
+                d[kk * TREX_GEMM_MR + k] = kk + k < x->kc ? elem(x, r, kk + k) : 0;
+    }
+}
+
+static void pack_a(uint16_t *dst, const view *x, int64_t kcp)
+{
+    if (x->ks == 1) {
+        pack_a_rows(dst, x, kcp);
+        return;
+    }
+    __m256i v[TR];
+    for (int64_t kk = 0; kk < kcp; kk += TK)
+        for (int64_t rr = 0; rr < TREX_GEMM_MR; rr += TR) {
+            /* step kk/32, rows rr.., its k kk%32.. */
+            uint16_t *d = dst + (kk / 32) * (32 * TREX_GEMM_MR) + rr * 32 + kk % 32;
+            if (rr >= x->rows || kk >= x->kc)
+                for (int i = 0; i < TR; i++)
+                    v[i] = _mm256_setzero_si256();
+            else
+                load_tile(x, rr, kk, true, v);
+            for (int i = 0; i < TR; i++)
+                _mm256_storeu_si256((__m256i *)(void *)(d + i * 32), v[i]);
+        }
+}
+
+static void pack_b(uint16_t *dst, const view *x, int64_t kcp)
+{
+    __m256i v[TR];
+    for (int64_t kk = 0; kk < kcp; kk += TK)
+        for (int64_t rr = 0; rr < TREX_GEMM_NR; rr += TR) {
+            if (rr >= x->rows || kk >= x->kc)
+                for (int p = 0; p < TR; p++)
+                    v[p] = _mm256_setzero_si256();
+            else
+                load_tile(x, rr, kk, false, v);
+            for (int p = 0; p < TR; p++)
+                _mm256_storeu_si256((__m256i *)(void *)(dst + (kk / 2 + p) * 2 * TREX_GEMM_NR + rr * 2), v[p]);
+        }
+}
+
+/* Sources with neither stride 1 (only a degenerate caller makes them) take the reference path. */
+#define PACK_ENTRY(name, fn, is_f32, fallback)                                                      \
+    void name(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, int64_t kc,    \
+              int64_t kcp)                                                                          \
+    {                                                                                               \
+        if (rs != 1 && ks != 1) {                                                                   \
+            fallback(dst, src, rs, ks, rows, kc, kcp);                                              \
+            return;                                                                                 \
+        }                                                                                           \
+        const view x = {src, is_f32, rs, ks, rows, kc};                                             \
+        fn(dst, &x, kcp);                                                                           \
+    }
+
+PACK_ENTRY(trex_pack_a_bf16_avx2, pack_a, false, trex_pack_a_bf16_ref)
+PACK_ENTRY(trex_pack_a_f32_avx2, pack_a, true, trex_pack_a_f32_ref)
+PACK_ENTRY(trex_pack_b_bf16_avx2, pack_b, false, trex_pack_b_bf16_ref)
+PACK_ENTRY(trex_pack_b_f32_avx2, pack_b, true, trex_pack_b_f32_ref)
+
+/* ---- bulk conversion ------------------------------------------------------------------------------- */
+
+void trex_cvt_f32_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), round16(src + i));
+    for (; i < n; i++)
+        dst[i] = trex_f32_to_bf16(src[i]);
+}
+
+void trex_cvt_bf16_f32_avx2(float *dst, const uint16_t *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++)
+        dst[i] = trex_bf16_to_f32(src[i]);
+}
