@@ -383,21 +383,28 @@ void trex_fused_sattn_bwd_query_keys_bf16_ref(float *dq, float *dsink, float *P,
 }
 
 /* sattn_key_product_bf16 (kernels/fused.h): per entry and column one fp32 sum over k ascending from
- * the first term, then one add. */
+ * the first term, then one add. The sums of an entry's c columns advance together, k by k (ws holds
+ * them), so that B is read along its rows: 16 columns of a row k are 16 values two apart. */
 void trex_fused_sattn_key_product_bf16_ref(float *const *dV, float *ws, const uint16_t *a2,
                                            const uint16_t *b2, int64_t K, int64_t n, int64_t c)
 {
-    (void)ws;
     const int64_t cp = TREX_FUSED_SATTN_CP(c);
-    for (int64_t e = 0; e < n; e++)
-        for (int64_t i = 0; i < c; i++) {
-            float acc = 0.0f;
-            for (int64_t k = 0; k < K; k++) {
-                const float t = bf16_value(a2[e * K + k]) * bf16_value(b2[vnni_at(k, i, cp)]);
-                acc = k ? acc + t : t;
+    float *acc = ws;
+    for (int64_t e = 0; e < n; e++) {
+        for (int64_t k = 0; k < K; k++) {
+            const float a = bf16_value(a2[e * K + k]);
+            for (int64_t i0 = 0; i0 < c; i0 += 16) {
+                const uint16_t *bk = b2 + vnni_at(k, i0, cp);
+                const int64_t m = c - i0 < 16 ? c - i0 : 16;
+                for (int64_t i = 0; i < m; i++) {
+                    const float t = a * bf16_value(bk[2 * i]);
+                    acc[i0 + i] = k ? acc[i0 + i] + t : t;
+                }
             }
-            dV[e][i] += acc;
         }
+        for (int64_t i = 0; i < c; i++)
+            dV[e][i] += K ? acc[i] : 0.0f;
+    }
 }
 
 /* sattn_bwd_query_block_keys_bf16 (kernels/fused.h): its definition, the three calls (nq <= 16). The
