@@ -256,7 +256,7 @@ void trex_linear_backward_ex(trex_pool *pool, trex_gemm_ws *ws, trex_dtype compu
                              float *dW, const float *dy, const float *x, const float *W, int64_t n,
                              int64_t in, int64_t out, bool acc, bool dw_acc);
 
-/* ---- optimizer kernels (kernels/ref/optim.c; AVX-512 leaves in kernels/x86/avx512/optim.c) -------------
+/* ---- optimizer kernels (kernels/ref/optim.c; AVX-512 and AVX2 leaves in kernels/x86/<isa>/optim.c) ------
  * The element-wise passes of the optimizer step (docs/optim.md), one table per level like the fused
  * kernels. Every level gives the same bits (tests/test_optim.c checks them on awkward lengths).
  *
@@ -350,5 +350,12 @@ void trex_muon_momentum_avx512(float *mom, float *x, const float *g, int64_t n, 
                                bool nesterov);
 void trex_muon_update_avx512(float *w, const float *x, int64_t n, double decay, double scale);
 void trex_muon_normalize_avx512(float *x, int64_t n, double norm);
+double trex_sumsq_avx2(const float *x, int64_t n, int64_t *nonfinite);
+void trex_adamw_avx2(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
+void trex_scale_avx2(float *y, const float *x, float a, int64_t n);
+void trex_muon_momentum_avx2(float *mom, float *x, const float *g, int64_t n, float mu, float gscale,
+                             bool nesterov);
+void trex_muon_update_avx2(float *w, const float *x, int64_t n, double decay, double scale);
+void trex_muon_normalize_avx2(float *x, int64_t n, double norm);
 
 #endif

@@ -9,7 +9,7 @@
  * AVX-512 leaf runs 16 wide, so every level gives the same bits (docs/optim.md). scale (y = a x, Muon's
  * Newton–Schulz) is one float multiply per element at every level (SSE2 here, 16 wide in the leaf); Muon's
  * momentum (float), update and normalization (double) passes are the optimizer's loops as they were, which
- * the leaf runs 16, 8 and 8 wide. */
+ * the leaf runs 16, 8 and 8 wide (the AVX2 leaves, kernels/x86/avx2/optim.c: 8, 4 and 4). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -136,6 +136,17 @@ static const trex_optim_kernels table_avx512 = {
     .muon_update = trex_muon_update_avx512,
     .muon_normalize = trex_muon_normalize_avx512,
 };
+
+static const trex_optim_kernels table_avx2 = {
+    .isa = TREX_ISA_AVX2,
+    .name = "avx2",
+    .sumsq = trex_sumsq_avx2,
+    .adamw = trex_adamw_avx2,
+    .scale = trex_scale_avx2,
+    .muon_momentum = trex_muon_momentum_avx2,
+    .muon_update = trex_muon_update_avx2,
+    .muon_normalize = trex_muon_normalize_avx2,
+};
 #endif
 
 const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap)
@@ -146,6 +157,8 @@ const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap)
 #if defined(__x86_64__) || defined(__i386__)
     if (isa >= TREX_ISA_AVX512)
         return &table_avx512;
+    if (isa >= TREX_ISA_AVX2)
+        return &table_avx2;
 #endif
     (void)isa;
     return &table_ref;
