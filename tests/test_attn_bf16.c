@@ -1094,6 +1094,46 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
     free(ds1), free(P1), free(dVm), free(dVs), free(dV0), free(ps), free(ps1), free(pm), free(pv);
 }
 
+/* A level whose window pass is the reference's (avx2) must give the reference key product's bits on
+ * any operands: random a2 (zero past n, up to a multiple of 16) and b2, awkward n and c, K from 0. */
+static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
+{
+    static const int64_t cases[][3] = {{1, 32, 0}, {1, 32, 32}, {5, 17, 64}, {16, 48, 96}, {37, 130, 64},
+                                       {3, 512, 160}}; /* n, c, K */
+    int runs = 0;
+    for (int l = 1; l < nl; l++) {
+        const trex_fused_table *t = lv[l];
+        if (t->sattn_bwd_window_bf16 != trex_fused_sattn_bwd_window_bf16_ref)
+            continue;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const int64_t n = cases[i][0], c = cases[i][1], K = cases[i][2];
+            const int64_t cp = TREX_FUSED_SATTN_CP(c), rows = (n + 15) / 16 * 16;
+            uint16_t *a2 = calloc((size_t)(rows * K + 1), 2), *b2 = malloc((size_t)(K * cp + 1) * 2);
+            float *r = xmalloc_f(n * c), *x = xmalloc_f(n * c), *ws = xmalloc_f(16 * cp + 16);
+            float **pr = malloc((size_t)n * sizeof *pr), **px = malloc((size_t)n * sizeof *px);
+            if (!a2 || !b2 || !pr || !px)
+                exit(2);
+            float *tmp = xmalloc_f(n * K + K * cp + 1);
+            fill(tmp, n * K + K * cp, 3.0f);
+            for (int64_t k = 0; k < n * K; k++)
+                a2[k] = to_bf16(tmp[k]);
+            for (int64_t k = 0; k < K * cp; k++)
+                b2[k] = to_bf16(tmp[n * K + k]);
+            fill(r, n * c, 0.5f);
+            memcpy(x, r, (size_t)(n * c) * sizeof *r);
+            for (int64_t e = 0; e < n; e++)
+                pr[e] = r + e * c, px[e] = x + e * c;
+            trex_fused_sattn_key_product_bf16_ref(pr, ws, a2, b2, K, n, c);
+            t->sattn_key_product_bf16(px, ws, a2, b2, K, n, c);
+            CHECK(same_bits(r, x, n * c), "%s key product: the reference's bits, n=%lld c=%lld K=%lld",
+                  t->sattn_bf16_name, (long long)n, (long long)c, (long long)K);
+            runs++;
+            free(a2), free(b2), free(r), free(x), free(ws), free(pr), free(px), free(tmp);
+        }
+    }
+    printf("key product, bit for bit with the reference's: %d runs\n", runs);
+}
+
 static void test_qkeys_bf16(const trex_fused_table *const *lv, int nl)
 {
     static const int64_t cases[][4] = {
@@ -1129,8 +1169,9 @@ int main(int argc, char **argv)
             printf("level %s: no bf16 attention core (%s)\n", t->name, t->sattn_bf16_name);
         else
             CHECK(!dup, "level %s has all four bf16 attention entries or none", t->name);
-        for (int i = 0; i < nl; i++)
-            dup |= lv[i]->sattn_fwd_bf16 == t->sattn_fwd_bf16;
+        for (int i = 0; i < nl; i++) /* the avx2 level: the reference's but for the key product */
+            dup |= lv[i]->sattn_fwd_bf16 == t->sattn_fwd_bf16 &&
+                   lv[i]->sattn_key_product_bf16 == t->sattn_key_product_bf16;
         if (!dup)
             lv[nl++] = t;
     }
@@ -1182,6 +1223,7 @@ int main(int argc, char **argv)
     test_window_bf16(lv, nl);
     test_block_bf16(lv, nl);
     test_qkeys_bf16(lv, nl);
+    test_key_product_bits(lv, nl);
     test_nt_entries(all, na);
     return check_summary();
 }

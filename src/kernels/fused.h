@@ -714,5 +714,8 @@ void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uin
         float scale, const float *lse, const float *D);
 TREX_FUSED_ATTN_TILE_LEAVES(amx)
 TREX_FUSED_ATTN_TILE_LEAVES(avx512)
+/* The avx2 level's one attention leaf (kernels/x86/avx2/attn.c; its other entries are the reference's). */
+void trex_fused_sattn_key_product_bf16_avx2(float *const *dV, float *ws, const uint16_t *a2,
+                                            const uint16_t *b2, int64_t K, int64_t n, int64_t c);
 
 #endif

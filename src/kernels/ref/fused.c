@@ -256,6 +256,23 @@ static const trex_fused_table table_amx = {
 };
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+/* AVX2: the reference table with the leaves of kernels/x86/avx2/, each giving the reference's bits.
+ * Built once from table_ref (a designated initializer cannot override a listed entry without a
+ * warning). */
+static trex_fused_table table_avx2;
+static pthread_once_t avx2_once = PTHREAD_ONCE_INIT;
+
+static void avx2_init(void)
+{
+    table_avx2 = table_ref;
+    table_avx2.isa = TREX_ISA_AVX2;
+    table_avx2.name = "avx2";
+    table_avx2.sattn_bf16_name = "ref, key product avx2";
+    table_avx2.sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_avx2;
+}
+#endif
+
 const trex_fused_table *trex_fused_for(trex_isa cap)
 {
     /* trex_kernels_table_for applies the machine's limits (CPU and OS) under the cap */
@@ -265,6 +282,10 @@ const trex_fused_table *trex_fused_for(trex_isa cap)
         return &table_amx;
     if (isa >= TREX_ISA_AVX512)
         return &table_avx512;
+    if (isa >= TREX_ISA_AVX2) {
+        pthread_once(&avx2_once, avx2_init);
+        return &table_avx2;
+    }
 #endif
     (void)isa;
     return &table_ref;

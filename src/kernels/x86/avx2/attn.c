@@ -1,0 +1,83 @@
+/* kernels/x86/avx2/attn.c — the bf16 attention's key-side product on AVX2 (sattn_key_product_bf16 of
+ * kernels/fused.h), the one entry of the attention core the avx2 level has of its own; the others are
+ * the reference's (kernels/ref/attn_bf16.c).
+ *
+ * dV[e][i] += sum over k of a2[e][k] B(k, i): the operands are bf16, so every product is exact in fp32
+ * and a fused multiply-add rounds exactly as the reference's product-then-add. The sums run in the
+ * reference's order (k ascending from the first term, then one add into dV), so this leaf gives the
+ * reference's bits, which the level's window pass (the reference's) must match. As in the GEMM's AVX2
+ * micro-kernel (gemm_bf16.c), a dword of B's VNNI rows holds the pair (k, k+1) of one column, widened by
+ * one shift and one mask; pieces of 4 entries x 16 columns keep eight sums in registers over the whole
+ * K. a2's rows past n up to a multiple of 16 are zero (the contract), so a piece may read them. Compiled
+ * with AVX2 and FMA flags; reached only through the fused table. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/fused.h"
+
+enum { ROWS = 4, COLS = 16 };
+
+/* B's 16 columns i0.. of the pair (k, k+1) (i0 a multiple of 16): 32 consecutive bf16 of b2. */
+static inline const uint16_t *b_pair(const uint16_t *b2, int64_t k, int64_t i0, int64_t cp)
+{
+    return b2 + ((k / 32) * (cp / 16) + i0 / 16) * 512 + ((k % 32) / 2) * 32;
+}
+
+/* The pair a2[r][k], a2[r][k+1] as the even and odd fp32 values of 8 lanes each. */
+static inline void a_pair(const uint16_t *p, bool odd_too, __m256 *a0, __m256 *a1)
+{
+    int32_t pair = 0;
+    memcpy(&pair, p, odd_too ? 4 : 2);
+    const __m256i v = _mm256_set1_epi32(pair);
+    *a0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *a1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+void trex_fused_sattn_key_product_bf16_avx2(float *const *dV, float *ws, const uint16_t *a2,
+                                            const uint16_t *b2, int64_t K, int64_t n, int64_t c)
+{
+    (void)ws;
+    const int64_t cp = TREX_FUSED_SATTN_CP(c);
+    const __m256i upper = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t e0 = 0; e0 < n; e0 += ROWS)
+        for (int64_t i0 = 0; i0 < c; i0 += COLS) {
+            __m256 s[ROWS][2];
+            _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)
+                s[r][0] = s[r][1] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < K; k += 2) {
+                const bool odd_too = k + 1 < K;
+                const uint16_t *bk = b_pair(b2, k, i0, cp);
+                const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
+                const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
+                const __m256 ev0 = _mm256_castsi256_ps(_mm256_slli_epi32(b0, 16));
+                const __m256 ev1 = _mm256_castsi256_ps(_mm256_slli_epi32(b1, 16));
+                const __m256 od0 = _mm256_castsi256_ps(_mm256_and_si256(b0, upper));
+                const __m256 od1 = _mm256_castsi256_ps(_mm256_and_si256(b1, upper));
+                _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {
+                    __m256 a0, a1;
+                    a_pair(a2 + (e0 + r) * K + k, odd_too, &a0, &a1);
+                    if (k == 0) { /* the first term is the sum, not 0 + it (the sign of a zero) */
+                        s[r][0] = _mm256_mul_ps(a0, ev0);
+                        s[r][1] = _mm256_mul_ps(a0, ev1);
+                    } else {
+                        s[r][0] = _mm256_fmadd_ps(a0, ev0, s[r][0]);
+                        s[r][1] = _mm256_fmadd_ps(a0, ev1, s[r][1]);
+                    }
+                    if (odd_too) {
+                        s[r][0] = _mm256_fmadd_ps(a1, od0, s[r][0]);
+                        s[r][1] = _mm256_fmadd_ps(a1, od1, s[r][1]);
+                    }
+                }
+            }
+            const int64_t m = c - i0 < COLS ? c - i0 : COLS;
+            for (int r = 0; r < ROWS && e0 + r < n; r++) {
+                float sum[COLS];
+                _mm256_storeu_ps(sum, s[r][0]);
+                _mm256_storeu_ps(sum + 8, s[r][1]);
+                float *d = dV[e0 + r] + i0;
+                for (int64_t i = 0; i < m; i++)
+                    d[i] += sum[i];
+            }
+        }
+}
