@@ -75,62 +75,75 @@ void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *poo
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count);
 
-/* ---- leaves: plain C reference (kernels/ref/bf16.c) ---------------------------------------------- */
-void trex_gemm_ukr_ref(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
-                       unsigned flags);
-void trex_gemm_tile_t_ref(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
-void trex_pack_a_bf16_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                          int64_t kc, int64_t kcp);
-void trex_pack_a_f32_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                         int64_t kc, int64_t kcp);
-void trex_pack_b_bf16_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                          int64_t kc, int64_t kcp);
-void trex_pack_b_f32_ref(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                         int64_t kc, int64_t kcp);
-void trex_cvt_f32_bf16_ref(uint16_t *dst, const float *src, int64_t n);
-void trex_cvt_bf16_f32_ref(float *dst, const uint16_t *src, int64_t n);
-void trex_gemm_f32_ukr_ref(int64_t K, const float *ap, const float *bp, float *acc); /* kernels/ref/gemm.c */
+/* ---- leaves ---------------------------------------------------------------------------------------- */
 
-/* ---- leaves: AVX-512 F/BW/VL + BF16 (kernels/x86/avx512/) ------------------------------------- */
-void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
-                          unsigned flags);
+/* Every level's micro-kernels, packers and conversions (the reference's in kernels/ref/bf16.c and
+ * kernels/ref/gemm.c, the others in kernels/x86/<isa>/): trex_<name>_<isa>. */
+#define TREX_GEMM_LEAVES(isa)                                                                         \
+    void trex_gemm_ukr_##isa(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,  \
+                             unsigned flags);                                                         \
+    void trex_pack_a_bf16_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, \
+                                int64_t kc, int64_t kcp);                                             \
+    void trex_pack_a_f32_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,  \
+                               int64_t kc, int64_t kcp);                                              \
+    void trex_pack_b_bf16_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, \
+                                int64_t kc, int64_t kcp);                                             \
+    void trex_pack_b_f32_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,  \
+                               int64_t kc, int64_t kcp);                                              \
+    void trex_cvt_f32_bf16_##isa(uint16_t *dst, const float *src, int64_t n);                         \
+    void trex_cvt_bf16_f32_##isa(float *dst, const uint16_t *src, int64_t n);                         \
+    void trex_gemm_f32_ukr_##isa(int64_t K, const float *ap, const float *bp, float *acc);
+
+/* plain C reference */
+TREX_GEMM_LEAVES(ref)
+void trex_gemm_tile_t_ref(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
+
+/* AVX-512 F/BW/VL + BF16 */
+TREX_GEMM_LEAVES(avx512)
 void trex_gemm_tile_t_avx512(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
-void trex_pack_a_bf16_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                             int64_t kc, int64_t kcp);
-void trex_pack_a_f32_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                            int64_t kc, int64_t kcp);
-void trex_pack_b_bf16_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                             int64_t kc, int64_t kcp);
-void trex_pack_b_f32_avx512(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                            int64_t kc, int64_t kcp);
-void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
-void trex_cvt_bf16_f32_avx512(float *dst, const uint16_t *src, int64_t n);
 void trex_gemm_end_avx512(void);
-void trex_gemm_f32_ukr_avx512(int64_t K, const float *ap, const float *bp, float *acc); /* gemm_f32.c */
 double trex_peak_f32_fma_avx512(int64_t iters);
 double trex_peak_bf16_dp_avx512(int64_t iters);
 
-/* ---- leaves: AVX2 + FMA (kernels/x86/avx2/) ------------------------------------------------------- */
-void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
-                        unsigned flags);
-void trex_pack_a_bf16_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                           int64_t kc, int64_t kcp);
-void trex_pack_a_f32_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                          int64_t kc, int64_t kcp);
-void trex_pack_b_bf16_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                           int64_t kc, int64_t kcp);
-void trex_pack_b_f32_avx2(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,
-                          int64_t kc, int64_t kcp);
-void trex_cvt_f32_bf16_avx2(uint16_t *dst, const float *src, int64_t n);
-void trex_cvt_bf16_f32_avx2(float *dst, const uint16_t *src, int64_t n);
-void trex_gemm_f32_ukr_avx2(int64_t K, const float *ap, const float *bp, float *acc); /* gemm_f32.c */
+/* AVX2 + FMA */
+TREX_GEMM_LEAVES(avx2)
 double trex_peak_f32_fma_avx2(int64_t iters);
 
-/* ---- leaves: AMX-TILE + AMX-BF16 (kernels/x86/amx/) ---------------------------------------------- */
+/* AMX-TILE + AMX-BF16 (with the AVX-512 packers) */
 void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                        unsigned flags);
 void trex_gemm_begin_amx(void);
 void trex_gemm_end_amx(void);
 double trex_peak_bf16_amx(int64_t iters);
+
+/* ---- the ISA packers' common frame (kernels/x86/<isa>/pack.c) --------------------------------------- */
+
+/* A packer's source, X[r][k] = src[(r*rs + k*ks) * esz bytes], rs or ks 1, rows x kc. */
+typedef struct trex_pack_view {
+    const char *src;
+    size_t esz; /* 4 (fp32, rounded to bf16 while packed) or 2 (bf16) */
+    bool f32;
+    int64_t rs, ks, rows, kc;
+} trex_pack_view;
+
+/* The four packer entries of a level, trex_pack_{a,b}_{bf16,f32}_<isa>, from its two functions
+ * pack_a(dst, view, kcp) and pack_b(...) (static in the level's pack.c). Sources with neither stride
+ * 1 (only a degenerate caller makes them) take the reference path. */
+#define TREX_PACK_ENTRY(isa, ab, type, is_f32, fn)                                                  \
+    void trex_pack_##ab##_##type##_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks,     \
+                                         int64_t rows, int64_t kc, int64_t kcp)                     \
+    {                                                                                               \
+        if (rs != 1 && ks != 1) {                                                                   \
+            trex_pack_##ab##_##type##_ref(dst, src, rs, ks, rows, kc, kcp);                         \
+            return;                                                                                 \
+        }                                                                                           \
+        const trex_pack_view x = {src, is_f32 ? 4 : 2, is_f32, rs, ks, rows, kc};                   \
+        fn(dst, &x, kcp);                                                                           \
+    }
+#define TREX_PACK_ENTRIES(isa, pack_a, pack_b)                                                      \
+    TREX_PACK_ENTRY(isa, a, bf16, false, pack_a)                                                    \
+    TREX_PACK_ENTRY(isa, a, f32, true, pack_a)                                                      \
+    TREX_PACK_ENTRY(isa, b, bf16, false, pack_b)                                                    \
+    TREX_PACK_ENTRY(isa, b, f32, true, pack_b)
 
 #endif

@@ -336,26 +336,18 @@ typedef struct trex_optim_kernels {
  * cap would choose on this machine (never NULL). */
 const trex_optim_kernels *trex_optim_kernels_get(void);
 const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap);
-/* entries (the leaves are reached only through the table) */
-double trex_sumsq_ref(const float *x, int64_t n, int64_t *nonfinite);
-void trex_adamw_ref(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
-void trex_scale_ref(float *y, const float *x, float a, int64_t n);
-void trex_muon_momentum_ref(float *mom, float *x, const float *g, int64_t n, float mu, float gscale, bool nesterov);
-void trex_muon_update_ref(float *w, const float *x, int64_t n, double decay, double scale);
-void trex_muon_normalize_ref(float *x, int64_t n, double norm);
-double trex_sumsq_avx512(const float *x, int64_t n, int64_t *nonfinite);
-void trex_adamw_avx512(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
-void trex_scale_avx512(float *y, const float *x, float a, int64_t n);
-void trex_muon_momentum_avx512(float *mom, float *x, const float *g, int64_t n, float mu, float gscale,
-                               bool nesterov);
-void trex_muon_update_avx512(float *w, const float *x, int64_t n, double decay, double scale);
-void trex_muon_normalize_avx512(float *x, int64_t n, double norm);
-double trex_sumsq_avx2(const float *x, int64_t n, int64_t *nonfinite);
-void trex_adamw_avx2(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c);
-void trex_scale_avx2(float *y, const float *x, float a, int64_t n);
-void trex_muon_momentum_avx2(float *mom, float *x, const float *g, int64_t n, float mu, float gscale,
-                             bool nesterov);
-void trex_muon_update_avx2(float *w, const float *x, int64_t n, double decay, double scale);
-void trex_muon_normalize_avx2(float *x, int64_t n, double norm);
+/* The entries of a level isa, trex_<name>_<isa> (the leaves are reached only through the table). */
+#define TREX_OPTIM_LEAVES(isa)                                                                        \
+    double trex_sumsq_##isa(const float *x, int64_t n, int64_t *nonfinite);                           \
+    void trex_adamw_##isa(float *w, float *m, float *v, const float *g, int64_t n,                    \
+                          const trex_adamw_consts *c);                                                \
+    void trex_scale_##isa(float *y, const float *x, float a, int64_t n);                              \
+    void trex_muon_momentum_##isa(float *mom, float *x, const float *g, int64_t n, float mu,          \
+                                  float gscale, bool nesterov);                                       \
+    void trex_muon_update_##isa(float *w, const float *x, int64_t n, double decay, double scale);     \
+    void trex_muon_normalize_##isa(float *x, int64_t n, double norm);
+TREX_OPTIM_LEAVES(ref)
+TREX_OPTIM_LEAVES(avx512)
+TREX_OPTIM_LEAVES(avx2)
 
 #endif

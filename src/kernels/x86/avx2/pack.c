@@ -52,11 +52,7 @@ static inline __m128i round8(const float *p)
 
 /* ---- tiles ------------------------------------------------------------------------------------------ */
 
-typedef struct view {
-    const char *src;
-    bool f32;
-    int64_t rs, ks, rows, kc;
-} view;
+typedef trex_pack_view view;
 
 static inline uint16_t elem(const view *x, int64_t r, int64_t k)
 {
@@ -67,7 +63,7 @@ static inline uint16_t elem(const view *x, int64_t r, int64_t k)
 
 static inline const char *at(const view *x, int64_t r, int64_t k)
 {
-    return x->src + (size_t)(r * x->rs + k * x->ks) * (x->f32 ? 4 : 2);
+    return x->src + (size_t)(r * x->rs + k * x->ks) * x->esz;
 }
 
 /* 8 x 8 transpose of dwords. */
@@ -133,7 +129,6 @@ static void load_tile(const view *x, int64_t rr, int64_t kk, bool want_rows, __m
 /* A format from a source with k contiguous, row by row (each source row one sequential stream). */
 static void pack_a_rows(uint16_t *dst, const view *x, int64_t kcp)
 {
-    const size_t esz = x->f32 ? 4 : 2;
     for (int64_t r = 0; r < TREX_GEMM_MR; r++) {
         uint16_t *d = dst + r * 32;
         if (r >= x->rows) {
@@ -141,7 +136,7 @@ static void pack_a_rows(uint16_t *dst, const view *x, int64_t kcp)
                 memset(d + kk * TREX_GEMM_MR, 0, 64);
             continue;
         }
-        const char *src = x->src + (size_t)(r * x->rs) * esz;
+        const char *src = x->src + (size_t)(r * x->rs) * x->esz;
         int64_t kk = 0;
         for (; kk + 32 <= x->kc; kk += 32) {
             __m256i *q = (__m256i *)(void *)(d + kk * TREX_GEMM_MR);
@@ -197,23 +192,7 @@ static void pack_b(uint16_t *dst, const view *x, int64_t kcp)
         }
 }
 
-/* Sources with neither stride 1 (only a degenerate caller makes them) take the reference path. */
-#define PACK_ENTRY(name, fn, is_f32, fallback)                                                      \
-    void name(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, int64_t kc,    \
-              int64_t kcp)                                                                          \
-    {                                                                                               \
-        if (rs != 1 && ks != 1) {                                                                   \
-            fallback(dst, src, rs, ks, rows, kc, kcp);                                              \
-            return;                                                                                 \
-        }                                                                                           \
-        const view x = {src, is_f32, rs, ks, rows, kc};                                             \
-        fn(dst, &x, kcp);                                                                           \
-    }
-
-PACK_ENTRY(trex_pack_a_bf16_avx2, pack_a, false, trex_pack_a_bf16_ref)
-PACK_ENTRY(trex_pack_a_f32_avx2, pack_a, true, trex_pack_a_f32_ref)
-PACK_ENTRY(trex_pack_b_bf16_avx2, pack_b, false, trex_pack_b_bf16_ref)
-PACK_ENTRY(trex_pack_b_f32_avx2, pack_b, true, trex_pack_b_f32_ref)
+TREX_PACK_ENTRIES(avx2, pack_a, pack_b)
 
 /* ---- bulk conversion ------------------------------------------------------------------------------- */
 

@@ -44,12 +44,7 @@ static inline __m512i load32(const void *p, bool f32, int64_t n)
                         n > 16 ? _mm512_maskz_loadu_ps(tail_mask(n - 16), q + 16) : _mm512_setzero_ps());
 }
 
-typedef struct view {
-    const char *src;
-    size_t esz;
-    bool f32;
-    int64_t rs, ks, rows, kc;
-} view;
+typedef trex_pack_view view;
 
 /* The 16 x 32 tile at rows rr.., k kk.. of the view, by rows (want_rows) or by pairs. */
 static inline void load_tile(const view *x, int64_t rr, int64_t kk, bool want_rows, __m512i v[16])
@@ -178,23 +173,7 @@ static void pack_b(uint16_t *dst, const view *x, int64_t kcp)
         }
 }
 
-/* Sources with neither stride 1 (only a degenerate caller makes them) take the reference path. */
-#define PACK_ENTRY(name, fn, is_f32, fallback)                                                      \
-    void name(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, int64_t kc,    \
-              int64_t kcp)                                                                          \
-    {                                                                                               \
-        if (rs != 1 && ks != 1) {                                                                   \
-            fallback(dst, src, rs, ks, rows, kc, kcp);                                              \
-            return;                                                                                 \
-        }                                                                                           \
-        const view x = {src, is_f32 ? 4 : 2, is_f32, rs, ks, rows, kc};                              \
-        fn(dst, &x, kcp);                                                                           \
-    }
-
-PACK_ENTRY(trex_pack_a_bf16_avx512, pack_a, false, trex_pack_a_bf16_ref)
-PACK_ENTRY(trex_pack_a_f32_avx512, pack_a, true, trex_pack_a_f32_ref)
-PACK_ENTRY(trex_pack_b_bf16_avx512, pack_b, false, trex_pack_b_bf16_ref)
-PACK_ENTRY(trex_pack_b_f32_avx512, pack_b, true, trex_pack_b_f32_ref)
+TREX_PACK_ENTRIES(avx512, pack_a, pack_b)
 
 void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 {
