@@ -624,57 +624,11 @@ void trex_fused_rmsnorm_bwd_avx512(float *dx, const float *dy, const float *x, c
 void trex_fused_rmsnorm_dw_avx512(float *dw, const float *dy, const float *x, const float *rstd,
                                   int64_t n, int64_t dim, int64_t j0, int64_t j1);
 
-/* bf16 attention: the reference (kernels/ref/attn_bf16.c). */
-void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *P, float *ws,
-                                   const float *q, const uint16_t *qb, const float *const *V,
-                                   const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
-                                   int64_t H, int64_t c, const float *sink, float scale);
-void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const uint16_t *gb, const float *q,
-                                         const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D);
-void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
-                                           const float *const *V, const uint16_t *const *Vb,
-                                           int64_t n, const float *q, const uint16_t *qb,
-                                           const float *g, const uint16_t *gb, int64_t H,
-                                           int64_t c, float scale, const float *lse,
-                                           const float *D);
-void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda, int64_t R,
-                              const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c);
-void trex_fused_sattn_fwd_block_bf16_ref(float *o, float *lse, float *ws, const uint16_t *qb,
-                                         int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
-                                         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
-                                         const float *sink, float scale);
-void trex_fused_sattn_bwd_query_block_bf16_ref(float *dq, float *dsink, float *ws,
-                                               const uint16_t *gb, const uint16_t *qb, int64_t nq,
-                                               const int64_t *vis, const uint16_t *const *Vb,
-                                               const trex_fused_pairs *Wp, int64_t n, int64_t H,
-                                               int64_t c, const float *sink, float scale,
-                                               const float *lse, const float *D);
-void trex_fused_sattn_bwd_query_keys_bf16_ref(float *dq, float *dsink, float *P, float *const *dV,
-                                              float *psum, float *ws, const uint16_t *gb,
-                                              const uint16_t *qb, const uint16_t *const *Vb,
-                                              const trex_fused_pairs *Wp, int64_t n, int64_t n0,
-                                              int64_t H, int64_t c, const float *sink, float scale,
-                                              const float *lse, const float *D,
-                                              const trex_fused_keys_out *wk);
-void trex_fused_sattn_key_product_bf16_ref(float *const *dV, float *ws, const uint16_t *a2,
-                                          const uint16_t *b2, int64_t K, int64_t n, int64_t c);
-void trex_fused_sattn_bwd_query_block_keys_bf16_ref(
-    float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
-    int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
-    int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
-    const float *D);
-void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uint16_t *const *Vb,
-                                          int64_t n, int64_t nq, const int64_t *vis,
-                                          const uint16_t *qb, const uint16_t *gb, int64_t H,
-                                          int64_t c, float scale, const float *lse, const float *D);
-
-/* The tile leaves (kernels/x86/attn_tiles.h, one body): compiled for AMX tiles (kernels/x86/amx/attn.c)
- * and for AVX-512 VDPBF16PS (kernels/x86/avx512/attn.c), trex_fused_<name>_amx and _avx512. */
-#define TREX_FUSED_ATTN_TILE_LEAVES(isa)                                                            \
+/* The bf16 attention leaves of a level, trex_fused_<name>_<isa>: the reference (kernels/ref/attn_bf16.c),
+ * the same source compiled with AVX2 flags (kernels/x86/avx2/attn_ref.c, with the key product of
+ * kernels/x86/avx2/attn.c), and the tile leaves (kernels/x86/attn_tiles.h, one body) for AMX tiles
+ * (kernels/x86/amx/attn.c) and AVX-512 VDPBF16PS (kernels/x86/avx512/attn.c). */
+#define TREX_FUSED_ATTN_BF16_LEAVES(isa)                                                            \
     void trex_fused_sattn_fwd_block_bf16_##isa(float *o, float *lse, float *ws,                     \
         const uint16_t *qb, int64_t nq, const int64_t *vis, const uint16_t *const *Vb,              \
         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c, const float *sink,             \
@@ -712,10 +666,9 @@ void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uin
         const float *const *V, const uint16_t *const *Vb, int64_t n, const float *q,                \
         const uint16_t *qb, const float *g, const uint16_t *gb, int64_t H, int64_t c,               \
         float scale, const float *lse, const float *D);
-TREX_FUSED_ATTN_TILE_LEAVES(amx)
-TREX_FUSED_ATTN_TILE_LEAVES(avx512)
-/* The avx2 level's one attention leaf (kernels/x86/avx2/attn.c; its other entries are the reference's). */
-void trex_fused_sattn_key_product_bf16_avx2(float *const *dV, float *ws, const uint16_t *a2,
-                                            const uint16_t *b2, int64_t K, int64_t n, int64_t c);
+TREX_FUSED_ATTN_BF16_LEAVES(ref)
+TREX_FUSED_ATTN_BF16_LEAVES(avx2)
+TREX_FUSED_ATTN_BF16_LEAVES(amx)
+TREX_FUSED_ATTN_BF16_LEAVES(avx512)
 
 #endif

@@ -18,8 +18,18 @@
  * ws (floats): bf(q), bf(g) [H*c each], the rounded entries [n*c] (one [c] on the key side) and, in
  * the forward when the caller passes no z, the scores [H*n]; bf(dz)
  * [H*n], the key side's coefficients or the forward's mx and den [2H]; TREX_FUSED_SATTN_BF16_WS
- * covers it. */
+ * covers it.
+ *
+ * The avx2 level compiles this file a second time (kernels/x86/avx2/attn_ref.c), with AVX2 flags and
+ * -O3, under its own names: ATTN_LEAF(name) is trex_fused_<name>_ref unless the includer defines it,
+ * and ATTN_LEAF_KEY_PRODUCT_ELSEWHERE leaves out the key product (that level has a hand-written one).
+ * The build is ISO C, so the compiler contracts no multiply and add and reorders no sum: the vectorized
+ * copy gives these bits. */
 #include "kernels/fused.h"
+
+#ifndef ATTN_LEAF
+#define ATTN_LEAF(name) trex_fused_##name##_ref
+#endif
 
 #include <math.h>
 #include <string.h>
@@ -86,10 +96,10 @@ static void entry_into(float *dst, const float *const *V, const uint16_t *const 
     }
 }
 
-void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *P, float *ws,
-                                   const float *q, const uint16_t *qb, const float *const *V,
-                                   const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
-                                   int64_t H, int64_t c, const float *sink, float scale)
+void ATTN_LEAF(sattn_fwd_bf16)(float *o, float *lse, float *z, float *P, float *ws,
+                               const float *q, const uint16_t *qb, const float *const *V,
+                               const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
+                               int64_t H, int64_t c, const float *sink, float scale)
 {
     (void)Wp; /* the same rows as Vb / V: only a layout for the AMX leaf */
     float *rq = ws, *mxs = ws + H * c, *dens = mxs + H, *rv = dens + H;
@@ -128,12 +138,12 @@ void trex_fused_sattn_fwd_bf16_ref(float *o, float *lse, float *z, float *P, flo
     }
 }
 
-void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, float *ws,
-                                         const float *g, const uint16_t *gb, const float *q,
-                                         const uint16_t *qb, const float *const *V,
-                                         const uint16_t *const *Vb, const trex_fused_pairs *Wp,
-                                         int64_t n, int64_t H, int64_t c, const float *sink,
-                                         float scale, const float *lse, const float *D)
+void ATTN_LEAF(sattn_bwd_query_bf16)(float *dq, float *dsink, float *P, float *ws,
+                                     const float *g, const uint16_t *gb, const float *q,
+                                     const uint16_t *qb, const float *const *V,
+                                     const uint16_t *const *Vb, const trex_fused_pairs *Wp,
+                                     int64_t n, int64_t H, int64_t c, const float *sink,
+                                     float scale, const float *lse, const float *D)
 {
     (void)Wp;
     float *rq = ws, *rg = ws + H * c, *dzb = ws + 2 * H * c, *rv = dzb + H * n;
@@ -167,11 +177,11 @@ void trex_fused_sattn_bwd_query_bf16_ref(float *dq, float *dsink, float *P, floa
         dsink[h] = -expf(sink[h] - lse[h]) * D[h];
 }
 
-void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float *ws,
-                                           const float *const *V, const uint16_t *const *Vb,
-                                           int64_t n, const float *q, const uint16_t *qb,
-                                           const float *g, const uint16_t *gb, int64_t H, int64_t c,
-                                           float scale, const float *lse, const float *D)
+void ATTN_LEAF(sattn_bwd_entries_bf16)(float *const *dV, float *psum, float *ws,
+                                       const float *const *V, const uint16_t *const *Vb,
+                                       int64_t n, const float *q, const uint16_t *qb,
+                                       const float *g, const uint16_t *gb, int64_t H, int64_t c,
+                                       float scale, const float *lse, const float *D)
 {
     float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *ab = ws + 2 * H * c + c;
     query_into(rq, q, qb, H * c);
@@ -202,8 +212,8 @@ void trex_fused_sattn_bwd_entries_bf16_ref(float *const *dV, float *psum, float 
 
 /* dots_bf16 (kernels/fused.h): out[r*n + e] = am_dot_f(bf(A_r), K_e), the entries K_e given in bf16
  * (exact in fp32). ws: the rounded rows [R*c] and one widened entry [c]. */
-void trex_fused_dots_bf16_ref(float *out, float *ws, const float *A, int64_t lda, int64_t R,
-                              const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c)
+void ATTN_LEAF(dots_bf16)(float *out, float *ws, const float *A, int64_t lda, int64_t R,
+                          const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c)
 {
     float *ra = ws, *rv = ws + R * c;
     for (int64_t r = 0; r < R; r++)
@@ -239,36 +249,36 @@ static int64_t block_list(const uint16_t **list, const int64_t *rg, const uint16
 
 /* sattn_fwd_block_bf16 (kernels/fused.h): each query by the forward above on its visible entries
  * (their rows listed after the forward's scratch), so the reference gives the per-query bits. */
-void trex_fused_sattn_fwd_block_bf16_ref(float *o, float *lse, float *ws, const uint16_t *qb,
-                                         int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
-                                         const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
-                                         const float *sink, float scale)
+void ATTN_LEAF(sattn_fwd_block_bf16)(float *o, float *lse, float *ws, const uint16_t *qb,
+                                     int64_t nq, const int64_t *vis, const uint16_t *const *Vb,
+                                     const trex_fused_pairs *Wp, int64_t n, int64_t H, int64_t c,
+                                     const float *sink, float scale)
 {
     (void)Wp;
     const uint16_t **list = block_list_at(ws, n, H, c);
     for (int64_t b = 0; b < nq; b++) {
         const int64_t k = block_list(list, vis + 4 * b, Vb);
-        trex_fused_sattn_fwd_bf16_ref(o + b * H * c, lse + b * H, NULL, NULL, ws, NULL,
-                                      qb + b * H * c, NULL, list, NULL, k, H, c, sink, scale);
+        ATTN_LEAF(sattn_fwd_bf16)(o + b * H * c, lse + b * H, NULL, NULL, ws, NULL,
+                                  qb + b * H * c, NULL, list, NULL, k, H, c, sink, scale);
     }
 }
 
 /* sattn_bwd_query_block_bf16 (kernels/fused.h): each query by the query side below on its visible
  * entries, so the per-query bits. */
-void trex_fused_sattn_bwd_query_block_bf16_ref(float *dq, float *dsink, float *ws,
-                                               const uint16_t *gb, const uint16_t *qb, int64_t nq,
-                                               const int64_t *vis, const uint16_t *const *Vb,
-                                               const trex_fused_pairs *Wp, int64_t n, int64_t H,
-                                               int64_t c, const float *sink, float scale,
-                                               const float *lse, const float *D)
+void ATTN_LEAF(sattn_bwd_query_block_bf16)(float *dq, float *dsink, float *ws,
+                                           const uint16_t *gb, const uint16_t *qb, int64_t nq,
+                                           const int64_t *vis, const uint16_t *const *Vb,
+                                           const trex_fused_pairs *Wp, int64_t n, int64_t H,
+                                           int64_t c, const float *sink, float scale,
+                                           const float *lse, const float *D)
 {
     (void)Wp;
     const uint16_t **list = block_list_at(ws, n, H, c);
     for (int64_t b = 0; b < nq; b++) {
         const int64_t k = block_list(list, vis + 4 * b, Vb);
-        trex_fused_sattn_bwd_query_bf16_ref(dq + b * H * c, dsink + b * H, NULL, ws, NULL,
-                                            gb + b * H * c, NULL, qb + b * H * c, NULL, list, NULL,
-                                            k, H, c, sink, scale, lse + b * H, D + b * H);
+        ATTN_LEAF(sattn_bwd_query_bf16)(dq + b * H * c, dsink + b * H, NULL, ws, NULL,
+                                        gb + b * H * c, NULL, qb + b * H * c, NULL, list, NULL,
+                                        k, H, c, sink, scale, lse + b * H, D + b * H);
     }
 }
 
@@ -276,10 +286,10 @@ void trex_fused_sattn_bwd_query_block_bf16_ref(float *dq, float *dsink, float *w
  * entry over the terms of every query that sees it (b ascending; per query the g terms, heads
  * ascending, then the q terms), started at the first term, then one add into dV[e].
  * ws: bf(q), bf(g) of the nq queries [nq*H*c each], one widened entry [c], the coefficients [2H*nq]. */
-void trex_fused_sattn_bwd_window_bf16_ref(float *const *dV, float *ws, const uint16_t *const *Vb,
-                                          int64_t n, int64_t nq, const int64_t *vis,
-                                          const uint16_t *qb, const uint16_t *gb, int64_t H,
-                                          int64_t c, float scale, const float *lse, const float *D)
+void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_t *const *Vb,
+                                      int64_t n, int64_t nq, const int64_t *vis,
+                                      const uint16_t *qb, const uint16_t *gb, int64_t H,
+                                      int64_t c, float scale, const float *lse, const float *D)
 {
     const int64_t hc = H * c;
     float *rq = ws, *rg = ws + nq * hc, *rv = ws + 2 * nq * hc, *ab = rv + c;
@@ -365,28 +375,29 @@ static void keys_out(const trex_fused_keys_out *wk, float *ws, const uint16_t *g
 /* sattn_bwd_query_keys_bf16 (kernels/fused.h): its definition, the two calls (and keys_out). The key
  * side's scratch (2 H c + c + 2 H floats: the rounded q and g, one entry, its coefficients) fits in
  * the query side's, which is free once that call has returned. */
-void trex_fused_sattn_bwd_query_keys_bf16_ref(float *dq, float *dsink, float *P, float *const *dV,
-                                              float *psum, float *ws, const uint16_t *gb,
-                                              const uint16_t *qb, const uint16_t *const *Vb,
-                                              const trex_fused_pairs *Wp, int64_t n, int64_t n0,
-                                              int64_t H, int64_t c, const float *sink, float scale,
-                                              const float *lse, const float *D,
-                                              const trex_fused_keys_out *wk)
+void ATTN_LEAF(sattn_bwd_query_keys_bf16)(float *dq, float *dsink, float *P, float *const *dV,
+                                          float *psum, float *ws, const uint16_t *gb,
+                                          const uint16_t *qb, const uint16_t *const *Vb,
+                                          const trex_fused_pairs *Wp, int64_t n, int64_t n0,
+                                          int64_t H, int64_t c, const float *sink, float scale,
+                                          const float *lse, const float *D,
+                                          const trex_fused_keys_out *wk)
 {
-    trex_fused_sattn_bwd_query_bf16_ref(dq, dsink, P, ws, NULL, gb, NULL, qb, NULL, Vb, Wp, n, H, c,
-                                        sink, scale, lse, D);
+    ATTN_LEAF(sattn_bwd_query_bf16)(dq, dsink, P, ws, NULL, gb, NULL, qb, NULL, Vb, Wp, n, H, c,
+                                    sink, scale, lse, D);
     if (n > n0)
-        trex_fused_sattn_bwd_entries_bf16_ref(dV, psum, ws, NULL, Vb + n0, n - n0, NULL, qb, NULL,
-                                              gb, H, c, scale, lse, D);
+        ATTN_LEAF(sattn_bwd_entries_bf16)(dV, psum, ws, NULL, Vb + n0, n - n0, NULL, qb, NULL,
+                                          gb, H, c, scale, lse, D);
     if (wk)
         keys_out(wk, ws, gb, qb, Vb, n0, H, c, scale, lse, D);
 }
 
+#ifndef ATTN_LEAF_KEY_PRODUCT_ELSEWHERE
 /* sattn_key_product_bf16 (kernels/fused.h): per entry and column one fp32 sum over k ascending from
  * the first term, then one add. The sums of an entry's c columns advance together, k by k (ws holds
  * them), so that B is read along its rows: 16 columns of a row k are 16 values two apart. */
-void trex_fused_sattn_key_product_bf16_ref(float *const *dV, float *ws, const uint16_t *a2,
-                                           const uint16_t *b2, int64_t K, int64_t n, int64_t c)
+void ATTN_LEAF(sattn_key_product_bf16)(float *const *dV, float *ws, const uint16_t *a2,
+                                       const uint16_t *b2, int64_t K, int64_t n, int64_t c)
 {
     const int64_t cp = TREX_FUSED_SATTN_CP(c);
     float *acc = ws;
@@ -406,10 +417,11 @@ void trex_fused_sattn_key_product_bf16_ref(float *const *dV, float *ws, const ui
             dV[e][i] += K ? acc[i] : 0.0f;
     }
 }
+#endif
 
 /* sattn_bwd_query_block_keys_bf16 (kernels/fused.h): its definition, the three calls (nq <= 16). The
  * key side's scratch fits in the query side's, free once that call has returned. */
-void trex_fused_sattn_bwd_query_block_keys_bf16_ref(
+void ATTN_LEAF(sattn_bwd_query_block_keys_bf16)(
     float *dq, float *dsink, float *const *dV, float *ws, const uint16_t *gb, const uint16_t *qb,
     int64_t nq, const int64_t *vis, const uint16_t *const *Vb, const trex_fused_pairs *Wp,
     int64_t n, int64_t H, int64_t c, const float *sink, float scale, const float *lse,
@@ -418,15 +430,15 @@ void trex_fused_sattn_bwd_query_block_keys_bf16_ref(
     if (nq <= 0)
         return;
     TREX_ASSERT(nq <= 16);
-    trex_fused_sattn_bwd_query_block_bf16_ref(dq, dsink, ws, gb, qb, nq, vis, Vb, Wp, n, H, c, sink,
-                                              scale, lse, D);
+    ATTN_LEAF(sattn_bwd_query_block_bf16)(dq, dsink, ws, gb, qb, nq, vis, Vb, Wp, n, H, c, sink,
+                                          scale, lse, D);
     int64_t v2[32];
     const int64_t m = vis[2];
     for (int64_t b = 0; b < nq; b++)
         v2[2 * b] = vis[4 * b], v2[2 * b + 1] = vis[4 * b + 1];
-    trex_fused_sattn_bwd_window_bf16_ref(dV, ws, Vb, m, nq, v2, qb, gb, H, c, scale, lse, D);
+    ATTN_LEAF(sattn_bwd_window_bf16)(dV, ws, Vb, m, nq, v2, qb, gb, H, c, scale, lse, D);
     for (int64_t b = 0; b < nq; b++)
         v2[2 * b] = vis[4 * b + 2] - m, v2[2 * b + 1] = vis[4 * b + 3] - m;
-    trex_fused_sattn_bwd_window_bf16_ref(dV + m, ws, Vb + m, n - m, nq, v2, qb, gb, H, c, scale, lse,
-                                         D);
+    ATTN_LEAF(sattn_bwd_window_bf16)(dV + m, ws, Vb + m, n - m, nq, v2, qb, gb, H, c, scale, lse,
+                                     D);
 }

@@ -134,59 +134,76 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
     mhc_collapse_bwd_f(n, d, w, X, dx, dw, dX);
 }
 
+/* The bf16 attention core of a level isa (kernels/fused.h, TREX_FUSED_ATTN_BF16_LEAVES). */
+#define ATTN_BF16_ENTRIES(isa)                                                                \
+    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_##isa,                                        \
+    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_##isa,                            \
+    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_##isa,                        \
+    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_##isa,                          \
+    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_##isa,                            \
+    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_##isa,                \
+    .sattn_bwd_query_keys_bf16 = trex_fused_sattn_bwd_query_keys_bf16_##isa,                  \
+    .sattn_bwd_query_block_keys_bf16 = trex_fused_sattn_bwd_query_block_keys_bf16_##isa,      \
+    .sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_##isa,                        \
+    .sattn_bf16_name = #isa,                                                                  \
+    .dots_bf16 = trex_fused_dots_bf16_##isa
+
+/* The reference entries but the bf16 attention core's (the avx2 level shares them). */
+#define REF_ENTRIES                                             \
+    .dot = dot_ref,                                             \
+    .dots = dots_ref,                                           \
+    .axpy = axpy_ref,                                           \
+    .axpy_rows = axpy_rows_ref,                                 \
+    .kl_qgrad = trex_fused_kl_qgrad_ref,                        \
+    .kl_kgrad = trex_fused_kl_kgrad_ref,                        \
+    .copy_nt = copy_nt_ref,                                     \
+    .cvt_bf16_nt = cvt_bf16_nt_ref,                             \
+    .rope = rope_ref,                                           \
+    .rms_head_bwd = rms_head_bwd_ref,                           \
+    .sattn_fwd = sattn_fwd_ref,                                 \
+    .sattn_bwd_query = sattn_bwd_query_ref,                     \
+    .sattn_bwd_entries = sattn_bwd_entries_ref,                 \
+    .mhc_post_fwd = mhc_post_fwd_ref,                           \
+    .mhc_post_bwd = mhc_post_bwd_ref,                           \
+    .mhc_collapse = mhc_collapse_ref,                           \
+    .mhc_collapse_bwd = mhc_collapse_bwd_ref,                   \
+    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_ref,          \
+    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_ref,          \
+    .gate_fwd = trex_fused_gate_fwd_ref,                        \
+    .gate_bwd_dx = trex_fused_gate_bwd_dx_ref,                  \
+    .gate_bwd_dw = trex_fused_gate_bwd_dw_ref,                  \
+    .gate_bwd_dx_mhc = trex_fused_gate_bwd_dx_mhc_ref,          \
+    .gate_fwd_fma = trex_fused_gate_fwd_fma_ref,                \
+    .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_ref,          \
+    .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_ref,  \
+    .ce_fwd = trex_fused_ce_fwd_ref,                            \
+    .ce_grad = trex_fused_ce_grad_ref,                          \
+    .ce_exp = trex_fused_ce_exp_ref,                            \
+    .pool_fwd = trex_fused_pool_fwd_ref,                        \
+    .pool_bwd = trex_fused_pool_bwd_ref,                        \
+    .split3 = trex_fused_split3_ref,                            \
+    .sumsq = trex_fused_sumsq_ref,                              \
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_ref,                  \
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_ref,                  \
+    .rmsnorm_dw = trex_fused_rmsnorm_dw_ref
+
 static const trex_fused_table table_ref = {
     .isa = TREX_ISA_REF,
     .name = "ref",
-    .dot = dot_ref,
-    .dots = dots_ref,
-    .axpy = axpy_ref,
-    .axpy_rows = axpy_rows_ref,
-    .kl_qgrad = trex_fused_kl_qgrad_ref,
-    .kl_kgrad = trex_fused_kl_kgrad_ref,
-    .copy_nt = copy_nt_ref,
-    .cvt_bf16_nt = cvt_bf16_nt_ref,
-    .rope = rope_ref,
-    .rms_head_bwd = rms_head_bwd_ref,
-    .sattn_fwd = sattn_fwd_ref,
-    .sattn_bwd_query = sattn_bwd_query_ref,
-    .sattn_bwd_entries = sattn_bwd_entries_ref,
-    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_ref,
-    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_ref,
-    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_ref,
-    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_ref,
-    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_ref,
-    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_ref,
-    .sattn_bwd_query_keys_bf16 = trex_fused_sattn_bwd_query_keys_bf16_ref,
-    .sattn_bwd_query_block_keys_bf16 = trex_fused_sattn_bwd_query_block_keys_bf16_ref,
-    .sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_ref,
-    .sattn_bf16_name = "ref",
-    .dots_bf16 = trex_fused_dots_bf16_ref,
-    .mhc_post_fwd = mhc_post_fwd_ref,
-    .mhc_post_bwd = mhc_post_bwd_ref,
-    .mhc_collapse = mhc_collapse_ref,
-    .mhc_collapse_bwd = mhc_collapse_bwd_ref,
-    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_ref,
-    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_ref,
-    .gate_fwd = trex_fused_gate_fwd_ref,
-    .gate_bwd_dx = trex_fused_gate_bwd_dx_ref,
-    .gate_bwd_dw = trex_fused_gate_bwd_dw_ref,
-    .gate_bwd_dx_mhc = trex_fused_gate_bwd_dx_mhc_ref,
-    .gate_fwd_fma = trex_fused_gate_fwd_fma_ref,
-    .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_ref,
-    .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_ref,
-    .ce_fwd = trex_fused_ce_fwd_ref,
-    .ce_grad = trex_fused_ce_grad_ref,
-    .ce_exp = trex_fused_ce_exp_ref,
-    .pool_fwd = trex_fused_pool_fwd_ref,
-    .pool_bwd = trex_fused_pool_bwd_ref,
-    .split3 = trex_fused_split3_ref,
-    .sumsq = trex_fused_sumsq_ref,
-    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_ref,
-    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_ref,
-    .rmsnorm_dw = trex_fused_rmsnorm_dw_ref,
+    REF_ENTRIES,
+    ATTN_BF16_ENTRIES(ref),
 };
 
 #if defined(__x86_64__) || defined(__i386__)
+/* AVX2: the reference entries, and the bf16 attention core of kernels/x86/avx2 (the reference compiled
+ * for AVX2, with a hand-written key product), which gives the reference's bits. */
+static const trex_fused_table table_avx2 = {
+    .isa = TREX_ISA_AVX2,
+    .name = "avx2",
+    REF_ENTRIES,
+    ATTN_BF16_ENTRIES(avx2),
+};
+
 /* The AVX-512 leaves, shared by the avx512 and amx tables. */
 #define AVX512_ENTRIES                                                 \
     .dot = trex_fused_dot_avx512,                                      \
@@ -226,20 +243,6 @@ static const trex_fused_table table_ref = {
     .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,                      \
     .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512
 
-/* The bf16 attention core of a level isa (kernels/x86/attn_tiles.h: avx512 or amx). */
-#define ATTN_BF16_ENTRIES(isa)                                                                \
-    .sattn_fwd_bf16 = trex_fused_sattn_fwd_bf16_##isa,                                        \
-    .sattn_bwd_query_bf16 = trex_fused_sattn_bwd_query_bf16_##isa,                            \
-    .sattn_bwd_entries_bf16 = trex_fused_sattn_bwd_entries_bf16_##isa,                        \
-    .sattn_bwd_window_bf16 = trex_fused_sattn_bwd_window_bf16_##isa,                          \
-    .sattn_fwd_block_bf16 = trex_fused_sattn_fwd_block_bf16_##isa,                            \
-    .sattn_bwd_query_block_bf16 = trex_fused_sattn_bwd_query_block_bf16_##isa,                \
-    .sattn_bwd_query_keys_bf16 = trex_fused_sattn_bwd_query_keys_bf16_##isa,                  \
-    .sattn_bwd_query_block_keys_bf16 = trex_fused_sattn_bwd_query_block_keys_bf16_##isa,      \
-    .sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_##isa,                        \
-    .sattn_bf16_name = #isa,                                                                  \
-    .dots_bf16 = trex_fused_dots_bf16_##isa
-
 static const trex_fused_table table_avx512 = {
     .isa = TREX_ISA_AVX512,
     .name = "avx512",
@@ -256,23 +259,6 @@ static const trex_fused_table table_amx = {
 };
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-/* AVX2: the reference table with the leaves of kernels/x86/avx2/, each giving the reference's bits.
- * Built once from table_ref (a designated initializer cannot override a listed entry without a
- * warning). */
-static trex_fused_table table_avx2;
-static pthread_once_t avx2_once = PTHREAD_ONCE_INIT;
-
-static void avx2_init(void)
-{
-    table_avx2 = table_ref;
-    table_avx2.isa = TREX_ISA_AVX2;
-    table_avx2.name = "avx2";
-    table_avx2.sattn_bf16_name = "ref, key product avx2";
-    table_avx2.sattn_key_product_bf16 = trex_fused_sattn_key_product_bf16_avx2;
-}
-#endif
-
 const trex_fused_table *trex_fused_for(trex_isa cap)
 {
     /* trex_kernels_table_for applies the machine's limits (CPU and OS) under the cap */
@@ -282,10 +268,8 @@ const trex_fused_table *trex_fused_for(trex_isa cap)
         return &table_amx;
     if (isa >= TREX_ISA_AVX512)
         return &table_avx512;
-    if (isa >= TREX_ISA_AVX2) {
-        pthread_once(&avx2_once, avx2_init);
+    if (isa >= TREX_ISA_AVX2)
         return &table_avx2;
-    }
 #endif
     (void)isa;
     return &table_ref;
