@@ -15,7 +15,8 @@
  *   key      dV[e][k] += (sum_h bf(p_he) bf(g_h)[k]) + sum_h bf(scale dz_he) bf(q_h)[k]  (h ascending,
  *            one fp32 sum started at the first term, then one add into dV), psum[e] = sum_h p_he
  *
- * ws (floats): bf(q), bf(g) [H*c each], the rounded entries [n*c] (one [c] on the key side) and, in
+ * ws (floats): bf(q), bf(g) [H*c each], the rounded entries [n*c] (one [c] and its c sums on the key
+ * side) and, in
  * the forward when the caller passes no z, the scores [H*n]; bf(dz)
  * [H*n], the key side's coefficients or the forward's mx and den [2H]; TREX_FUSED_SATTN_BF16_WS
  * covers it.
@@ -183,7 +184,7 @@ void ATTN_LEAF(sattn_bwd_entries_bf16)(float *const *dV, float *psum, float *ws,
                                        const float *g, const uint16_t *gb, int64_t H, int64_t c,
                                        float scale, const float *lse, const float *D)
 {
-    float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *ab = ws + 2 * H * c + c;
+    float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *ab = ws + 2 * H * c + c, *acc = ab + 2 * H;
     query_into(rq, q, qb, H * c);
     query_into(rg, g, gb, H * c);
     for (int64_t e = 0; e < n; e++) {
@@ -198,15 +199,18 @@ void ATTN_LEAF(sattn_bwd_entries_bf16)(float *const *dV, float *psum, float *ws,
             ps += p;
         }
         psum[e] = ps;
-        float *dv = dV[e];
-        for (int64_t i = 0; i < c; i++) {
-            float acc = ab[0] * rg[i];
-            for (int64_t h = 1; h < H; h++)
-                acc += ab[h] * rg[h * c + i];
-            for (int64_t h = 0; h < H; h++)
-                acc += ab[H + h] * rq[h * c + i];
-            dv[i] += acc;
+        /* per column i: one sum over h ascending (the g rows, then the q rows) from the first term,
+         * then one add into dV; the c sums advance together, each row read in order */
+        for (int64_t i = 0; i < c; i++)
+            acc[i] = ab[0] * rg[i];
+        for (int64_t h = 1; h < 2 * H; h++) {
+            const float a = ab[h], *row = h < H ? rg + h * c : rq + (h - H) * c;
+            for (int64_t i = 0; i < c; i++)
+                acc[i] += a * row[i];
         }
+        float *dv = dV[e];
+        for (int64_t i = 0; i < c; i++)
+            dv[i] += acc[i];
     }
 }
 
@@ -292,7 +296,7 @@ void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_
                                       int64_t c, float scale, const float *lse, const float *D)
 {
     const int64_t hc = H * c;
-    float *rq = ws, *rg = ws + nq * hc, *rv = ws + 2 * nq * hc, *ab = rv + c;
+    float *rq = ws, *rg = ws + nq * hc, *rv = ws + 2 * nq * hc, *ab = rv + c, *acc = ab + 2 * H * nq;
     query_into(rq, NULL, qb, nq * hc);
     query_into(rg, NULL, gb, nq * hc);
     for (int64_t e = 0; e < n; e++) {
@@ -313,22 +317,27 @@ void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_
         }
         if (!any)
             continue;
-        float *dv = dV[e];
-        for (int64_t i = 0; i < c; i++) {
-            float acc = 0.0f;
-            bool first = true;
-            for (int64_t b = 0; b < nq; b++) {
-                if (e < vis[2 * b] || e >= vis[2 * b + 1])
-                    continue;
-                const float *q = rq + b * hc, *g = rg + b * hc, *a = ab + 2 * H * b;
-                for (int64_t h = 0; h < 2 * H; h++) {
-                    const float t = a[h] * (h < H ? g[h * c + i] : q[(h - H) * c + i]);
-                    acc = first ? t : acc + t;
-                    first = false;
-                }
+        /* per column i: one sum over the visible queries b, then h ascending (g rows, then q rows),
+         * from the first term, then one add into dV; the c sums advance together, rows read in order */
+        bool first = true;
+        for (int64_t b = 0; b < nq; b++) {
+            if (e < vis[2 * b] || e >= vis[2 * b + 1])
+                continue;
+            const float *q = rq + b * hc, *g = rg + b * hc, *a = ab + 2 * H * b;
+            for (int64_t h = 0; h < 2 * H; h++) {
+                const float ah = a[h], *row = h < H ? g + h * c : q + (h - H) * c;
+                if (first)
+                    for (int64_t i = 0; i < c; i++)
+                        acc[i] = ah * row[i];
+                else
+                    for (int64_t i = 0; i < c; i++)
+                        acc[i] += ah * row[i];
+                first = false;
             }
-            dv[i] += acc;
         }
+        float *dv = dV[e];
+        for (int64_t i = 0; i < c; i++)
+            dv[i] += acc[i];
     }
 }
 
