@@ -5,7 +5,9 @@
  * level of the kernel dispatch (trex_kernels_isa(), so TREX_ISA caps it too): the plain-C reference
  * (kernels/ref/fused.c, the scalar code of model/attention_math.h and model/mhc_real.h) or the AVX-512
  * leaves (kernels/x86/avx512/fused.c, reached only through this table); the amx level is the AVX-512
- * table plus the bf16 attention core on AMX tiles (sattn_*_bf16 below, bf16 compute mode only).
+ * table plus the bf16 attention core on AMX tiles (sattn_*_bf16 below, bf16 compute mode only), and the
+ * avx2 level the reference with a bf16 attention core of its own (kernels/x86/avx2/: the reference's
+ * bits).
  *
  * Every fp32 variant gives the reference's bits. The leaves vectorise across the independent sums (16
  * partial sums of a dot product are one 512-bit register; several dot products run at once) and keep,

@@ -1,11 +1,11 @@
 /* kernels/x86/avx2/attn.c — the bf16 attention's key-side product on AVX2 (sattn_key_product_bf16 of
- * kernels/fused.h), the one entry of the attention core the avx2 level has of its own; the others are
- * the reference's (kernels/ref/attn_bf16.c).
+ * kernels/fused.h), the one hand-written entry of the avx2 level's attention core; the others are the
+ * reference's C compiled for AVX2 (attn_ref.c).
  *
  * dV[e][i] += sum over k of a2[e][k] B(k, i): the operands are bf16, so every product is exact in fp32
  * and a fused multiply-add rounds exactly as the reference's product-then-add. The sums run in the
  * reference's order (k ascending from the first term, then one add into dV), so this leaf gives the
- * reference's bits, which the level's window pass (the reference's) must match. As in the GEMM's AVX2
+ * reference's bits, which the level's window pass (the reference's C) must match. As in the GEMM's AVX2
  * micro-kernel (gemm_bf16.c), a dword of B's VNNI rows holds the pair (k, k+1) of one column, widened by
  * one shift and one mask; pieces of 4 entries x 16 columns keep eight sums in registers over the whole
  * K. a2's rows past n up to a multiple of 16 are zero (the contract), so a piece may read them. Compiled

@@ -187,8 +187,9 @@ static void pack_b(uint16_t *dst, const view *x, int64_t kcp)
                     v[p] = _mm256_setzero_si256();
             else
                 load_tile(x, rr, kk, false, v);
+            uint16_t *d = dst + (kk / 2) * 2 * TREX_GEMM_NR + rr * 2; /* pair kk/2, rows rr.. */
             for (int p = 0; p < TR; p++)
-                _mm256_storeu_si256((__m256i *)(void *)(dst + (kk / 2 + p) * 2 * TREX_GEMM_NR + rr * 2), v[p]);
+                _mm256_storeu_si256((__m256i *)(void *)(d + p * 2 * TREX_GEMM_NR), v[p]);
         }
 }
 
