@@ -237,7 +237,7 @@ static const float GUARD = -12345.678f;
  * with a hand-written key product in the reference's order): they must give the reference's bits. */
 static bool ref_bits(const trex_fused_table *t)
 {
-    return t->isa != TREX_ISA_REF && !strcmp(t->sattn_bf16_name, "avx2");
+    return t->isa == TREX_ISA_AVX2;
 }
 
 static bool outs_same(const outs *x, const outs *r, int64_t n, int64_t H, int64_t c)
@@ -1113,11 +1113,13 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
 }
 
 /* A level with the reference's bits (ref_bits: avx2) must give the reference key product's bits on any
- * operands: random a2 (zero past n, up to a multiple of 16) and b2, awkward n and c, K from 0. */
+ * operands: random a2 (zero past n, up to a multiple of 16) and b2, awkward n and c, K from 0; and
+ * operands near 1e-30 and 1e-9, whose products fall below fp32's normal range and round (where a fused
+ * multiply-add would differ). */
 static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
 {
-    static const int64_t cases[][3] = {{1, 32, 0}, {1, 32, 32}, {5, 17, 64}, {16, 48, 96}, {37, 130, 64},
-                                       {3, 512, 160}}; /* n, c, K */
+    static const int64_t cases[][4] = {{1, 32, 0, 0}, {1, 32, 32, 0}, {5, 17, 64, 0}, {16, 48, 96, 0},
+                                       {37, 130, 64, 0}, {3, 512, 160, 0}, {20, 64, 64, 1}}; /* n, c, K, tiny */
     int runs = 0;
     for (int l = 1; l < nl; l++) {
         const trex_fused_table *t = lv[l];
@@ -1125,6 +1127,7 @@ static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
             continue;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             const int64_t n = cases[i][0], c = cases[i][1], K = cases[i][2];
+            const float sa = cases[i][3] ? 1e-30f : 1.0f, sb = cases[i][3] ? 1e-9f : 1.0f;
             const int64_t cp = TREX_FUSED_SATTN_CP(c), rows = (n + 15) / 16 * 16;
             uint16_t *a2 = calloc((size_t)(rows * K + 1), 2), *b2 = malloc((size_t)(K * cp + 1) * 2);
             float *r = xmalloc_f(n * c), *x = xmalloc_f(n * c), *ws = xmalloc_f(16 * cp + 16);
@@ -1134,10 +1137,10 @@ static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
             float *tmp = xmalloc_f(n * K + K * cp + 1);
             fill(tmp, n * K + K * cp, 3.0f);
             for (int64_t k = 0; k < n * K; k++)
-                a2[k] = to_bf16(tmp[k]);
+                a2[k] = to_bf16(sa * tmp[k]);
             for (int64_t k = 0; k < K * cp; k++)
-                b2[k] = to_bf16(tmp[n * K + k]);
-            fill(r, n * c, 0.5f);
+                b2[k] = to_bf16(sb * tmp[n * K + k]);
+            fill(r, n * c, cases[i][3] ? 0.0f : 0.5f); /* tiny sums would vanish into 0.5 */
             memcpy(x, r, (size_t)(n * c) * sizeof *r);
             for (int64_t e = 0; e < n; e++)
                 pr[e] = r + e * c, px[e] = x + e * c;
