@@ -241,11 +241,10 @@ static int bench_peak(int argc, char **argv)
     measure_peaks(&c, secs, &p);
     char date[32];
     today(date, sizeof date);
-    const bool fma256 = c.t->isa == TREX_ISA_AVX2;
-    const char *names[3] = {"amx_bf16", "avx512_bf16",
-                            c.t->peak_f32_fma_name ? c.t->peak_f32_fma_name : "avx512_fp32_fma"};
+    const char *fma = c.t->peak_f32_fma_name ? c.t->peak_f32_fma_name : "fp32_fma";
+    const char *names[3] = {"amx_bf16", "avx512_bf16", fma};
     const char *desc[3] = {"AMX bf16 (TDPBF16PS)", "AVX-512 bf16 (VDPBF16PS)",
-                           fma256 ? "AVX2 fp32 FMA" : "AVX-512 fp32 FMA"};
+                           !strcmp(fma, "avx2_fp32_fma") ? "AVX2 fp32 FMA" : "AVX-512 fp32 FMA"};
     const double *vals[3] = {p.amx, p.dp, p.fma};
     if (c.json) {
         cJSON *root = cJSON_CreateObject();

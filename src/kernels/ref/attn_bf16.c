@@ -289,7 +289,8 @@ void ATTN_LEAF(sattn_bwd_query_block_bf16)(float *dq, float *dsink, float *ws,
 /* sattn_bwd_window_bf16 (kernels/fused.h): the key side of nq consecutive queries, one fp32 sum per
  * entry over the terms of every query that sees it (b ascending; per query the g terms, heads
  * ascending, then the q terms), started at the first term, then one add into dV[e].
- * ws: bf(q), bf(g) of the nq queries [nq*H*c each], one widened entry [c], the coefficients [2H*nq]. */
+ * ws: bf(q), bf(g) of the nq queries [nq*H*c each], one widened entry [c], the coefficients [2H*nq],
+ * the entry's sums [c]. */
 void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_t *const *Vb,
                                       int64_t n, int64_t nq, const int64_t *vis,
                                       const uint16_t *qb, const uint16_t *gb, int64_t H,
@@ -335,6 +336,9 @@ void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_
                 first = false;
             }
         }
+        if (first) /* no term (H = 0): the sum is +0 */
+            for (int64_t i = 0; i < c; i++)
+                acc[i] = 0.0f;
         float *dv = dV[e];
         for (int64_t i = 0; i < c; i++)
             dv[i] += acc[i];
@@ -382,8 +386,9 @@ static void keys_out(const trex_fused_keys_out *wk, float *ws, const uint16_t *g
 }
 
 /* sattn_bwd_query_keys_bf16 (kernels/fused.h): its definition, the two calls (and keys_out). The key
- * side's scratch (2 H c + c + 2 H floats: the rounded q and g, one entry, its coefficients) fits in
- * the query side's, which is free once that call has returned. */
+ * side's scratch (2 H c + 2 c + 2 H floats: the rounded q and g, one entry, its coefficients, its sums)
+ * fits in TREX_FUSED_SATTN_BF16_WS, as the query side's does; the query side's is free once that call
+ * has returned. */
 void ATTN_LEAF(sattn_bwd_query_keys_bf16)(float *dq, float *dsink, float *P, float *const *dV,
                                           float *psum, float *ws, const uint16_t *gb,
                                           const uint16_t *qb, const uint16_t *const *Vb,

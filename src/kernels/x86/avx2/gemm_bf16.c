@@ -9,8 +9,8 @@
  * (eight accumulators, four B vectors and two A broadcasts: 14 of the 16 registers), each over the
  * whole kp; a piece's B (16 columns x kp, 16 KiB for kp = 512) stays in L1 across the eight
  * row groups that read it. Unlike the reference and the bf16 instructions, bf16 subnormal inputs are
- * not read as zero (an AVX2 FMA takes them as they are): a difference below 1e-38 per product, which
- * real operands do not reach. TREX_UKR_STREAM and the prefetch hint are not taken. Compiled with AVX2
+ * not read as zero and products below fp32's normal range are not rounded apart from the sum (an FMA
+ * takes them as they are): differences below 1e-38 per product. TREX_UKR_STREAM and the prefetch hint are not taken. Compiled with AVX2
  * and FMA flags; reached only through the dispatch table. */
 #include <immintrin.h>
 #include <stdbool.h>

@@ -61,10 +61,6 @@ double trex_sumsq_avx2(const float *x, int64_t n, int64_t *nonfinite)
 /* Eight elements of the AdamW pass; div_q: divide sqrt(v) by bc2_sqrt (else it is 1, and x / 1 = x). */
 static inline void adamw8(float *w, float *m, float *v, const float *g, const trex_adamw_f32 *c, int div_q)
 {
-    _mm_prefetch(ahead(g), _MM_HINT_T0);
-    _mm_prefetch(ahead(m), _MM_HINT_T0);
-    _mm_prefetch(ahead(v), _MM_HINT_T0);
-    _mm_prefetch(ahead(w), _MM_HINT_T0);
     const __m256 gk = _mm256_mul_ps(_mm256_loadu_ps(g), _mm256_set1_ps(c->gscale));
     const __m256 mf = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(c->b1), _mm256_loadu_ps(m)),
                                     _mm256_mul_ps(_mm256_set1_ps(c->c1), gk));
@@ -80,17 +76,31 @@ static inline void adamw8(float *w, float *m, float *v, const float *g, const tr
     _mm256_storeu_ps(w, _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(w), _mm256_set1_ps(c->decay)), up));
 }
 
+/* The whole registers of the pass: a line (16 floats) of each stream per step, its prefetches once. */
+static inline int64_t adamw_run(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_f32 *c,
+                                int div_q)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm_prefetch(ahead(g + i), _MM_HINT_T0);
+        _mm_prefetch(ahead(m + i), _MM_HINT_T0);
+        _mm_prefetch(ahead(v + i), _MM_HINT_T0);
+        _mm_prefetch(ahead(w + i), _MM_HINT_T0);
+        adamw8(w + i, m + i, v + i, g + i, c, div_q);
+        adamw8(w + i + 8, m + i + 8, v + i + 8, g + i + 8, c, div_q);
+    }
+    if (i + 8 <= n) {
+        adamw8(w + i, m + i, v + i, g + i, c, div_q);
+        i += 8;
+    }
+    return i;
+}
+
 void trex_adamw_avx2(float *w, float *m, float *v, const float *g, int64_t n, const trex_adamw_consts *c)
 {
     trex_adamw_f32 k;
     trex_adamw_consts_f32(&k, c);
-    int64_t i = 0;
-    if (k.bc2_sqrt == 1.0f)
-        for (; i + 8 <= n; i += 8)
-            adamw8(w + i, m + i, v + i, g + i, &k, 0);
-    else
-        for (; i + 8 <= n; i += 8)
-            adamw8(w + i, m + i, v + i, g + i, &k, 1);
+    const int64_t i = k.bc2_sqrt == 1.0f ? adamw_run(w, m, v, g, n, &k, 0) : adamw_run(w, m, v, g, n, &k, 1);
     trex_adamw_ref(w + i, m + i, v + i, g + i, n - i, c);
 }
 
