@@ -59,21 +59,25 @@ bool trex_isa_parse(const char *s, trex_isa *out)
 
 /* ---- the tables -------------------------------------------------------------------------------------- */
 
+/* A level's packers, conversions and fp32 micro-kernel, from their names (TREX_GEMM_LEAVES). */
+#define LEVEL_LEAVES(sfx)                                 \
+    .pack_name = #sfx,                                    \
+    .cvt_name = #sfx,                                     \
+    .pack_a_bf16 = trex_pack_a_bf16_##sfx,                \
+    .pack_a_f32 = trex_pack_a_f32_##sfx,                  \
+    .pack_b_bf16 = trex_pack_b_bf16_##sfx,                \
+    .pack_b_f32 = trex_pack_b_f32_##sfx,                  \
+    .cvt_f32_bf16 = trex_cvt_f32_bf16_##sfx,              \
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_##sfx,              \
+    .gemm_f32_ukr = trex_gemm_f32_ukr_##sfx
+
 static const trex_kernel_table table_ref = {
     .isa = TREX_ISA_REF,
     .gemm_name = "ref",
-    .pack_name = "ref",
-    .cvt_name = "ref",
     .gemm_ukr = trex_gemm_ukr_ref,
     .gemm_tile_t = trex_gemm_tile_t_ref,
-    .pack_a_bf16 = trex_pack_a_bf16_ref,
-    .pack_a_f32 = trex_pack_a_f32_ref,
-    .pack_b_bf16 = trex_pack_b_bf16_ref,
-    .pack_b_f32 = trex_pack_b_f32_ref,
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_ref,
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_ref,
-    .gemm_f32_ukr = trex_gemm_f32_ukr_ref,
     .gemm_f32_name = "ref",
+    LEVEL_LEAVES(ref),
 };
 
 #ifdef TREX_X86
@@ -83,34 +87,18 @@ static const trex_kernel_table table_ref = {
 static const trex_kernel_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .gemm_name = "avx2-fma",
-    .pack_name = "avx2",
-    .cvt_name = "avx2",
     .gemm_ukr = trex_gemm_ukr_avx2,
     .gemm_tile_t = trex_gemm_tile_t_ref,
-    .pack_a_bf16 = trex_pack_a_bf16_avx2,
-    .pack_a_f32 = trex_pack_a_f32_avx2,
-    .pack_b_bf16 = trex_pack_b_bf16_avx2,
-    .pack_b_f32 = trex_pack_b_f32_avx2,
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx2,
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx2,
-    .gemm_f32_ukr = trex_gemm_f32_ukr_avx2,
     .gemm_f32_name = "avx2-mul-add",
     .peak_f32_fma = trex_peak_f32_fma_avx2,
     .peak_f32_fma_name = "avx2_fp32_fma",
+    LEVEL_LEAVES(avx2),
 };
 
 /* The AVX-512 leaves that the amx level shares (it has its own bf16 micro-kernel and peak). */
 #define AVX512_ENTRIES                            \
-    .pack_name = "avx512",                        \
-    .cvt_name = "avx512",                         \
+    LEVEL_LEAVES(avx512),                         \
     .gemm_tile_t = trex_gemm_tile_t_avx512,       \
-    .pack_a_bf16 = trex_pack_a_bf16_avx512,       \
-    .pack_a_f32 = trex_pack_a_f32_avx512,         \
-    .pack_b_bf16 = trex_pack_b_bf16_avx512,       \
-    .pack_b_f32 = trex_pack_b_f32_avx512,         \
-    .cvt_f32_bf16 = trex_cvt_f32_bf16_avx512,     \
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_avx512,     \
-    .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,     \
     .gemm_f32_name = "avx512-mul-add",            \
     .peak_f32_fma = trex_peak_f32_fma_avx512,     \
     .peak_f32_fma_name = "avx512_fp32_fma",       \

@@ -3,8 +3,9 @@
  * One table of kernel entry points is chosen once per process (trex_kernels_init, or lazily on the first
  * kernel call, through pthread_once) from what the CPU and the OS allow, capped by TREX_ISA:
  *   ref     plain C everywhere (any x86-64, or any other CPU);
- *   avx2    AVX2 + FMA: the bf16 GEMM micro-kernel as fp32 FMAs on bf16 pairs (kernels/x86/avx2/),
- *           every other entry the reference one;
+ *   avx2    AVX2 + FMA: the bf16 GEMM micro-kernel as fp32 FMAs on bf16 pairs, packing, conversions,
+ *           the fp32 micro-kernel and an FMA peak loop (kernels/x86/avx2/); a block's transpose is the
+ *           reference's;
  *   avx512  AVX-512 F/BW/VL + AVX512_BF16 (+ FMA), with the OS saving ZMM state (XCR0 bits 5-7):
  *           packing and the VDPBF16PS GEMM micro-kernel (kernels/x86/avx512/);
  *   amx     avx512 plus AMX-TILE/AMX-BF16, XCR0 bits 17/18 and Linux's permission to use tile data

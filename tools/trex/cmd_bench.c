@@ -214,9 +214,10 @@ static int bench_peak(int argc, char **argv)
         "Register-only peak loops of the kernel table's level, on one core and on every thread of "
         "the pool at once: AMX bf16 (TDPBF16PS 16x16x32 tiles, 4 independent accumulators), AVX-512 "
         "bf16 (VDPBF16PS) and fp32 FMA (AVX-512: 24 independent chains; AVX2: 12, the unit of that "
-        "level's bf16 products); and memcpy bandwidth over 256 MiB buffers (bytes read + written). Medians of --reps runs. 'per CPU-second' divides the "
-        "FLOPs of the one-core run by the CPU time it got: the rate while on a core, which stays "
-        "meaningful when other processes share the machine.";
+        "level's bf16 products); and memcpy bandwidth over 256 MiB buffers (bytes read + written). "
+        "Medians of --reps runs. 'per CPU-second' divides the FLOPs of the one-core run by the CPU time "
+        "it got: the rate while on a core, which stays meaningful when other processes share the "
+        "machine.";
     const trex_opt opts[] = {
         {"threads", TREX_OPT_I64, &c.threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"reps", TREX_OPT_I64, &c.reps, "R", "runs per figure; the median is printed", false},

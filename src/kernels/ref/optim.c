@@ -114,39 +114,18 @@ void trex_muon_normalize_ref(float *x, int64_t n, double norm)
 
 /* ---- the tables -------------------------------------------------------------------------------- */
 
-static const trex_optim_kernels table_ref = {
-    .isa = TREX_ISA_REF,
-    .name = "ref",
-    .sumsq = trex_sumsq_ref,
-    .adamw = trex_adamw_ref,
-    .scale = trex_scale_ref,
-    .muon_momentum = trex_muon_momentum_ref,
-    .muon_update = trex_muon_update_ref,
-    .muon_normalize = trex_muon_normalize_ref,
-};
+/* The table of a level from its leaves' names (TREX_OPTIM_LEAVES in kernels/kernels.h). */
+#define OPTIM_TABLE(level, sfx)                                                                       \
+    {                                                                                                 \
+        .isa = level, .name = #sfx, .sumsq = trex_sumsq_##sfx, .adamw = trex_adamw_##sfx,             \
+        .scale = trex_scale_##sfx, .muon_momentum = trex_muon_momentum_##sfx,                         \
+        .muon_update = trex_muon_update_##sfx, .muon_normalize = trex_muon_normalize_##sfx,           \
+    }
 
+static const trex_optim_kernels table_ref = OPTIM_TABLE(TREX_ISA_REF, ref);
 #if defined(__x86_64__) || defined(__i386__)
-static const trex_optim_kernels table_avx512 = {
-    .isa = TREX_ISA_AVX512,
-    .name = "avx512",
-    .sumsq = trex_sumsq_avx512,
-    .adamw = trex_adamw_avx512,
-    .scale = trex_scale_avx512,
-    .muon_momentum = trex_muon_momentum_avx512,
-    .muon_update = trex_muon_update_avx512,
-    .muon_normalize = trex_muon_normalize_avx512,
-};
-
-static const trex_optim_kernels table_avx2 = {
-    .isa = TREX_ISA_AVX2,
-    .name = "avx2",
-    .sumsq = trex_sumsq_avx2,
-    .adamw = trex_adamw_avx2,
-    .scale = trex_scale_avx2,
-    .muon_momentum = trex_muon_momentum_avx2,
-    .muon_update = trex_muon_update_avx2,
-    .muon_normalize = trex_muon_normalize_avx2,
-};
+static const trex_optim_kernels table_avx2 = OPTIM_TABLE(TREX_ISA_AVX2, avx2);
+static const trex_optim_kernels table_avx512 = OPTIM_TABLE(TREX_ISA_AVX512, avx512);
 #endif
 
 const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap)

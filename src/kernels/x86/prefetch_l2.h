@@ -1,6 +1,6 @@
-/* kernels/x86/prefetch_l2.h — the micro-kernels' prefetch of the lines the framework reads next (the
- * next B slice, trex_ukr_c.prefetch): PREFETCHT1 into L2, spread evenly over a call's steps, none past
- * the last line. The hardware prefetchers stop at each 4 KiB page of the packed panels, so a B that
+/* kernels/x86/prefetch_l2.h — prefetching for any x86 level: hint_addr, and the micro-kernels' prefetch
+ * of the lines the framework reads next (the next B slice, trex_ukr_c.prefetch): PREFETCHT1 into L2,
+ * spread evenly over a call's steps, none past the last line. The hardware prefetchers stop at each 4 KiB page of the packed panels, so a B that
  * streams from L3 or memory would otherwise start every slice with demand misses (docs/kernels.md rounds
  * 14 and 17). always_inline: GCC deletes calls of a helper whose only effect is a prefetch (round 15). */
 #ifndef TREX_KERNELS_X86_PREFETCH_L2_H
@@ -8,6 +8,14 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+
+/* The address `floats` floats past p, for a prefetch hint only (it may lie past p's buffer: computed as
+ * an integer, and a prefetch never faults). The element-wise leaves of every level ask for their
+ * streams' lines this far ahead. */
+static inline const char *hint_addr(const float *p, int64_t floats)
+{
+    return (const char *)((uintptr_t)p + (uintptr_t)floats * sizeof(float));
+}
 
 typedef struct l2_prefetch {
     const char *p;

@@ -8,15 +8,15 @@
  * round differently: a review found 36 501 of 51 200 sums different with operands near 1e-30 and 1e-9,
  * so there is none here.) So this leaf gives the reference's bits, which the level's window pass (the
  * reference's C) must match. As in the GEMM's AVX2 micro-kernel (gemm_bf16.c), a dword of B's VNNI rows
- * holds the pair (k, k+1) of one column, widened by one shift and one mask; pieces of 4 entries x 16
+ * holds the pair (k, k+1) of one column, widened by one shift and one mask (pairs.h); pieces of 4 entries x 16
  * columns keep eight sums in registers over the whole K. a2's rows past n up to a multiple of 16 are
  * zero (the contract), so a piece may read them. Compiled with AVX2 flags; reached only through the
  * fused table. */
 #include <immintrin.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx2/pairs.h"
 
 enum { ROWS = 4, COLS = 16 };
 
@@ -26,22 +26,11 @@ static inline const uint16_t *b_pair(const uint16_t *b2, int64_t k, int64_t i0, 
     return b2 + ((k / 32) * (cp / 16) + i0 / 16) * 512 + ((k % 32) / 2) * 32;
 }
 
-/* The pair a2[r][k], a2[r][k+1] as the even and odd fp32 values of 8 lanes each. */
-static inline void a_pair(const uint16_t *p, bool odd_too, __m256 *a0, __m256 *a1)
-{
-    int32_t pair = 0;
-    memcpy(&pair, p, odd_too ? 4 : 2);
-    const __m256i v = _mm256_set1_epi32(pair);
-    *a0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    *a1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
-}
-
 void trex_fused_sattn_key_product_bf16_avx2(float *const *dV, float *ws, const uint16_t *a2,
                                             const uint16_t *b2, int64_t K, int64_t n, int64_t c)
 {
     (void)ws;
     const int64_t cp = TREX_FUSED_SATTN_CP(c);
-    const __m256i upper = _mm256_set1_epi32((int)0xffff0000u);
     for (int64_t e0 = 0; e0 < n; e0 += ROWS)
         for (int64_t i0 = 0; i0 < c; i0 += COLS) {
             __m256 s[ROWS][2];
@@ -52,13 +41,10 @@ void trex_fused_sattn_key_product_bf16_avx2(float *const *dV, float *ws, const u
                 const uint16_t *bk = b_pair(b2, k, i0, cp);
                 const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
                 const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
-                const __m256 ev0 = _mm256_castsi256_ps(_mm256_slli_epi32(b0, 16));
-                const __m256 ev1 = _mm256_castsi256_ps(_mm256_slli_epi32(b1, 16));
-                const __m256 od0 = _mm256_castsi256_ps(_mm256_and_si256(b0, upper));
-                const __m256 od1 = _mm256_castsi256_ps(_mm256_and_si256(b1, upper));
+                const __m256 ev0 = pair_even(b0), ev1 = pair_even(b1), od0 = pair_odd(b0), od1 = pair_odd(b1);
                 _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {
-                    __m256 a0, a1;
-                    a_pair(a2 + (e0 + r) * K + k, odd_too, &a0, &a1);
+                    const __m256i p = pair_bcast(a2 + (e0 + r) * K + k, !odd_too);
+                    const __m256 a0 = pair_even(p), a1 = pair_odd(p);
                     if (k == 0) { /* the first term is the sum, not 0 + it (the sign of a zero) */
                         s[r][0] = _mm256_mul_ps(a0, ev0);
                         s[r][1] = _mm256_mul_ps(a0, ev1);

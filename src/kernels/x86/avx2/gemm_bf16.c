@@ -2,22 +2,22 @@
  * AVX-512 BF16, which otherwise run the plain-C reference (17-19 GFLOP/s per core on the AMD VM, against
  * 82-92 for this kernel with its operands in L1; docs/kernels.md "Micro-kernels").
  *
- * AVX2 has no bf16 arithmetic. A bf16 value is the upper half of an fp32 one, so a dword holding a
- * pair (k, k+1) gives both as fp32 with one shift (k: the low half moved up) and one mask (k+1: the
- * upper half kept), and the products are fp32 FMAs: exact (bf16 x bf16 fits fp32's mantissa), one
+ * AVX2 has no bf16 arithmetic: a dword holding a pair (k, k+1) gives both as fp32 with one shift and
+ * one mask (pairs.h), and the products are fp32 FMAs: exact (bf16 x bf16 fits fp32's mantissa), one
  * rounding per sum, as in every level. The 32x32 block is done in sixteen 4-row x 16-column pieces
  * (eight accumulators, four B vectors and two A broadcasts: 14 of the 16 registers), each over the
  * whole kp; a piece's B (16 columns x kp, 16 KiB for kp = 512) stays in L1 across the eight
  * row groups that read it. Unlike the reference and the bf16 instructions, bf16 subnormal inputs are
  * not read as zero and products below fp32's normal range are not rounded apart from the sum (an FMA
- * takes them as they are): differences below 1e-38 per product. TREX_UKR_STREAM and the prefetch hint are not taken. Compiled with AVX2
+ * takes them as they are): differences below 1e-38 per product. TREX_UKR_STREAM and the prefetch hint
+ * are not taken (measured: nothing to gain at this level's rate, docs/kernels.md). Compiled with AVX2
  * and FMA flags; reached only through the dispatch table. */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx2/pairs.h"
 
 enum { ROWS = 4, COLS = 16 };
 
@@ -34,24 +34,17 @@ static inline void piece(int64_t kp, const uint16_t *ap, const uint16_t *bp, con
             s[i][1] = _mm256_loadu_ps(in + 8);
         }
     }
-    const __m256i upper = _mm256_set1_epi32((int)0xffff0000u);
     for (int64_t k = 0; k < kp; k += 2) {
         /* B's pairs (k, k+1) of columns c0 .. c0+15: 16 dwords of the VNNI panel's row k/2 */
         const uint16_t *bk = bp + (k / 2) * (2 * TREX_GEMM_NR) + 2 * c0;
         const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
         const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
-        const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(b0, 16));
-        const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(b0, upper));
-        const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(b1, 16));
-        const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(b1, upper));
+        const __m256 e0 = pair_even(b0), o0 = pair_odd(b0), e1 = pair_even(b1), o1 = pair_odd(b1);
         /* A's pair (k, k+1) of row r: the A panel's step k/32, row r, element k % 32 */
         const uint16_t *ak = ap + (k / 32) * (32 * TREX_GEMM_MR) + r0 * 32 + k % 32;
         _Pragma("GCC unroll 4") for (int i = 0; i < ROWS; i++) {
-            int32_t pair;
-            memcpy(&pair, ak + i * 32, sizeof pair);
-            const __m256i p = _mm256_set1_epi32(pair);
-            const __m256 a0 = _mm256_castsi256_ps(_mm256_slli_epi32(p, 16));
-            const __m256 a1 = _mm256_castsi256_ps(_mm256_and_si256(p, upper));
+            const __m256i p = pair_bcast(ak + i * 32, false);
+            const __m256 a0 = pair_even(p), a1 = pair_odd(p);
             s[i][0] = _mm256_fmadd_ps(a1, o0, _mm256_fmadd_ps(a0, e0, s[i][0]));
             s[i][1] = _mm256_fmadd_ps(a1, o1, _mm256_fmadd_ps(a0, e1, s[i][1]));
         }

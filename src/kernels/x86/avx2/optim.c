@@ -17,15 +17,9 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/prefetch_l2.h"
 
 #define PREFETCH_AHEAD 512
-
-/* The address `floats` floats past p, for a prefetch hint only (computed as an integer: it may lie past
- * p's buffer, and a prefetch never faults). */
-static inline const char *ahead(const float *p)
-{
-    return (const char *)((uintptr_t)p + (uintptr_t)PREFETCH_AHEAD * sizeof(float));
-}
 
 double trex_sumsq_avx2(const float *x, int64_t n, int64_t *nonfinite)
 {
@@ -33,7 +27,7 @@ double trex_sumsq_avx2(const float *x, int64_t n, int64_t *nonfinite)
     __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
     int64_t bad = 0, k = 0;
     for (; k + 16 <= n; k += 16) {
-        _mm_prefetch(ahead(x + k), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(x + k, PREFETCH_AHEAD), _MM_HINT_T0);
         for (int h = 0; h < 2; h++) {
             const __m256 v = _mm256_loadu_ps(x + k + 8 * h);
             const int nf = _mm256_movemask_ps(_mm256_castsi256_ps(
@@ -82,10 +76,10 @@ static inline int64_t adamw_run(float *w, float *m, float *v, const float *g, in
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        _mm_prefetch(ahead(g + i), _MM_HINT_T0);
-        _mm_prefetch(ahead(m + i), _MM_HINT_T0);
-        _mm_prefetch(ahead(v + i), _MM_HINT_T0);
-        _mm_prefetch(ahead(w + i), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(g + i, PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(m + i, PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(v + i, PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(w + i, PREFETCH_AHEAD), _MM_HINT_T0);
         adamw8(w + i, m + i, v + i, g + i, c, div_q);
         adamw8(w + i + 8, m + i + 8, v + i + 8, g + i + 8, c, div_q);
     }
@@ -119,8 +113,8 @@ void trex_muon_momentum_avx2(float *mom, float *x, const float *g, int64_t n, fl
     const __m256 MU = _mm256_set1_ps(mu), GS = _mm256_set1_ps(gscale);
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
-        _mm_prefetch(ahead(g + k), _MM_HINT_T0);
-        _mm_prefetch(ahead(mom + k), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(g + k, PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(mom + k, PREFETCH_AHEAD), _MM_HINT_T0);
         const __m256 gk = _mm256_mul_ps(_mm256_loadu_ps(g + k), GS);
         const __m256 m = _mm256_add_ps(_mm256_mul_ps(MU, _mm256_loadu_ps(mom + k)), gk);
         _mm256_storeu_ps(mom + k, m);
@@ -134,7 +128,7 @@ void trex_muon_update_avx2(float *w, const float *x, int64_t n, double decay, do
     const __m256d D = _mm256_set1_pd(decay), S = _mm256_set1_pd(scale);
     int64_t k = 0;
     for (; k + 4 <= n; k += 4) {
-        _mm_prefetch(ahead(w + k), _MM_HINT_T0);
+        _mm_prefetch(hint_addr(w + k, PREFETCH_AHEAD), _MM_HINT_T0);
         const __m256d wd = _mm256_cvtps_pd(_mm_loadu_ps(w + k)), xd = _mm256_cvtps_pd(_mm_loadu_ps(x + k));
         _mm_storeu_ps(w + k, _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(wd, D), _mm256_mul_pd(S, xd))));
     }

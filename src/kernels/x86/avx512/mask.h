@@ -1,10 +1,12 @@
-/* kernels/x86/avx512/mask.h — the lane mask of a vector's tail, and the address of a prefetch hint,
- * shared by the AVX-512 leaves. Only for files of this folder (AVX-512 flags). */
+/* kernels/x86/avx512/mask.h — the lane mask of a vector's tail, shared by the AVX-512 leaves (and, for
+ * them, hint_addr of kernels/x86/prefetch_l2.h). Only for files of this folder (AVX-512 flags). */
 #ifndef TREX_KERNELS_AVX512_MASK_H
 #define TREX_KERNELS_AVX512_MASK_H
 
 #include <immintrin.h>
 #include <stdint.h>
+
+#include "kernels/x86/prefetch_l2.h"
 
 /* The first `left` of 16 lanes: all for left >= 16, none for left <= 0. */
 static inline __mmask16 tail_mask(int64_t left)
@@ -16,13 +18,6 @@ static inline __mmask16 tail_mask(int64_t left)
 static inline __mmask8 tail_mask8(int64_t left)
 {
     return left >= 8 ? (__mmask8)0xff : left <= 0 ? (__mmask8)0 : (__mmask8)((1u << left) - 1u);
-}
-
-/* The address `floats` floats past p, for a prefetch hint only (it may lie past p's buffer: computed as
- * an integer, and a prefetch never faults). */
-static inline const char *hint_addr(const float *p, int64_t floats)
-{
-    return (const char *)((uintptr_t)p + (uintptr_t)floats * sizeof(float));
 }
 
 #endif
