@@ -49,9 +49,16 @@ $(BUILD)/obj/%.o: %.c
 
 # ISA leaves (STYLE.md rule 9): their flags apply to their folder alone; only the dispatch table
 # (src/kernels/dispatch.c) reaches them, after checking that the CPU and the OS support the ISA.
+# The avx512 folder's files are F/BW/VL code that both AVX-512 levels run, except those that use
+# AVX512_BF16's instructions (the products, and the conversions of kernels/x86/avx512/bf16.h); the
+# avx512f folder compiles those a second time without them, for CPUs without AVX512_BF16.
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mfma
+AVX512_BF16_SRC := gemm_bf16 attn ce fused swiglu pack
 $(BUILD)/obj/src/kernels/x86/avx2/%.o: override CFLAGS += -mavx2 -mfma
-$(BUILD)/obj/src/kernels/x86/avx512/%.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
-$(BUILD)/obj/src/kernels/x86/amx/%.o: override CFLAGS += $(AMX_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma
+$(BUILD)/obj/src/kernels/x86/avx512/%.o: override CFLAGS += $(AVX512_FLAGS)
+$(AVX512_BF16_SRC:%=$(BUILD)/obj/src/kernels/x86/avx512/%.o): override CFLAGS += -mavx512bf16
+$(BUILD)/obj/src/kernels/x86/avx512f/%.o: override CFLAGS += $(AVX512_FLAGS)
+$(BUILD)/obj/src/kernels/x86/amx/%.o: override CFLAGS += $(AMX_FLAGS) $(AVX512_FLAGS) -mavx512bf16
 # The emulator's tile products are most of an emulated test's time: vectorised at -O3 and without the
 # sanitizers' checks in every build (its own memory is the bounded tile file; ASan still checks the bytes
 # a tile load or store touches, in its memcpy).

@@ -7,11 +7,11 @@
 
 #include "kernels/fused.h"
 
-/* Fills seen[0..3] (seen[0] = ref) and returns how many distinct tables there are; says so when only
- * the reference is available. */
-static inline int fused_levels(const trex_fused_table *ref, const trex_fused_table *seen[4])
+/* Fills seen[0 .. TREX_ISA_COUNT) (seen[0] = ref) and returns how many distinct tables there are; says
+ * so when only the reference is available. */
+static inline int fused_levels(const trex_fused_table *ref, const trex_fused_table *seen[TREX_ISA_COUNT])
 {
-    const trex_isa caps[] = {TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const trex_isa caps[] = {TREX_ISA_AVX2, TREX_ISA_AVX512F, TREX_ISA_AVX512, TREX_ISA_AMX};
     int nseen = 1;
     seen[0] = ref;
     for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {

@@ -1434,7 +1434,7 @@ static void test_threads(trex_arena *ar)
 /* The fused axpy entry (the indexer KL gradients) gives am_axpy_f's bits at every level. */
 static void test_axpy_levels(void)
 {
-    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512F, TREX_ISA_AVX512, TREX_ISA_AMX};
     float x[133], y0[133], y[133], ye[133];
     rng r = {901};
     fill_f(x, 133, 1.0, &r);
@@ -1460,7 +1460,7 @@ static void test_axpy_levels(void)
  * query side's diq; column-major: the key side's dK^I), and leaves the rows' other columns alone. */
 static void test_axpy_rows_levels(void)
 {
-    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512F, TREX_ISA_AVX512, TREX_ISA_AMX};
     const int64_t Rs[] = {1, 3, 4, 5, 16, 17}, Js[] = {0, 1, 5, 33}, cs[] = {1, 16, 63, 64, 128, 133};
     enum { RM = 17, JM = 33, CM = 133, LD = CM + 3 };
     static float X[JM][CM], Y0[RM * LD], Y[RM * LD], Ye[RM * LD], A[RM * JM];
@@ -1510,7 +1510,7 @@ static void test_axpy_rows_levels(void)
  * key rows and the dK rows scattered, and leave the other floats alone. */
 static void test_kl_grad_levels(void)
 {
-    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX2, TREX_ISA_AVX512F, TREX_ISA_AVX512, TREX_ISA_AMX};
     const int64_t ns[] = {0, 1, 2, 5, 17, 40}, nIs[] = {1, 3, 16, 17, 33}, cs[] = {1, 15, 16, 100,
                                                                                    128, 133, 256};
     enum { NM = 40, IM = 33, CM = 256 };
@@ -1582,7 +1582,7 @@ static void test_kl_grad_levels(void)
  * leaves the floats around the rotated ones alone. */
 static void test_rope_levels(void)
 {
-    const trex_fused_table *lv[4];
+    const trex_fused_table *lv[TREX_ISA_COUNT];
     const int nl = fused_levels(trex_fused_for(TREX_ISA_REF), lv);
     enum { HM = 37, NV = 5, LD = 2 * HM + 3, TOT = NV * LD + 8 };
     static float v0[TOT], v[TOT], ve[TOT], cs[HM], sn[HM];
@@ -1617,7 +1617,7 @@ static void test_rope_levels(void)
  * and c 1-133 (the masked tails), and writes nothing past its H c floats. */
 static void test_rms_head_bwd_levels(void)
 {
-    const trex_fused_table *lv[4];
+    const trex_fused_table *lv[TREX_ISA_COUNT];
     const trex_fused_table *ref = trex_fused_for(TREX_ISA_REF);
     const int nl = fused_levels(ref, lv);
     const int64_t Hs[] = {1, 2, 3, 16, 17}, cs[] = {1, 15, 16, 17, 64, 133};

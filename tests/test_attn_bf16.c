@@ -1178,7 +1178,7 @@ int main(int argc, char **argv)
     const trex_fused_table *ref = trex_fused_for(TREX_ISA_REF);
     CHECK(ref->sattn_fwd_bf16 == trex_fused_sattn_fwd_bf16_ref, "the ref level has the bf16 reference");
     /* the distinct bf16 implementations among the tables (tests/fused_levels.h), reference first */
-    const trex_fused_table *all[4], *lv[4];
+    const trex_fused_table *all[TREX_ISA_COUNT], *lv[TREX_ISA_COUNT];
     const int na = fused_levels(ref, all);
     int nl = 0;
     for (int k = 0; k < na; k++) {

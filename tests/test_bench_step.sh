@@ -10,7 +10,7 @@
 #   - --gemm-profile lists the bf16 products by shape (JSON array gemm, a text table): FLOPs = 2 M N K per
 #     call, the sums, the LM head's logits product among them, no bit of the step changed;
 #   - fp32 and bf16, AdamW and Muon run; the text report has its lines; the peak is measured when not
-#     given (when the kernel level has a peak loop; a bf16 step at avx2 takes the fp32 FMA loop's);
+#     given (when the kernel level has a peak loop; a bf16 step at avx2 or avx512f takes the fp32 FMA loop's);
 #   - bad flags fail with exit status 2 and a message naming the flag; a bad config with status 1.
 # Env: TREX = the trex binary. Run from the repository root.
 . "$(dirname "$0")/lib.sh"
@@ -72,16 +72,20 @@ if m["kernels"] != "ref":
     assert m["peak_source"] == want and m["peak_flops"] > 0, "fp32 peak measured"
 PY
 
-# --- the avx2 level's bf16 MFU: against its fp32 FMA peak, the unit its bf16 products run on -------------
-TREX_ISA=avx2 "$TREX" bench step "${fast[@]}" --precision bf16 --json >"$tmp/avx2.json" 2>"$tmp/err"; rc=$?
-[ $rc -eq 0 ] && ok || { bad "bench step bf16 at avx2 exit $rc"; cat "$tmp/err"; }
-"$PY" - "$tmp/avx2.json" <<'PY' && ok || bad "avx2 bf16 step: the peak and MFU"
+# --- the levels without a bf16 unit (avx2; avx512f, AVX-512 without AVX512_BF16): a bf16 step's MFU is
+# against the level's fp32 FMA peak, the unit its bf16 products run on -------------------------------------
+for isa in avx2 avx512f; do
+    TREX_ISA=$isa "$TREX" bench step "${fast[@]}" --precision bf16 --json >"$tmp/$isa.json" 2>"$tmp/err"; rc=$?
+    [ $rc -eq 0 ] && ok || { bad "bench step bf16 at $isa exit $rc"; cat "$tmp/err"; }
+    "$PY" - "$tmp/$isa.json" "$isa" <<'PY' && ok || bad "$isa bf16 step: the peak and MFU"
 import json, sys
-r = json.load(open(sys.argv[1]))
-if r["kernels"] == "avx2":  # a machine with AVX2 (else the ref level, without a peak loop)
-    assert r["peak_source"] == "avx2_fp32_fma" and r["peak_flops"] > 0, (r["peak_source"], r["peak_flops"])
+r, isa = json.load(open(sys.argv[1])), sys.argv[2]
+if r["kernels"] == isa:  # a machine with the level (else a lower one)
+    want = "avx2_fp32_fma" if isa == "avx2" else "avx512_fp32_fma"
+    assert r["peak_source"] == want and r["peak_flops"] > 0, (r["peak_source"], r["peak_flops"])
     assert r["mfu"] is not None and 0 < r["mfu"] < 1, r["mfu"]
 PY
+done
 
 # --- --no-weight-copies: the same bf16 step without the bf16 weight copies (their memory, same losses) --------
 "$TREX" bench step "${fast[@]}" --precision bf16 --peak-tflops 1.5 --no-weight-copies --json >"$tmp/nowc.json" 2>"$tmp/err"; rc=$?

@@ -295,7 +295,7 @@ static int bench(int reps)
         L0[i] = (float)(0.6 * nrand());
     for (int64_t i = 0; i < cols; i++)
         c[i] = 1e-7f;
-    const trex_fused_table *lv[4];
+    const trex_fused_table *lv[TREX_ISA_COUNT];
     const int nl = fused_levels(trex_fused_for(TREX_ISA_REF), lv);
     for (int k = 0; k < nl; k++)
         for (int r = 0; r < reps; r++) {
@@ -320,7 +320,7 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "--bench"))
         return bench(argc >= 3 ? atoi(argv[2]) : 3);
-    const trex_fused_table *lv[4];
+    const trex_fused_table *lv[TREX_ISA_COUNT];
     const int nl = fused_levels(trex_fused_for(TREX_ISA_REF), lv);
     CHECK(lv[0]->isa == TREX_ISA_REF, "the first table is the reference");
     test_exp(lv, nl);

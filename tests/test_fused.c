@@ -592,7 +592,7 @@ int main(int argc, char **argv)
         CHECK(same_bits(o1, o2, 5), "ref collapse is mhc_collapse_f");
     }
 
-    const trex_fused_table *seen[4];
+    const trex_fused_table *seen[TREX_ISA_COUNT];
     const int nseen = fused_levels(ref, seen);
     for (int k = 0; k < nseen; k++) {
         const trex_fused_table *t = seen[k];

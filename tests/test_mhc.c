@@ -575,7 +575,7 @@ static trex_config fn_config(void)
 static void test_fn_products(void)
 {
     const trex_config cfg = fn_config();
-    printf("fn products: %s vs trex_gemm\n", trex_fused()->isa >= TREX_ISA_AVX512
+    printf("fn products: %s vs trex_gemm\n", trex_fused()->isa >= TREX_ISA_AVX512F
                                                   ? "fused gate entries (AVX-512)"
                                                   : "trex_gemm (no AVX-512 here)");
     trex_pool *p2 = trex_pool_create(2), *p3 = trex_pool_create(3);
@@ -663,7 +663,7 @@ static void test_bf16_products(void)
     run_layer_once(&cb1, &cfg, b1);
     run_layer_once(&cb3, &cfg, b3);
     CHECK(same_bits(b1, b3, total), "bf16 mode: the mHC layer gives the same bits with 1 and 3 threads");
-    const bool fma = trex_fused()->isa >= TREX_ISA_AVX512;
+    const bool fma = trex_fused()->isa >= TREX_ISA_AVX512F;
     CHECK(same_bits(b1, f32, total) != fma, "bf16 mode: %s bits than fp32 mode at the %s level",
           fma ? "other" : "the same", trex_fused()->name);
     int64_t off = 0;
@@ -686,7 +686,7 @@ static void test_bf16_products(void)
 static void test_rho_levels(void)
 {
     const int64_t lens[] = {1, 17, 4096, 4120};
-    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX512, TREX_ISA_AMX};
+    const trex_isa caps[] = {TREX_ISA_REF, TREX_ISA_AVX512F, TREX_ISA_AVX512, TREX_ISA_AMX};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         float *v = randf(lens[i], 3.0);
         const float want = mhc_rho_f(lens[i], v, 1e-6f);

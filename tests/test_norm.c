@@ -346,7 +346,7 @@ int main(int argc, char **argv)
     }
     const trex_fused_table *ref = trex_fused_for(TREX_ISA_REF);
     CHECK(ref->isa == TREX_ISA_REF, "the ref cap gives the reference table");
-    const trex_fused_table *seen[4];
+    const trex_fused_table *seen[TREX_ISA_COUNT];
     const int nseen = fused_levels(ref, seen);
     const int64_t dims[] = {1, 7, 16, 17, 31, 256, 512, 513, 1024};
     const int64_t rows[] = {0, 1, 3, 37};

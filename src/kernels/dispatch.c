@@ -33,7 +33,7 @@
 #define ARCH_REQ_XCOMP_PERM_ 0x1023
 #define XFEATURE_XTILEDATA_ 18
 
-static const char *const isa_names[TREX_ISA_COUNT] = {"ref", "avx2", "avx512", "amx"};
+static const char *const isa_names[TREX_ISA_COUNT] = {"ref", "avx2", "avx512f", "avx512", "amx"};
 
 const char *trex_isa_name(trex_isa isa)
 {
@@ -59,8 +59,8 @@ bool trex_isa_parse(const char *s, trex_isa *out)
 
 /* ---- the tables -------------------------------------------------------------------------------------- */
 
-/* A level's packers, conversions and fp32 micro-kernel, from their names (TREX_GEMM_LEAVES). */
-#define LEVEL_LEAVES(sfx)                                 \
+/* A level's packers and conversions, and its fp32 micro-kernel, from their names (TREX_GEMM_LEAVES). */
+#define PACK_LEAVES(sfx)                                  \
     .pack_name = #sfx,                                    \
     .cvt_name = #sfx,                                     \
     .pack_a_bf16 = trex_pack_a_bf16_##sfx,                \
@@ -68,8 +68,8 @@ bool trex_isa_parse(const char *s, trex_isa *out)
     .pack_b_bf16 = trex_pack_b_bf16_##sfx,                \
     .pack_b_f32 = trex_pack_b_f32_##sfx,                  \
     .cvt_f32_bf16 = trex_cvt_f32_bf16_##sfx,              \
-    .cvt_bf16_f32 = trex_cvt_bf16_f32_##sfx,              \
-    .gemm_f32_ukr = trex_gemm_f32_ukr_##sfx
+    .cvt_bf16_f32 = trex_cvt_bf16_f32_##sfx
+#define LEVEL_LEAVES(sfx) PACK_LEAVES(sfx), .gemm_f32_ukr = trex_gemm_f32_ukr_##sfx
 
 static const trex_kernel_table table_ref = {
     .isa = TREX_ISA_REF,
@@ -95,13 +95,29 @@ static const trex_kernel_table table_avx2 = {
     LEVEL_LEAVES(avx2),
 };
 
-/* The AVX-512 leaves that the amx level shares (it has its own bf16 micro-kernel and peak). */
-#define AVX512_ENTRIES                            \
-    LEVEL_LEAVES(avx512),                         \
+/* The AVX-512 F/BW/VL leaves that every AVX-512 level runs (kernels/x86/avx512/gemm_f32.c). */
+#define AVX512F_ENTRIES                           \
     .gemm_tile_t = trex_gemm_tile_t_avx512,       \
+    .gemm_f32_ukr = trex_gemm_f32_ukr_avx512,     \
     .gemm_f32_name = "avx512-mul-add",            \
     .peak_f32_fma = trex_peak_f32_fma_avx512,     \
-    .peak_f32_fma_name = "avx512_fp32_fma",       \
+    .peak_f32_fma_name = "avx512_fp32_fma"
+
+/* AVX-512 without its bf16 instructions: the bf16 products as fp32 FMAs on bf16 pairs (as avx2, on
+ * 512-bit vectors), the avx512 packers compiled without them; the FMA peak is its bf16 products'. */
+static const trex_kernel_table table_avx512f = {
+    .isa = TREX_ISA_AVX512F,
+    .gemm_name = "avx512f-fma",
+    .gemm_ukr = trex_gemm_ukr_avx512f,
+    .gemm_end = trex_gemm_end_avx512,
+    PACK_LEAVES(avx512f),
+    AVX512F_ENTRIES,
+};
+
+/* The AVX-512 leaves that the amx level shares (it has its own bf16 micro-kernel and peak). */
+#define AVX512_ENTRIES                            \
+    PACK_LEAVES(avx512),                          \
+    AVX512F_ENTRIES,                              \
     .peak_bf16_dp = trex_peak_bf16_dp_avx512
 
 static const trex_kernel_table table_avx512 = {
@@ -135,6 +151,8 @@ static const trex_kernel_table *table_of(trex_isa isa)
         return &table_amx;
     case TREX_ISA_AVX512:
         return &table_avx512;
+    case TREX_ISA_AVX512F:
+        return &table_avx512f;
     case TREX_ISA_AVX2:
         return &table_avx2;
 #endif
@@ -203,13 +221,17 @@ static void detect(trex_cpu_features *f)
 #endif
     }
     bool avx2 = f->cpu_avx && f->cpu_avx2 && f->cpu_fma && f->os_avx;
-    bool avx512 = avx2 && f->cpu_avx512f && f->cpu_avx512bw && f->cpu_avx512vl && f->cpu_avx512bf16 &&
-                  f->os_avx512;
+    bool avx512f = avx2 && f->cpu_avx512f && f->cpu_avx512bw && f->cpu_avx512vl && f->os_avx512;
+    bool avx512 = avx512f && f->cpu_avx512bf16;
 #ifdef TREX_AMX_EMU
     f->amx_emulated = true;
 #endif
     bool amx = avx512 && (f->amx_emulated || (f->cpu_amx_tile && f->cpu_amx_bf16 && f->os_amx && f->amx_perm));
-    f->best = amx ? TREX_ISA_AMX : avx512 ? TREX_ISA_AVX512 : avx2 ? TREX_ISA_AVX2 : TREX_ISA_REF;
+    f->best = amx       ? TREX_ISA_AMX
+              : avx512  ? TREX_ISA_AVX512
+              : avx512f ? TREX_ISA_AVX512F
+              : avx2    ? TREX_ISA_AVX2
+                        : TREX_ISA_REF;
 #endif
 }
 
@@ -258,7 +280,7 @@ static void init_state(void)
         } else {
             state.code = TREX_EINVAL;
             snprintf(state.msg, sizeof state.msg,
-                     "TREX_ISA='%s' is not a kernel level: set it to ref, avx2, avx512 or amx "
+                     "TREX_ISA='%s' is not a kernel level: set it to ref, avx2, avx512f, avx512 or amx "
                      "(a cap: the best level this machine has at or below it is used), or unset it",
                      cap);
             level = TREX_ISA_REF;

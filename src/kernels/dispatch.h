@@ -6,8 +6,11 @@
  *   avx2    AVX2 + FMA: the bf16 GEMM micro-kernel as fp32 FMAs on bf16 pairs, packing, conversions,
  *           the fp32 micro-kernel and an FMA peak loop (kernels/x86/avx2/); a block's transpose is the
  *           reference's;
- *   avx512  AVX-512 F/BW/VL + AVX512_BF16 (+ FMA), with the OS saving ZMM state (XCR0 bits 5-7):
- *           packing and the VDPBF16PS GEMM micro-kernel (kernels/x86/avx512/);
+ *   avx512f AVX-512 F/BW/VL (+ FMA), with the OS saving ZMM state (XCR0 bits 5-7), without AVX512_BF16
+ *           (Skylake-SP to Ice Lake): the avx512 level's leaves, those that use bf16 instructions
+ *           compiled again without them, and a GEMM micro-kernel of fp32 FMAs on bf16 pairs
+ *           (kernels/x86/avx512f/);
+ *   avx512  avx512f plus AVX512_BF16: packing and the VDPBF16PS GEMM micro-kernel (kernels/x86/avx512/);
  *   amx     avx512 plus AMX-TILE/AMX-BF16, XCR0 bits 17/18 and Linux's permission to use tile data
  *           (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16): the TDPBF16PS micro-kernel (kernels/x86/amx/).
  * TREX_ISA caps the level (a cap above what the machine has is not an error: the best available is used);
@@ -27,6 +30,7 @@
 typedef enum trex_isa {
     TREX_ISA_REF = 0,
     TREX_ISA_AVX2,
+    TREX_ISA_AVX512F,
     TREX_ISA_AVX512,
     TREX_ISA_AMX,
     TREX_ISA_COUNT
@@ -121,7 +125,7 @@ typedef struct trex_kernel_table {
 } trex_kernel_table;
 
 /* Detects the CPU, reads TREX_ISA and TREX_VERBOSE and picks the table, once per process; later calls
- * return the first call's result. TREX_EINVAL when TREX_ISA is not one of ref, avx2, avx512, amx
+ * return the first call's result. TREX_EINVAL when TREX_ISA is not one of ref, avx2, avx512f, avx512, amx
  * (the message says so); the table is then the reference one. */
 trex_code trex_kernels_init(trex_err *err);
 
@@ -136,7 +140,7 @@ const trex_kernel_table *trex_kernels_table(void);
  * a cap above the machine's best gives the best's table. Never NULL. */
 const trex_kernel_table *trex_kernels_table_for(trex_isa cap);
 
-const char *trex_isa_name(trex_isa isa);            /* "ref", "avx2", "avx512", "amx" */
+const char *trex_isa_name(trex_isa isa);            /* "ref", "avx2", "avx512f", "avx512", "amx" */
 /* The name for a person to read: trex_isa_name, and for amx in an AMX_EMU test build
  * "amx (emulated in C: a test build)", so that no timing from such a build passes for the unit's. */
 const char *trex_isa_label(trex_isa isa);

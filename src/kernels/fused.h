@@ -5,9 +5,10 @@
  * level of the kernel dispatch (trex_kernels_isa(), so TREX_ISA caps it too): the plain-C reference
  * (kernels/ref/fused.c, the scalar code of model/attention_math.h and model/mhc_real.h) or the AVX-512
  * leaves (kernels/x86/avx512/fused.c, reached only through this table); the amx level is the AVX-512
- * table plus the bf16 attention core on AMX tiles (sattn_*_bf16 below, bf16 compute mode only), and the
- * avx2 level the reference with a bf16 attention core of its own (kernels/x86/avx2/: the reference's
- * bits).
+ * table plus the bf16 attention core on AMX tiles (sattn_*_bf16 below, bf16 compute mode only), the
+ * avx512f level the AVX-512 leaves compiled without AVX512_BF16 and a bf16 attention core on tiles of
+ * fp32 FMAs (kernels/x86/avx512f/), and the avx2 level the reference with a bf16 attention core of its
+ * own (kernels/x86/avx2/: the reference's bits).
  *
  * Every fp32 variant gives the reference's bits. The leaves vectorise across the independent sums (16
  * partial sums of a dot product are one 512-bit register; several dot products run at once) and keep,
@@ -504,13 +505,53 @@ const trex_fused_table *trex_fused(void);
 const trex_fused_table *trex_fused_for(trex_isa cap);
 
 /* ---- leaves (reached only through the tables) ---- */
-float trex_fused_dot_avx512(const float *a, const float *b, int64_t n);
-void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n);
-void trex_fused_copy_nt_avx512(float *dst, const float *src, int64_t n);
-void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n);
-void trex_fused_rope_avx512(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,
-                            int64_t half, int inverse);
-void trex_fused_rms_head_bwd_avx512(float *g, const float *q, const float *rs, int64_t H, int64_t c);
+/* The AVX-512 leaves of kernels/x86/avx512/fused.c, ce.c and swiglu.c, which round fp32 to bf16
+ * (kernels/x86/avx512/bf16.h): compiled once per AVX-512 level, with AVX512_BF16's conversions
+ * (trex_fused_<name>_avx512) and without (trex_fused_<name>_avx512f, kernels/x86/avx512f/). */
+#define TREX_FUSED_AVX512_ROUNDING_LEAVES(isa)                                                          \
+    float trex_fused_dot_##isa(const float *a, const float *b, int64_t n);                              \
+    void trex_fused_axpy_##isa(float *y, float a, const float *x, int64_t n);                           \
+    void trex_fused_copy_nt_##isa(float *dst, const float *src, int64_t n);                             \
+    void trex_fused_cvt_bf16_nt_##isa(uint16_t *dst, const float *src, int64_t n);                      \
+    void trex_fused_rope_##isa(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,      \
+        int64_t half, int inverse);                                                                     \
+    void trex_fused_rms_head_bwd_##isa(float *g, const float *q, const float *rs, int64_t H,            \
+        int64_t c);                                                                                     \
+    void trex_fused_axpy_rows_##isa(float *Y, int64_t ldy, int64_t R, const float *A,                   \
+        const unsigned char *on, int64_t sr, int64_t sj, const float *const *X, int64_t J,              \
+        int64_t c);                                                                                     \
+    void trex_fused_dots_##isa(float *out, const float *A, int64_t lda, int64_t R,                      \
+        const float *const *V, int64_t n, int64_t c);                                                   \
+    void trex_fused_sattn_fwd_##isa(float *o, float *lse, float *z, float *ws, const float *q,          \
+        const float *const *V, int64_t n, int64_t H, int64_t c, const float *sink, float scale);        \
+    void trex_fused_sattn_bwd_query_##isa(float *dq, float *dsink, float *P, float *ws,                 \
+        const float *g, const float *q, const float *const *V, int64_t n, int64_t H, int64_t c,         \
+        const float *sink, float scale, const float *lse, const float *D);                              \
+    void trex_fused_sattn_bwd_entries_##isa(float *const *dV, float *psum, float *ws,                   \
+        const float *const *V, int64_t n, const float *q, const float *g, int64_t H, int64_t c,         \
+        float scale, const float *lse, const float *D);                                                 \
+    void trex_fused_mhc_post_fwd_##isa(int n, int64_t d, const float *post, const float *comb,          \
+        const float *y, const float *X, float *Xo);                                                     \
+    void trex_fused_mhc_post_bwd_##isa(int n, int64_t d, const float *post, const float *comb,          \
+        const float *y, const float *X, const float *dXo, float *dy, float *dX, float *dpost,           \
+        float *dcomb);                                                                                  \
+    void trex_fused_mhc_collapse_##isa(int n, int64_t d, const float *w, const float *X, float *x);     \
+    void trex_fused_mhc_collapse_bwd_##isa(int n, int64_t d, const float *w, const float *X,            \
+        const float *dx, float *dw, float *dX);                                                         \
+    void trex_fused_swiglu_fwd_bf16_##isa(uint16_t *h, const float *a, const float *u, int64_t n,       \
+        float g, float L);                                                                              \
+    float trex_fused_swiglu_bwd_bf16_##isa(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,     \
+        const float *u, const float *dh, int64_t n, float g, float L);                                  \
+    void trex_fused_ce_fwd_##isa(float *L, int64_t ld, int64_t n, int64_t cols, int keep,               \
+        float *mx, double *sum);                                                                        \
+    void trex_fused_ce_grad_##isa(uint16_t *dst, int64_t ldd, const float *E, int64_t lde,              \
+        int64_t n, int64_t cols, const float *c);                                                       \
+    float trex_fused_ce_exp_##isa(float x);                                                             \
+    void trex_fused_split3_##isa(uint16_t *dst, const float *src, int64_t rows, int64_t n,              \
+        int64_t hi0, int64_t lo0, int64_t hi1, int nt);
+TREX_FUSED_AVX512_ROUNDING_LEAVES(avx512)
+TREX_FUSED_AVX512_ROUNDING_LEAVES(avx512f)
+
 void trex_fused_kl_qgrad_ref(float *diq, float *dhw, const float *ia, const float *dI,
                              const float *hw, const float *const *K, int64_t n, int64_t nI,
                              int64_t cI);
@@ -521,39 +562,11 @@ void trex_fused_kl_qgrad_avx512(float *diq, float *dhw, const float *ia, const f
                                 int64_t cI);
 void trex_fused_kl_kgrad_avx512(float *const *dK, const float *ia, const float *dI,
                                 const float *hw, const float *X, int64_t n, int64_t nI, int64_t cI);
-void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
-                                 const unsigned char *on, int64_t sr, int64_t sj,
-                                 const float *const *X, int64_t J, int64_t c);
-void trex_fused_dots_avx512(float *out, const float *A, int64_t lda, int64_t R,
-                            const float *const *V, int64_t n, int64_t c);
-void trex_fused_sattn_fwd_avx512(float *o, float *lse, float *z, float *ws, const float *q,
-                                 const float *const *V, int64_t n, int64_t H, int64_t c,
-                                 const float *sink, float scale);
-void trex_fused_sattn_bwd_query_avx512(float *dq, float *dsink, float *P, float *ws, const float *g,
-                                       const float *q, const float *const *V, int64_t n, int64_t H,
-                                       int64_t c, const float *sink, float scale, const float *lse,
-                                       const float *D);
-void trex_fused_sattn_bwd_entries_avx512(float *const *dV, float *psum, float *ws,
-                                         const float *const *V, int64_t n, const float *q,
-                                         const float *g, int64_t H, int64_t c, float scale,
-                                         const float *lse, const float *D);
-void trex_fused_mhc_post_fwd_avx512(int n, int64_t d, const float *post, const float *comb,
-                                    const float *y, const float *X, float *Xo);
-void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const float *comb,
-                                    const float *y, const float *X, const float *dXo, float *dy,
-                                    float *dX, float *dpost, float *dcomb);
-void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const float *X, float *x);
-void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
-                                        const float *dx, float *dw, float *dX);
 
 void trex_fused_swiglu_fwd_bf16_ref(uint16_t *h, const float *a, const float *u, int64_t n,
                                     float g, float L);
 float trex_fused_swiglu_bwd_bf16_ref(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
                                      const float *u, const float *dh, int64_t n, float g, float L);
-void trex_fused_swiglu_fwd_bf16_avx512(uint16_t *h, const float *a, const float *u, int64_t n,
-                                       float g, float L);
-float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
-                                        const float *u, const float *dh, int64_t n, float g, float L);
 void trex_fused_gate_fwd_ref(float *z, const float *x, const float *gt, int64_t n, int64_t d,
                              int64_t E);
 void trex_fused_gate_fwd_avx512(float *z, const float *x, const float *gt, int64_t n, int64_t d,
@@ -593,11 +606,6 @@ void trex_fused_ce_fwd_ref(float *L, int64_t ld, int64_t n, int64_t cols, int ke
 void trex_fused_ce_grad_ref(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
                             int64_t cols, const float *c);
 float trex_fused_ce_exp_ref(float x);
-void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
-                              double *sum);
-void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
-                               int64_t cols, const float *c);
-float trex_fused_ce_exp_avx512(float x);
 void trex_fused_pool_fwd_ref(float *C, const float *const *K, const float *const *Z, int64_t n, int64_t c);
 void trex_fused_pool_bwd_ref(float *const *dK, float *const *dZ, const float *dC, const float *const *K,
                              const float *const *Z, int64_t n, int64_t c);
@@ -607,8 +615,6 @@ void trex_fused_pool_bwd_avx512(float *const *dK, float *const *dZ, const float 
                                 const float *const *Z, int64_t n, int64_t c);
 void trex_fused_split3_ref(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
                            int64_t lo0, int64_t hi1, int nt);
-void trex_fused_split3_avx512(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
-                              int64_t lo0, int64_t hi1, int nt);
 
 /* RMSNorm and the sum of squares: the reference (kernels/ref/norm.c) and the AVX-512 leaves. */
 double trex_fused_sumsq_ref(const float *x, int64_t n);
@@ -672,5 +678,6 @@ TREX_FUSED_ATTN_BF16_LEAVES(ref)
 TREX_FUSED_ATTN_BF16_LEAVES(avx2)
 TREX_FUSED_ATTN_BF16_LEAVES(amx)
 TREX_FUSED_ATTN_BF16_LEAVES(avx512)
+TREX_FUSED_ATTN_BF16_LEAVES(avx512f)
 
 #endif

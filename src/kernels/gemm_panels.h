@@ -78,10 +78,10 @@ void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *poo
 /* ---- leaves ---------------------------------------------------------------------------------------- */
 
 /* Every level's micro-kernels, packers and conversions (the reference's in kernels/ref/bf16.c and
- * kernels/ref/gemm.c, the others in kernels/x86/<isa>/): trex_<name>_<isa>. */
-#define TREX_GEMM_LEAVES(isa)                                                                         \
-    void trex_gemm_ukr_##isa(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,  \
-                             unsigned flags);                                                         \
+ * kernels/ref/gemm.c, the others in kernels/x86/<isa>/): trex_<name>_<isa>. The packers and
+ * conversions alone: TREX_GEMM_PACK_LEAVES (the avx512f level has its own, and the avx512 level's fp32
+ * micro-kernel). */
+#define TREX_GEMM_PACK_LEAVES(isa)                                                                    \
     void trex_pack_a_bf16_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, \
                                 int64_t kc, int64_t kcp);                                             \
     void trex_pack_a_f32_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,  \
@@ -91,19 +91,29 @@ void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *poo
     void trex_pack_b_f32_##isa(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows,  \
                                int64_t kc, int64_t kcp);                                              \
     void trex_cvt_f32_bf16_##isa(uint16_t *dst, const float *src, int64_t n);                         \
-    void trex_cvt_bf16_f32_##isa(float *dst, const uint16_t *src, int64_t n);                         \
+    void trex_cvt_bf16_f32_##isa(float *dst, const uint16_t *src, int64_t n);
+#define TREX_GEMM_LEAVES(isa)                                                                         \
+    TREX_GEMM_PACK_LEAVES(isa)                                                                        \
+    void trex_gemm_ukr_##isa(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,  \
+                             unsigned flags);                                                         \
     void trex_gemm_f32_ukr_##isa(int64_t K, const float *ap, const float *bp, float *acc);
 
 /* plain C reference */
 TREX_GEMM_LEAVES(ref)
 void trex_gemm_tile_t_ref(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
 
-/* AVX-512 F/BW/VL + BF16 */
+/* AVX-512 F/BW/VL + BF16 (the fp32 micro-kernel, the transpose, the fence and the FMA peak use F/BW/VL
+ * only, kernels/x86/avx512/gemm_f32.c: the avx512f level runs them too) */
 TREX_GEMM_LEAVES(avx512)
 void trex_gemm_tile_t_avx512(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols);
 void trex_gemm_end_avx512(void);
 double trex_peak_f32_fma_avx512(int64_t iters);
 double trex_peak_bf16_dp_avx512(int64_t iters);
+
+/* AVX-512 F/BW/VL without BF16: the avx512 packers compiled again, a micro-kernel of fp32 FMAs */
+TREX_GEMM_PACK_LEAVES(avx512f)
+void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                           unsigned flags);
 
 /* AVX2 + FMA */
 TREX_GEMM_LEAVES(avx2)

@@ -8,8 +8,8 @@
  * the saved raw mixes mu (16 floats per step would otherwise be kept per token and sub-layer).
  *
  * The fn products are skinny (24 columns of a sub-layer, n of hc_head, against K = n*d): at the
- * AVX-512 and AMX levels they go through the router's entries (kernels/fused.h gate_fwd / gate_bwd_dx
- * / gate_bwd_dw), which give the fp32 GEMM's bits without padding the 24 columns to a 32-wide panel
+ * AVX-512 (avx512f, avx512) and AMX levels they go through the router's entries (kernels/fused.h
+ * gate_fwd / gate_bwd_dx / gate_bwd_dw), which give the fp32 GEMM's bits without padding the 24 columns to a 32-wide panel
  * or packing X on every call; the strided state / dstate rows are staged through small contiguous
  * buffers (ctx->arena scratch when there is one, else the heap). There the per-token passes run in
  * blocks of FN_BLOCK tokens next to the products (HC_pre's and hc_head's forward pass right after a
@@ -96,7 +96,7 @@ static mhc_job job_make(const trex_config *cfg)
 static const trex_fused_table *gate_table(void)
 {
     const trex_fused_table *f = trex_fused();
-    return f->isa >= TREX_ISA_AVX512 ? f : NULL;
+    return f->isa >= TREX_ISA_AVX512F ? f : NULL;
 }
 
 typedef struct fn_job {

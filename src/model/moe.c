@@ -1015,7 +1015,7 @@ static void experts_forward_grouped(trex_pool *pool, trex_gemm_ws *gws, trex_are
  * bits) where it has vector leaves; the reference table's plain loops are slower than the GEMM. */
 static bool skinny_gate(void)
 {
-    return trex_fused()->isa >= TREX_ISA_AVX512;
+    return trex_fused()->isa >= TREX_ISA_AVX512F;
 }
 
 static void *arena_get(trex_arena *a, size_t bytes, bool *ok)

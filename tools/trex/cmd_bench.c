@@ -82,7 +82,7 @@ static int common_setup(bench_common *c)
     if (c->isa) {
         trex_isa cap;
         if (!trex_isa_parse(c->isa, &cap))
-            return trex_cli_error("--isa %s: use ref, avx2, avx512 or amx", c->isa) + 1;
+            return trex_cli_error("--isa %s: use ref, avx2, avx512f, avx512 or amx", c->isa) + 1;
         c->t = trex_kernels_table_for(cap);
     }
     if (c->reps < 1 || c->reps > 1000)
@@ -222,7 +222,7 @@ static int bench_peak(int argc, char **argv)
         {"threads", TREX_OPT_I64, &c.threads, "N", "threads (0: TREX_THREADS, else every core)", false},
         {"reps", TREX_OPT_I64, &c.reps, "R", "runs per figure; the median is printed", false},
         {"seconds", TREX_OPT_F64, &secs, "S", "length of one run", false},
-        {"isa", TREX_OPT_STR, &c.isa, "L", "level: ref, avx2, avx512, amx (default: TREX_ISA cap)",
+        {"isa", TREX_OPT_STR, &c.isa, "L", "level: ref, avx2, avx512f, avx512, amx (default: TREX_ISA cap)",
          false},
         {"json", TREX_OPT_FLAG, &c.json, NULL, "print one JSON object", false},
         {0}};
@@ -644,7 +644,7 @@ static int bench_kernels(int argc, char **argv)
         {"tokens", TREX_OPT_I64, &tokens, "T", "tokens of the dsv4-bench shapes", false},
         {"filter", TREX_OPT_STR, &filter, "S",
          "only cases whose name contains S (pack.: only the packer paths)", false},
-        {"isa", TREX_OPT_STR, &c.isa, "L", "level: ref, avx2, avx512, amx (default: TREX_ISA cap)",
+        {"isa", TREX_OPT_STR, &c.isa, "L", "level: ref, avx2, avx512f, avx512, amx (default: TREX_ISA cap)",
          false},
         {"no-onednn", TREX_OPT_FLAG, &no_dnnl, NULL, "skip oneDNN", false},
         {"quick", TREX_OPT_FLAG, &quick, NULL, "short peak measurement (0.1 s runs)", false},

@@ -204,49 +204,59 @@ static const trex_fused_table table_avx2 = {
     ATTN_BF16_ENTRIES(avx2),
 };
 
-/* The AVX-512 leaves, shared by the avx512 and amx tables. */
-#define AVX512_ENTRIES                                                 \
-    .dot = trex_fused_dot_avx512,                                      \
-    .dots = trex_fused_dots_avx512,                                    \
-    .axpy = trex_fused_axpy_avx512,                                    \
-    .axpy_rows = trex_fused_axpy_rows_avx512,                          \
-    .kl_qgrad = trex_fused_kl_qgrad_avx512,                            \
-    .kl_kgrad = trex_fused_kl_kgrad_avx512,                            \
-    .copy_nt = trex_fused_copy_nt_avx512,                              \
-    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx512,                      \
-    .rope = trex_fused_rope_avx512,                                    \
-    .rms_head_bwd = trex_fused_rms_head_bwd_avx512,                    \
-    .sattn_fwd = trex_fused_sattn_fwd_avx512,                          \
-    .sattn_bwd_query = trex_fused_sattn_bwd_query_avx512,              \
-    .sattn_bwd_entries = trex_fused_sattn_bwd_entries_avx512,          \
-    .mhc_post_fwd = trex_fused_mhc_post_fwd_avx512,                    \
-    .mhc_post_bwd = trex_fused_mhc_post_bwd_avx512,                    \
-    .mhc_collapse = trex_fused_mhc_collapse_avx512,                    \
-    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx512,            \
-    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_avx512,              \
-    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_avx512,              \
-    .gate_fwd = trex_fused_gate_fwd_avx512,                            \
-    .gate_bwd_dx = trex_fused_gate_bwd_dx_avx512,                      \
-    .gate_bwd_dw = trex_fused_gate_bwd_dw_avx512,                      \
-    .gate_bwd_dx_mhc = trex_fused_gate_bwd_dx_mhc_avx512,              \
-    .gate_fwd_fma = trex_fused_gate_fwd_fma_avx512,                    \
-    .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_avx512,              \
-    .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_avx512,      \
-    .ce_fwd = trex_fused_ce_fwd_avx512,                                \
-    .ce_grad = trex_fused_ce_grad_avx512,                              \
-    .ce_exp = trex_fused_ce_exp_avx512,                                \
-    .pool_fwd = trex_fused_pool_fwd_avx512,                            \
-    .pool_bwd = trex_fused_pool_bwd_avx512,                            \
-    .split3 = trex_fused_split3_avx512,                                \
-    .sumsq = trex_fused_sumsq_avx512,                                  \
-    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx512,                      \
-    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,                      \
+/* The AVX-512 leaves of a level sfx (avx512 or avx512f): those of the files that round to bf16
+ * (TREX_FUSED_AVX512_ROUNDING_LEAVES) by the level's name, the F/BW/VL ones (norm, router, pool,
+ * attn_kl) shared. */
+#define AVX512_ENTRIES(sfx)                                            \
+    .dot = trex_fused_dot_##sfx,                                   \
+    .dots = trex_fused_dots_##sfx,                                 \
+    .axpy = trex_fused_axpy_##sfx,                                 \
+    .axpy_rows = trex_fused_axpy_rows_##sfx,                       \
+    .kl_qgrad = trex_fused_kl_qgrad_avx512,                        \
+    .kl_kgrad = trex_fused_kl_kgrad_avx512,                        \
+    .copy_nt = trex_fused_copy_nt_##sfx,                           \
+    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_##sfx,                   \
+    .rope = trex_fused_rope_##sfx,                                 \
+    .rms_head_bwd = trex_fused_rms_head_bwd_##sfx,                 \
+    .sattn_fwd = trex_fused_sattn_fwd_##sfx,                       \
+    .sattn_bwd_query = trex_fused_sattn_bwd_query_##sfx,           \
+    .sattn_bwd_entries = trex_fused_sattn_bwd_entries_##sfx,       \
+    .mhc_post_fwd = trex_fused_mhc_post_fwd_##sfx,                 \
+    .mhc_post_bwd = trex_fused_mhc_post_bwd_##sfx,                 \
+    .mhc_collapse = trex_fused_mhc_collapse_##sfx,                 \
+    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_##sfx,         \
+    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_##sfx,           \
+    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_##sfx,           \
+    .gate_fwd = trex_fused_gate_fwd_avx512,                        \
+    .gate_bwd_dx = trex_fused_gate_bwd_dx_avx512,                  \
+    .gate_bwd_dw = trex_fused_gate_bwd_dw_avx512,                  \
+    .gate_bwd_dx_mhc = trex_fused_gate_bwd_dx_mhc_avx512,          \
+    .gate_fwd_fma = trex_fused_gate_fwd_fma_avx512,                \
+    .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_avx512,          \
+    .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_avx512,  \
+    .ce_fwd = trex_fused_ce_fwd_##sfx,                             \
+    .ce_grad = trex_fused_ce_grad_##sfx,                           \
+    .ce_exp = trex_fused_ce_exp_##sfx,                             \
+    .pool_fwd = trex_fused_pool_fwd_avx512,                        \
+    .pool_bwd = trex_fused_pool_bwd_avx512,                        \
+    .split3 = trex_fused_split3_##sfx,                             \
+    .sumsq = trex_fused_sumsq_avx512,                              \
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx512,                  \
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx512,                  \
     .rmsnorm_dw = trex_fused_rmsnorm_dw_avx512
+
+/* AVX-512 without AVX512_BF16: the bf16 attention core on tiles of fp32 FMAs (kernels/x86/avx512f/attn.c) */
+static const trex_fused_table table_avx512f = {
+    .isa = TREX_ISA_AVX512F,
+    .name = "avx512f",
+    AVX512_ENTRIES(avx512f),
+    ATTN_BF16_ENTRIES(avx512f),
+};
 
 static const trex_fused_table table_avx512 = {
     .isa = TREX_ISA_AVX512,
     .name = "avx512",
-    AVX512_ENTRIES,
+    AVX512_ENTRIES(avx512),
     ATTN_BF16_ENTRIES(avx512),
 };
 
@@ -254,7 +264,7 @@ static const trex_fused_table table_avx512 = {
 static const trex_fused_table table_amx = {
     .isa = TREX_ISA_AMX,
     .name = "amx",
-    AVX512_ENTRIES,
+    AVX512_ENTRIES(avx512),
     ATTN_BF16_ENTRIES(amx),
 };
 #endif
@@ -268,6 +278,8 @@ const trex_fused_table *trex_fused_for(trex_isa cap)
         return &table_amx;
     if (isa >= TREX_ISA_AVX512)
         return &table_avx512;
+    if (isa >= TREX_ISA_AVX512F)
+        return &table_avx512f;
     if (isa >= TREX_ISA_AVX2)
         return &table_avx2;
 #endif

@@ -126,6 +126,8 @@ static const trex_optim_kernels table_ref = OPTIM_TABLE(TREX_ISA_REF, ref);
 #if defined(__x86_64__) || defined(__i386__)
 static const trex_optim_kernels table_avx2 = OPTIM_TABLE(TREX_ISA_AVX2, avx2);
 static const trex_optim_kernels table_avx512 = OPTIM_TABLE(TREX_ISA_AVX512, avx512);
+/* the AVX-512 leaves use F/BW/VL only: the avx512f level runs them too */
+static const trex_optim_kernels table_avx512f = OPTIM_TABLE(TREX_ISA_AVX512F, avx512);
 #endif
 
 const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap)
@@ -136,6 +138,8 @@ const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap)
 #if defined(__x86_64__) || defined(__i386__)
     if (isa >= TREX_ISA_AVX512)
         return &table_avx512;
+    if (isa >= TREX_ISA_AVX512F)
+        return &table_avx512f;
     if (isa >= TREX_ISA_AVX2)
         return &table_avx2;
 #endif

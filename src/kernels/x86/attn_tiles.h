@@ -1,6 +1,7 @@
 /* kernels/x86/attn_tiles.h — the bf16 attention entries of kernels/fused.h on 16 x 16 fp32 tiles, one
- * body for two product back-ends: AMX's tile unit (TDPBF16PS, kernels/x86/amx/attn.c) and AVX-512's
- * VDPBF16PS on the same tile layouts (kernels/x86/avx512/attn.c). Included once by each of those
+ * body for three product back-ends: AMX's tile unit (TDPBF16PS, kernels/x86/amx/attn.c), AVX-512's
+ * VDPBF16PS on the same tile layouts (kernels/x86/avx512/attn.c) and, on CPUs without AVX512_BF16,
+ * fp32 FMAs on the tiles' bf16 pairs (kernels/x86/avx512f/attn.c). Included once by each of those
  * files, which first define the tile operations and the leaves' names:
  *   TILES_DECL             the tile state of one product function (AMX: none, the tile registers)
  *   TILE_ZERO(t)           C tile t (0..3) = 0
@@ -47,6 +48,7 @@
 
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512/bf16.h"
 #include "kernels/x86/avx512/transpose.h"
 
 #define BARRIER() __asm__ volatile("" : : : "memory")
@@ -161,7 +163,7 @@ static inline __m512i cvt32(const float *src, int64_t left)
         lo = _mm512_maskz_loadu_ps(ml, src);
         hi = _mm512_maskz_loadu_ps(mh, src + 16);
     }
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    return bf16_round32(lo, hi);
 }
 
 /* dst [cp] bf16 = src [c] rounded, zero padded; src NULL: zeros. */
@@ -498,7 +500,7 @@ static inline __m512 exp16(__m512 x)
 /* 16 floats to 16 bf16 (nearest even) */
 static inline __m256i bf16x16(__m512 x)
 {
-    return (__m256i)_mm512_cvtneps_pbh(x);
+    return bf16_round16(x);
 }
 
 /* P (dZ) into pb by runs: the bf16 values (one 16-head vector per entry) of up to 32 entries whose

@@ -25,12 +25,12 @@
 #include "kernels/x86/avx512/exp_poly.h"
 #include "kernels/x86/avx512/mask.h"
 
-float trex_fused_ce_exp_avx512(float x)
+float AVX512_LEAF(trex_fused_ce_exp)(float x)
 {
     return _mm_cvtss_f32(_mm512_castps512_ps128(trex_exp_nonpos16(_mm512_set1_ps(x))));
 }
 
-void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
+void AVX512_LEAF(trex_fused_ce_fwd)(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx,
                               double *sum)
 {
     /* column maxima: row 0, then l > m ? l : m down the rows */
@@ -79,7 +79,7 @@ void trex_fused_ce_fwd_avx512(float *L, int64_t ld, int64_t n, int64_t cols, int
     }
 }
 
-void trex_fused_ce_grad_avx512(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
+void AVX512_LEAF(trex_fused_ce_grad)(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n,
                                int64_t cols, const float *c)
 {
     for (int64_t v = 0; v < n; v++) {
@@ -106,7 +106,7 @@ static inline __mmask32 tail_mask32(int64_t left)
  * (the lower halves cleared: exactly bf16 hi widened), lo the same way, and one permute per plane
  * packs the upper halves into 32 bf16 for a 64-byte store. With nt and every plane's row 64-byte
  * aligned and a whole number of 32 values, the stores are non-temporal (no read for ownership). */
-void trex_fused_split3_avx512(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
+void AVX512_LEAF(trex_fused_split3)(uint16_t *dst, const float *src, int64_t rows, int64_t n, int64_t hi0,
                               int64_t lo0, int64_t hi1, int nt)
 {
     const __m512i up = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31,

@@ -42,7 +42,7 @@ static inline float tail_dot(const float *a, const float *b, int64_t i, int64_t 
     return t;
 }
 
-float trex_fused_dot_avx512(const float *a, const float *b, int64_t n)
+float AVX512_LEAF(trex_fused_dot)(const float *a, const float *b, int64_t n)
 {
     __m512 s = _mm512_setzero_ps();
     int64_t i = 0;
@@ -99,7 +99,7 @@ static void dots(float *out, int64_t ldo, int64_t lde, const float *A, int64_t l
 }
 
 /* y += a x: per element the multiply, then the add, as am_axpy_f (so its bits), 16 lanes at a time. */
-void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n)
+void AVX512_LEAF(trex_fused_axpy)(float *y, float a, const float *x, int64_t n)
 {
     const __m512 va = _mm512_set1_ps(a);
     int64_t i = 0;
@@ -114,7 +114,7 @@ void trex_fused_axpy_avx512(float *y, float a, const float *x, int64_t n)
 }
 
 /* copy_nt: streaming stores from the first 64-byte boundary of dst on, plain ones around them */
-void trex_fused_copy_nt_avx512(float *dst, const float *src, int64_t n)
+void AVX512_LEAF(trex_fused_copy_nt)(float *dst, const float *src, int64_t n)
 {
     int64_t i = 0;
     for (; i < n && ((uintptr_t)(dst + i) & 63) != 0; i++)
@@ -128,7 +128,7 @@ void trex_fused_copy_nt_avx512(float *dst, const float *src, int64_t n)
 
 /* cvt_bf16_nt: 16 floats to 16 bf16 as trex_f32_to_bf16 (avx512/bf16.h), streaming 32-byte stores
  * from the first 32-byte boundary of dst on */
-void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n)
+void AVX512_LEAF(trex_fused_cvt_bf16_nt)(uint16_t *dst, const float *src, int64_t n)
 {
     int64_t i = 0;
     const int64_t lead = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 2;
@@ -152,7 +152,7 @@ void trex_fused_cvt_bf16_nt_avx512(uint16_t *dst, const float *src, int64_t n)
 /* rope: 16 pairs per step, split into their first and second members, rotated with a separate
  * multiply per product and one subtract (add), as trex_rope_rotate; the pairs past the last multiple
  * of 16 with masks. */
-void trex_fused_rope_avx512(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,
+void AVX512_LEAF(trex_fused_rope)(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn,
                             int64_t half, int inverse)
 {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -181,14 +181,14 @@ void trex_fused_rope_avx512(float *v, int64_t nv, int64_t ld, const float *cs, c
     }
 }
 
-/* rms_head_bwd: the dot as trex_fused_dot_avx512, then 16 elements per step (a multiply, a subtract,
+/* rms_head_bwd: the dot as trex_fused_dot above, then 16 elements per step (a multiply, a subtract,
  * a multiply, as the reference), the tail with a mask. */
-void trex_fused_rms_head_bwd_avx512(float *g, const float *q, const float *rs, int64_t H, int64_t c)
+void AVX512_LEAF(trex_fused_rms_head_bwd)(float *g, const float *q, const float *rs, int64_t H, int64_t c)
 {
     for (int64_t h = 0; h < H; h++) {
         float *gh = g + h * c;
         const float *qh = q + h * c;
-        const __m512 m = _mm512_set1_ps(trex_fused_dot_avx512(gh, qh, c) / (float)c);
+        const __m512 m = _mm512_set1_ps(AVX512_LEAF(trex_fused_dot)(gh, qh, c) / (float)c);
         const __m512 r = _mm512_set1_ps(rs[h]);
         for (int64_t i = 0; i < c; i += 16) {
             const __mmask16 k = tail_mask(c - i);
@@ -203,7 +203,7 @@ void trex_fused_rms_head_bwd_avx512(float *g, const float *q, const float *rs, i
  * term a multiply then an add as above, so the same bits as one axpy call per term; a term that is
  * off is masked out of the add (no branch per term: the flags follow the data, about half on in the
  * indexer's KL gradients), which leaves the row exactly as skipping it. */
-void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *A,
+void AVX512_LEAF(trex_fused_axpy_rows)(float *Y, int64_t ldy, int64_t R, const float *A,
                                  const unsigned char *on, int64_t sr, int64_t sj,
                                  const float *const *X, int64_t J, int64_t c)
 {
@@ -230,11 +230,11 @@ void trex_fused_axpy_rows_avx512(float *Y, int64_t ldy, int64_t R, const float *
         if (i < c)
             for (int64_t j = 0; j < J; j++)
                 if (o[j * sj])
-                    trex_fused_axpy_avx512(y + i, a[j * sj], X[j] + i, c - i);
+                    AVX512_LEAF(trex_fused_axpy)(y + i, a[j * sj], X[j] + i, c - i);
     }
 }
 
-void trex_fused_dots_avx512(float *out, const float *A, int64_t lda, int64_t R,
+void AVX512_LEAF(trex_fused_dots)(float *out, const float *A, int64_t lda, int64_t R,
                             const float *const *V, int64_t n, int64_t c)
 {
     dots(out, n, 1, A, lda, R, V, n, c, 1.0f, 0);
@@ -272,7 +272,7 @@ static void wsum(float *out, const float *coef, const float *const *V, int64_t n
     }
 }
 
-void trex_fused_sattn_fwd_avx512(float *o, float *lse, float *z, float *ws, const float *q,
+void AVX512_LEAF(trex_fused_sattn_fwd)(float *o, float *lse, float *z, float *ws, const float *q,
                                  const float *const *V, int64_t n, int64_t H, int64_t c,
                                  const float *sink, float scale)
 {
@@ -293,7 +293,7 @@ void trex_fused_sattn_fwd_avx512(float *o, float *lse, float *z, float *ws, cons
     wsum(o, p, V, n, H, c);
 }
 
-void trex_fused_sattn_bwd_query_avx512(float *dq, float *dsink, float *P, float *ws, const float *g,
+void AVX512_LEAF(trex_fused_sattn_bwd_query)(float *dq, float *dsink, float *P, float *ws, const float *g,
                                        const float *q, const float *const *V, int64_t n, int64_t H,
                                        int64_t c, const float *sink, float scale, const float *lse,
                                        const float *D)
@@ -334,7 +334,7 @@ void trex_fused_sattn_bwd_query_avx512(float *dq, float *dsink, float *P, float 
             _mm512_mask_storeu_ps(dV[e0 + e_] + i, m, acc[e_]);                                   \
     } while (0)
 
-void trex_fused_sattn_bwd_entries_avx512(float *const *dV, float *psum, float *ws,
+void AVX512_LEAF(trex_fused_sattn_bwd_entries)(float *const *dV, float *psum, float *ws,
                                          const float *const *V, int64_t n, const float *q,
                                          const float *g, int64_t H, int64_t c, float scale,
                                          const float *lse, const float *D)
@@ -362,7 +362,7 @@ void trex_fused_sattn_bwd_entries_avx512(float *const *dV, float *psum, float *w
     }
 }
 
-void trex_fused_mhc_post_fwd_avx512(int n, int64_t d, const float *post, const float *comb,
+void AVX512_LEAF(trex_fused_mhc_post_fwd)(int n, int64_t d, const float *post, const float *comb,
                                     const float *y, const float *X, float *Xo)
 {
     for (int64_t i = 0; i < d; i += 16) {
@@ -382,7 +382,7 @@ void trex_fused_mhc_post_fwd_avx512(int n, int64_t d, const float *post, const f
     }
 }
 
-void trex_fused_mhc_collapse_avx512(int n, int64_t d, const float *w, const float *X, float *x)
+void AVX512_LEAF(trex_fused_mhc_collapse)(int n, int64_t d, const float *w, const float *X, float *x)
 {
     for (int64_t i = 0; i < d; i += 16) {
         const __mmask16 m = tail_mask(d - i);
@@ -490,7 +490,7 @@ static void post_sums4(int64_t d, const float *y, const float *X, const float *d
     }
 }
 
-void trex_fused_mhc_post_bwd_avx512(int n, int64_t d, const float *post, const float *comb,
+void AVX512_LEAF(trex_fused_mhc_post_bwd)(int n, int64_t d, const float *post, const float *comb,
                                     const float *y, const float *X, const float *dXo, float *dy,
                                     float *dX, float *dpost, float *dcomb)
 {
@@ -545,7 +545,7 @@ static inline __attribute__((always_inline)) void collapse_bwd(int n, int64_t d,
 }
 
 /* dw_k = mhc_lane_dot(X_k, dx) and dX_k += w_k dx in one pass over X and dx (dX NULL: dw only). */
-void trex_fused_mhc_collapse_bwd_avx512(int n, int64_t d, const float *w, const float *X,
+void AVX512_LEAF(trex_fused_mhc_collapse_bwd)(int n, int64_t d, const float *w, const float *X,
                                         const float *dx, float *dw, float *dX)
 {
     TREX_FUSED_ASSERT_N(n);

@@ -6,15 +6,14 @@
  * The B panel is read once per band; bands wholly below the rows the caller uses (c->rows: the padding
  * of a problem's last A panel) are skipped. Alongside, the next B slice is prefetched into L2 over the
  * call's steps, as the AMX level does (x86/prefetch_l2.h; 2048^3 5-9% faster, docs/kernels.md
- * "Round 17"). Also a block's transpose (the symmetric products' mirror tiles).
- * Compiled with AVX-512 flags; reached only through the dispatch table. */
+ * "Round 17"). Compiled with AVX-512 and AVX512_BF16 flags; reached only through the dispatch table
+ * (CPUs without AVX512_BF16 run kernels/x86/avx512f/gemm_bf16.c). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/gemm_panels.h"
-#include "kernels/x86/avx512/mask.h"
-#include "kernels/x86/avx512/transpose.h"
+#include "kernels/x86/avx512/peak.h"
 #include "kernels/x86/prefetch_l2.h"
 
 static inline __m512bh bcast_pair(const uint16_t *p)
@@ -43,28 +42,6 @@ static inline __m512bh bcast_pair(const uint16_t *p)
             _mm512_storeu_ps(out + (rb + r) * ldo + 16, c##r##b);  \
         }                                                          \
     } while (0)
-
-void trex_gemm_end_avx512(void)
-{
-    _mm_sfence(); /* order streamed stores of C before the caller hands the results on */
-}
-
-/* A block's transpose by 16 x 16 quarters in registers: 16 row loads, transpose16, masked row stores
- * (the scalar copy's strided loads took about 12% of a symmetric product's time; docs/kernels.md). */
-void trex_gemm_tile_t_avx512(float *dst, int64_t ldd, const float *t, int64_t rows, int64_t cols)
-{
-    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
-        const __mmask16 m = tail_mask(rows - i0);
-        for (int64_t j0 = 0; j0 < cols; j0 += 16) {
-            __m512i r[16];
-            for (int64_t i = 0; i < 16; i++)
-                r[i] = i0 + i < rows ? _mm512_loadu_si512(t + (i0 + i) * TREX_GEMM_NR + j0) : _mm512_setzero_si512();
-            transpose16(r);
-            for (int64_t j = 0; j < 16 && j0 + j < cols; j++)
-                _mm512_mask_storeu_epi32(dst + (j0 + j) * ldd + i0, m, r[j]);
-        }
-    }
-}
 
 void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                           unsigned flags)
@@ -114,63 +91,7 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
     }
 }
 
-/* ---- register-only peak loops (trex bench peak) ---------------------------------------------------- */
-
-/* Twenty-four named accumulators (an array would live in memory at -O2), twenty-four independent
- * chains: enough to cover a latency of up to 12 cycles on two ports. Twelve covered the 4-cycle FMA,
- * but VDPBF16PS is slower on some cores: on an AMD EPYC (Zen 5 by its CPU flags) twelve chains
- * reached 0.38 TFLOP/s per core and twenty-four 0.42 (two instructions per cycle), so twelve
- * understated the peak and overstated MFU by a tenth. OP(x) updates one; the empty asm keeps them in
- * registers and stops the compiler from folding iterations. */
-#define PEAK_LOOP(OP)                                                                               \
-    for (int64_t it = 0; it < iters; it++) {                                                        \
-        OP(x0); OP(x1); OP(x2); OP(x3); OP(x4); OP(x5); OP(x6); OP(x7);                             \
-        OP(x8); OP(x9); OP(x10); OP(x11); OP(y0); OP(y1); OP(y2); OP(y3);                           \
-        OP(y4); OP(y5); OP(y6); OP(y7); OP(y8); OP(y9); OP(y10); OP(y11);                           \
-        __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5),          \
-                         "+v"(x6), "+v"(x7), "+v"(x8), "+v"(x9), "+v"(x10), "+v"(x11));             \
-        __asm__ volatile("" : "+v"(y0), "+v"(y1), "+v"(y2), "+v"(y3), "+v"(y4), "+v"(y5),          \
-                         "+v"(y6), "+v"(y7), "+v"(y8), "+v"(y9), "+v"(y10), "+v"(y11));             \
-    }
-#define PEAK_CHAINS 24
-/* the accumulators, each chain started from its own value (equal starts would let the compiler
- * compute one chain for two) */
-#define PEAK_INIT(v0)                                                                               \
-    __m512 x0 = _mm512_set1_ps(v0), x1 = _mm512_set1_ps(v0 + 0.01f),                               \
-           x2 = _mm512_set1_ps(v0 + 0.02f), x3 = _mm512_set1_ps(v0 + 0.03f),                       \
-           x4 = _mm512_set1_ps(v0 + 0.04f),                                                        \
-           x5 = _mm512_set1_ps(v0 + 0.05f), x6 = _mm512_set1_ps(v0 + 0.06f),                       \
-           x7 = _mm512_set1_ps(v0 + 0.07f), x8 = _mm512_set1_ps(v0 + 0.08f),                       \
-           x9 = _mm512_set1_ps(v0 + 0.09f), x10 = _mm512_set1_ps(v0 + 0.10f),                      \
-           x11 = _mm512_set1_ps(v0 + 0.11f), y0 = _mm512_set1_ps(v0 + 0.12f),                      \
-           y1 = _mm512_set1_ps(v0 + 0.13f), y2 = _mm512_set1_ps(v0 + 0.14f),                       \
-           y3 = _mm512_set1_ps(v0 + 0.15f), y4 = _mm512_set1_ps(v0 + 0.16f),                       \
-           y5 = _mm512_set1_ps(v0 + 0.17f), y6 = _mm512_set1_ps(v0 + 0.18f),                       \
-           y7 = _mm512_set1_ps(v0 + 0.19f), y8 = _mm512_set1_ps(v0 + 0.20f),                       \
-           y9 = _mm512_set1_ps(v0 + 0.21f), y10 = _mm512_set1_ps(v0 + 0.22f),                      \
-           y11 = _mm512_set1_ps(v0 + 0.23f)
-#define PEAK_SINK()                                                                                 \
-    do {                                                                                            \
-        __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),      \
-                                 _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));     \
-        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)));       \
-        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(y0, y1), _mm512_add_ps(y2, y3)));         \
-        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(y4, y5), _mm512_add_ps(y6, y7)));         \
-        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(y8, y9), _mm512_add_ps(y10, y11)));       \
-        volatile float sink = _mm512_reduce_add_ps(s);                                              \
-        (void)sink;                                                                                 \
-    } while (0)
-
-double trex_peak_f32_fma_avx512(int64_t iters)
-{
-    PEAK_INIT(1.0f);
-    const __m512 m = _mm512_set1_ps(0.999999f), d = _mm512_set1_ps(1e-7f);
-#define FMA(x) x = _mm512_fmadd_ps(x, m, d)
-    PEAK_LOOP(FMA)
-#undef FMA
-    PEAK_SINK();
-    return (double)iters * PEAK_CHAINS * 16 * 2;
-}
+/* ---- register-only peak loop (trex bench peak; the fp32 FMA one is in gemm_f32.c) ---------------- */
 
 double trex_peak_bf16_dp_avx512(int64_t iters)
 {

@@ -173,9 +173,9 @@ static void pack_b(uint16_t *dst, const view *x, int64_t kcp)
         }
 }
 
-TREX_PACK_ENTRIES(avx512, pack_a, pack_b)
+TREX_PACK_ENTRIES(AVX512_SFX, pack_a, pack_b)
 
-void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
+void AVX512_LEAF(trex_cvt_f32_bf16)(uint16_t *dst, const float *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n - i);
@@ -183,7 +183,7 @@ void trex_cvt_f32_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
     }
 }
 
-void trex_cvt_bf16_f32_avx512(float *dst, const uint16_t *src, int64_t n)
+void AVX512_LEAF(trex_cvt_bf16_f32)(float *dst, const uint16_t *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n - i);

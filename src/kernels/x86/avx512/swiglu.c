@@ -28,7 +28,7 @@ static inline __m512 exp16(__m512 x)
     return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
-void trex_fused_swiglu_fwd_bf16_avx512(uint16_t *h, const float *a, const float *u, int64_t n,
+void AVX512_LEAF(trex_fused_swiglu_fwd_bf16)(uint16_t *h, const float *a, const float *u, int64_t n,
                                        float g, float L)
 {
     const __m512 vL = _mm512_set1_ps(L), vnL = _mm512_set1_ps(-L), vg = _mm512_set1_ps(g);
@@ -61,7 +61,7 @@ static inline float tree16(__m512 v)
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
-float trex_fused_swiglu_bwd_bf16_avx512(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
+float AVX512_LEAF(trex_fused_swiglu_bwd_bf16)(uint16_t *h, uint16_t *da, uint16_t *du, const float *a,
                                         const float *u, const float *dh, int64_t n, float g, float L)
 {
     const __m512 vL = _mm512_set1_ps(L), vnL = _mm512_set1_ps(-L), vg = _mm512_set1_ps(g);

@@ -1,0 +1,95 @@
+/* kernels/x86/avx512f/gemm_bf16.c — the bf16 GEMM micro-kernel on AVX-512 without AVX512_BF16
+ * (Skylake-SP to Ice Lake): fp32 FMAs on bf16 values, as the avx2 level's kernel but on 512-bit vectors.
+ *
+ * The block's layout and walk are the avx512 kernel's (kernels/x86/avx512/gemm_bf16.c): four bands of 8
+ * rows, 8 x 2 accumulators of 16 columns each over all of k, B's VNNI pair rows read once per band,
+ * bands below c->rows skipped, the next B slice prefetched into L2, C streamed when asked. Where that
+ * kernel broadcasts A's pair into one VDPBF16PS per accumulator, this one first widens the band's A
+ * (8 rows x 32 k, 512 contiguous bytes of the panel step) into 1 KiB of floats in L1, so that each A
+ * value is an FMA's broadcast memory operand; B's pair row gives its even and odd values with one shift
+ * and one mask (pairs.h). Per k-pair and band: 32 FMAs against 4 widening operations, and the A
+ * widening adds one per 16 FMAs. Each product of two bf16 values is exact in fp32, and each sum rounds
+ * once, even k then odd k; unlike VDPBF16PS, bf16 subnormal inputs are not read as zero (differences
+ * below 1e-38 per product, as at the avx2 level). Compiled with AVX-512 F/BW/VL flags; reached only
+ * through the dispatch table. */
+#include <immintrin.h>
+#include <stdalign.h>
+#include <stdint.h>
+
+#include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512f/pairs.h"
+#include "kernels/x86/prefetch_l2.h"
+
+#define ROW_INIT(r)                                                                         \
+    __m512 c##r##a = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi) : _mm512_setzero_ps(), \
+           c##r##b = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi + 16) : _mm512_setzero_ps()
+#define ROW_STEP(r)                                                              \
+    do {                                                                         \
+        const __m512 a0 = _mm512_set1_ps(aw[r][2 * q]);                          \
+        const __m512 a1 = _mm512_set1_ps(aw[r][2 * q + 1]);                      \
+        c##r##a = _mm512_fmadd_ps(a1, o0, _mm512_fmadd_ps(a0, e0, c##r##a));     \
+        c##r##b = _mm512_fmadd_ps(a1, o1, _mm512_fmadd_ps(a0, e1, c##r##b));     \
+    } while (0)
+#define ROW_STORE(r)                                               \
+    do {                                                           \
+        if (stream) {                                              \
+            _mm512_stream_ps(out + (rb + r) * ldo, c##r##a);       \
+            _mm512_stream_ps(out + (rb + r) * ldo + 16, c##r##b);  \
+        } else {                                                   \
+            _mm512_storeu_ps(out + (rb + r) * ldo, c##r##a);       \
+            _mm512_storeu_ps(out + (rb + r) * ldo + 16, c##r##b);  \
+        }                                                          \
+    } while (0)
+
+void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                           unsigned flags)
+{
+    float *const out = c->out;
+    const float *const in = c->in;
+    const int64_t ldo = c->ldo, ldi = c->ldi;
+    const bool accumulate = flags & TREX_UKR_ACCUMULATE;
+    const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0;
+    /* bands of 8 rows that hold rows the caller uses (c->rows; the rest is the A panel's padding) */
+    const int64_t mr = c->rows > 0 && c->rows < TREX_GEMM_MR ? (c->rows + 7) / 8 * 8 : TREX_GEMM_MR;
+    l2_prefetch pf = l2_prefetch_plan(c->prefetch, c->prefetch_lines, mr / 8 * (kp / 32));
+    alignas(64) float aw[8][32]; /* the band's A over one panel step, as floats */
+    for (int64_t rb = 0; rb < mr; rb += 8) {
+        ROW_INIT(0);
+        ROW_INIT(1);
+        ROW_INIT(2);
+        ROW_INIT(3);
+        ROW_INIT(4);
+        ROW_INIT(5);
+        ROW_INIT(6);
+        ROW_INIT(7);
+        for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+            const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
+            const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
+            l2_prefetch_step(&pf);
+            for (int r = 0; r < 8; r++)
+                widen32(aw[r], ar + r * 32);
+            for (int q = 0; q < 16; q++) {
+                const __m512i b0 = _mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR);
+                const __m512i b1 = _mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR + 32);
+                const __m512 e0 = pair_even16(b0), o0 = pair_odd16(b0);
+                const __m512 e1 = pair_even16(b1), o1 = pair_odd16(b1);
+                ROW_STEP(0);
+                ROW_STEP(1);
+                ROW_STEP(2);
+                ROW_STEP(3);
+                ROW_STEP(4);
+                ROW_STEP(5);
+                ROW_STEP(6);
+                ROW_STEP(7);
+            }
+        }
+        ROW_STORE(0);
+        ROW_STORE(1);
+        ROW_STORE(2);
+        ROW_STORE(3);
+        ROW_STORE(4);
+        ROW_STORE(5);
+        ROW_STORE(6);
+        ROW_STORE(7);
+    }
+}
