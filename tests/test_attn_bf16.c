@@ -699,7 +699,7 @@ static void window_case(const trex_fused_table *const *lv, int nl, int64_t n, in
         bound[i] = M[i] / 128.0 + 1e-6 * fabs(dref[i]) + 1e-30;
     const int64_t wsn = TREX_FUSED_SATTN_WIN_BF16_WS(n, H, c, nq);
     float *wbuf = xmalloc_f(wsn + 1 + 64), *ws = wbuf + 1; /* misaligned, 64 guard floats after */
-    float *out[4] = {NULL}, *split = xmalloc_f(n * c);
+    float *out[TREX_ISA_COUNT] = {NULL}, *split = xmalloc_f(n * c);
     for (int l = 0; l < nl; l++) {
         const trex_fused_table *t = lv[l];
         if (!t->sattn_bwd_window_bf16)
@@ -757,7 +757,7 @@ static void window_case(const trex_fused_table *const *lv, int nl, int64_t n, in
         CHECK(guard_ok, "%s window key side: scratch overrun n=%lld nq=%lld H=%lld c=%lld",
               t->sattn_bf16_name, (long long)n, (long long)nq, (long long)H, (long long)c);
     }
-    for (int l = 0; l < 4; l++)
+    for (int l = 0; l < TREX_ISA_COUNT; l++)
         free(out[l]);
     free(split), free(wbuf);
     free(V), free(q), free(g), free(sink), free(lse), free(D), free(dp0), free(dref), free(o);
@@ -1211,7 +1211,7 @@ int main(int argc, char **argv)
                 shape_data s;
                 shape_init(&s, n, H, c);
                 const outs f32 = {s.o, s.lse, s.z, s.dq, s.ds, s.P, s.ps, s.dpool};
-                outs x[4];
+                outs x[TREX_ISA_COUNT];
                 for (int l = 0; l < nl; l++) {
                     /* the optimised levels twice: also with the window in the pair layout */
                     for (int pw = 0; pw < (l > 0 ? 2 : 1); pw++) {

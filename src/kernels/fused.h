@@ -505,10 +505,11 @@ const trex_fused_table *trex_fused(void);
 const trex_fused_table *trex_fused_for(trex_isa cap);
 
 /* ---- leaves (reached only through the tables) ---- */
-/* The AVX-512 leaves of kernels/x86/avx512/fused.c, ce.c and swiglu.c, which round fp32 to bf16
- * (kernels/x86/avx512/bf16.h): compiled once per AVX-512 level, with AVX512_BF16's conversions
- * (trex_fused_<name>_avx512) and without (trex_fused_<name>_avx512f, kernels/x86/avx512f/). */
-#define TREX_FUSED_AVX512_ROUNDING_LEAVES(isa)                                                          \
+/* The AVX-512 leaves of kernels/x86/avx512/fused.c, ce.c and swiglu.c, the files that include the bf16
+ * rounding of kernels/x86/avx512/bf16.h (for some of their leaves): each AVX-512 level has its own copy,
+ * with AVX512_BF16's conversions (trex_fused_<name>_avx512) and without (trex_fused_<name>_avx512f,
+ * kernels/x86/avx512f/). */
+#define TREX_FUSED_AVX512_LEVEL_LEAVES(isa)                                                             \
     float trex_fused_dot_##isa(const float *a, const float *b, int64_t n);                              \
     void trex_fused_axpy_##isa(float *y, float a, const float *x, int64_t n);                           \
     void trex_fused_copy_nt_##isa(float *dst, const float *src, int64_t n);                             \
@@ -549,8 +550,8 @@ const trex_fused_table *trex_fused_for(trex_isa cap);
     float trex_fused_ce_exp_##isa(float x);                                                             \
     void trex_fused_split3_##isa(uint16_t *dst, const float *src, int64_t rows, int64_t n,              \
         int64_t hi0, int64_t lo0, int64_t hi1, int nt);
-TREX_FUSED_AVX512_ROUNDING_LEAVES(avx512)
-TREX_FUSED_AVX512_ROUNDING_LEAVES(avx512f)
+TREX_FUSED_AVX512_LEVEL_LEAVES(avx512)
+TREX_FUSED_AVX512_LEVEL_LEAVES(avx512f)
 
 void trex_fused_kl_qgrad_ref(float *diq, float *dhw, const float *ia, const float *dI,
                              const float *hw, const float *const *K, int64_t n, int64_t nI,

@@ -20,8 +20,9 @@
  *   out[0:32, 0:32] (ldo floats apart) = (flags & ACCUMULATE ? in : 0) + sum over k < kp of A[:, k] B[:, k]^T
  * kp a positive multiple of 32 (a slice of longer panels starts at their step k0/32). The block stays in
  * registers for the whole sum (in loaded and out stored once). Sums are fp32; bf16 inputs are exact in
- * fp32, so every product is exact. Subnormal bf16 inputs count as zero (the AMX and AVX512_BF16
- * instructions do so; the reference micro-kernel copies them). Each output element is summed in
+ * fp32, so every product is exact. Subnormal bf16 inputs count as zero at the levels of bf16 instructions
+ * (AMX and AVX512_BF16 do so; the reference micro-kernel copies them); the FMA levels (avx2, avx512f) take
+ * them as they are, a difference below 1e-37 per product. Each output element is summed in
  * increasing k in a fixed order that depends only on kp, and the block between two calls is that fp32
  * sum: a call over k [0, k1) followed by one over [k1, kp) starting from its out gives the bits of one
  * call over kp (the framework's K slices rely on it). With TREX_UKR_STREAM (and out 64-byte aligned,

@@ -75,7 +75,7 @@ double trex_train_measure_peak(trex_pool *pool, trex_dtype compute, double secs,
         fn = kt->peak_bf16_dp;
         name = "avx512_bf16";
     } else if (kt->peak_f32_fma) {
-        /* fp32; or bf16 at a level without a bf16 unit (avx2), whose bf16 products are fp32 FMAs */
+        /* fp32; or bf16 at a level without a bf16 unit (avx2, avx512f), whose bf16 products are fp32 FMAs */
         fn = kt->peak_f32_fma;
         name = kt->peak_f32_fma_name ? kt->peak_f32_fma_name : "fp32_fma";
     }

@@ -479,7 +479,8 @@ static void pv_out(const attn_ws *w, float *out, int64_t H, int64_t c, float mul
 
 /* exp of 16 floats: Cody-Waite reduction by ln 2 and a degree-7 polynomial; within 1.3 ulp of the
  * exact exp on [-87, 10] (checked on every 97th float), inputs clamped to [-88, 88] (exp(-88) is
- * 6e-39: such probabilities are 0 after the bf16 rounding that follows). */
+ * 6e-39: such probabilities round to bf16 subnormals, which the bf16 instructions read as zero and the
+ * avx512f level's FMAs take as they are, below 1e-37 in any sum). */
 static inline __m512 exp16(__m512 x)
 {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-88.0f));

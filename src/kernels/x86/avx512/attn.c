@@ -1,9 +1,8 @@
 /* kernels/x86/avx512/attn.c — the bf16 attention entries on AVX-512: kernels/x86/attn_tiles.h with its
  * 16 x 16 tile products done by VDPBF16PS, for machines with AVX512_BF16 and no AMX.
  *
- * A product function's tile state (TILES_DECL) is four C tiles of 16 x 16 floats in its stack frame and,
- * for the A and B tiles, only where their rows are (an A or B tile is read by the product right after
- * its load, from the same memory, so nothing is copied). TILE_DP holds the C tile in 16 registers, one
+ * The tile state and operations are kernels/x86/avx512/tile_frame.h's (C tiles in the stack frame, A and
+ * B tiles where their rows are). TILE_DP holds the C tile in 16 registers, one
  * row each, and walks the 16 k-pairs: a 64-byte load of B's pair row, then per row of C one VDPBF16PS
  * with that row's pair of A broadcast by the instruction itself (dp_bcast). Each element is then
  * summed in k-pair order, two products per step (the instruction's order), where the tile unit sums in
@@ -15,16 +14,7 @@
 #include <string.h>
 
 #include "kernels/fused.h"
-
-typedef struct tile_rows {
-    const char *p; /* row 0 */
-    size_t ld;     /* bytes between rows */
-} tile_rows;
-
-typedef struct tile_state {
-    float c[4][16][16]; /* C tiles 0..3 */
-    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
-} tile_state;
+#include "kernels/x86/avx512/tile_frame.h"
 
 /* acc + VDPBF16PS(b, the pair at p broadcast): the broadcast is the instruction's memory operand
  * ({1to16}), which GCC 12 does not fold for this intrinsic, so one instruction replaces a VPBROADCASTD
@@ -53,19 +43,6 @@ static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows 
         _mm512_storeu_ps(c[m], acc[m]);
 }
 
-static inline void tile_store(const float c[16][16], void *p, size_t ld)
-{
-    _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
-        _mm512_storeu_ps((float *)((char *)p + m * ld), _mm512_loadu_ps(c[m]));
-}
-
-#define TILES_DECL tile_state tiles_
-#define TILE_ZERO(tc) memset(tiles_.c[tc], 0, sizeof tiles_.c[tc])
-#define TILE_LOAD(tab, p, ld) (tiles_.ab[(tab) - 4] = (tile_rows){(const char *)(p), (size_t)(ld)})
-#define TILE_DP(tc, ta, tb) tile_dp(tiles_.c[tc], &tiles_.ab[(ta) - 4], &tiles_.ab[(tb) - 4])
-#define TILE_STORE(tc, p, ld) tile_store(tiles_.c[tc], (p), (size_t)(ld))
-#define TILES_BEGIN() ((void)0)
-#define TILES_END() ((void)0)
 #define ATTN_LEAF(name) trex_fused_##name##_avx512
 
 #include "kernels/x86/attn_tiles.h"

@@ -14,6 +14,7 @@
 
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/avx512/peak.h"
+#include "kernels/x86/avx512/ukr_band.h"
 #include "kernels/x86/prefetch_l2.h"
 
 static inline __m512bh bcast_pair(const uint16_t *p)
@@ -23,24 +24,11 @@ static inline __m512bh bcast_pair(const uint16_t *p)
     return (__m512bh)_mm512_set1_epi32(v);
 }
 
-#define ROW_INIT(r)                                                                         \
-    __m512 c##r##a = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi) : _mm512_setzero_ps(), \
-           c##r##b = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi + 16) : _mm512_setzero_ps()
 #define ROW_STEP(r)                                                    \
     do {                                                               \
         const __m512bh a = bcast_pair(ar + (r) * 32 + 2 * q);          \
         c##r##a = _mm512_dpbf16_ps(c##r##a, a, b0);                    \
         c##r##b = _mm512_dpbf16_ps(c##r##b, a, b1);                    \
-    } while (0)
-#define ROW_STORE(r)                                               \
-    do {                                                           \
-        if (stream) {                                              \
-            _mm512_stream_ps(out + (rb + r) * ldo, c##r##a);       \
-            _mm512_stream_ps(out + (rb + r) * ldo + 16, c##r##b);  \
-        } else {                                                   \
-            _mm512_storeu_ps(out + (rb + r) * ldo, c##r##a);       \
-            _mm512_storeu_ps(out + (rb + r) * ldo + 16, c##r##b);  \
-        }                                                          \
     } while (0)
 
 void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
@@ -55,14 +43,7 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
     const int64_t mr = c->rows > 0 && c->rows < TREX_GEMM_MR ? (c->rows + 7) / 8 * 8 : TREX_GEMM_MR;
     l2_prefetch pf = l2_prefetch_plan(c->prefetch, c->prefetch_lines, mr / 8 * (kp / 32));
     for (int64_t rb = 0; rb < mr; rb += 8) {
-        ROW_INIT(0);
-        ROW_INIT(1);
-        ROW_INIT(2);
-        ROW_INIT(3);
-        ROW_INIT(4);
-        ROW_INIT(5);
-        ROW_INIT(6);
-        ROW_INIT(7);
+        BAND_INIT();
         for (int64_t k0 = 0; k0 < kp; k0 += 32) {
             const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
             const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
@@ -80,14 +61,7 @@ void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, co
                 ROW_STEP(7);
             }
         }
-        ROW_STORE(0);
-        ROW_STORE(1);
-        ROW_STORE(2);
-        ROW_STORE(3);
-        ROW_STORE(4);
-        ROW_STORE(5);
-        ROW_STORE(6);
-        ROW_STORE(7);
+        BAND_STORE();
     }
 }
 

@@ -1,8 +1,8 @@
 /* kernels/x86/avx512f/attn.c — the bf16 attention entries on AVX-512 without AVX512_BF16:
  * kernels/x86/attn_tiles.h with its 16 x 16 tile products done by fp32 FMAs on the tiles' bf16 values.
  *
- * The tile state is the avx512 level's (kernels/x86/avx512/attn.c): four C tiles of 16 x 16 floats in
- * the product function's frame, and for the A and B tiles only where their rows are. TILE_DP widens
+ * The tile state and operations are the avx512 level's (kernels/x86/avx512/tile_frame.h: C tiles in the
+ * frame, A and B tiles where their rows are). TILE_DP widens
  * A's 16 rows of 32 bf16 into 2 KiB of floats in L1 (pairs.h), holds C in 16 registers, and walks the
  * 16 k-pairs: a 64-byte load of B's pair row gives its even and odd values (a shift, a mask), then per
  * row of C two FMAs whose A values are broadcast from the widened rows. Each element is summed in
@@ -16,17 +16,8 @@
 #include <string.h>
 
 #include "kernels/fused.h"
+#include "kernels/x86/avx512/tile_frame.h"
 #include "kernels/x86/avx512f/pairs.h"
-
-typedef struct tile_rows {
-    const char *p; /* row 0 */
-    size_t ld;     /* bytes between rows */
-} tile_rows;
-
-typedef struct tile_state {
-    float c[4][16][16]; /* C tiles 0..3 */
-    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
-} tile_state;
 
 /* c += a (16 rows x 16 bf16 pairs) times b (16 pair rows x 16 columns) */
 static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows *b)
@@ -48,19 +39,6 @@ static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows 
         _mm512_storeu_ps(c[m], acc[m]);
 }
 
-static inline void tile_store(const float c[16][16], void *p, size_t ld)
-{
-    _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
-        _mm512_storeu_ps((float *)((char *)p + m * ld), _mm512_loadu_ps(c[m]));
-}
-
-#define TILES_DECL tile_state tiles_
-#define TILE_ZERO(tc) memset(tiles_.c[tc], 0, sizeof tiles_.c[tc])
-#define TILE_LOAD(tab, p, ld) (tiles_.ab[(tab) - 4] = (tile_rows){(const char *)(p), (size_t)(ld)})
-#define TILE_DP(tc, ta, tb) tile_dp(tiles_.c[tc], &tiles_.ab[(ta) - 4], &tiles_.ab[(tb) - 4])
-#define TILE_STORE(tc, p, ld) tile_store(tiles_.c[tc], (p), (size_t)(ld))
-#define TILES_BEGIN() ((void)0)
-#define TILES_END() ((void)0)
 #define ATTN_LEAF(name) trex_fused_##name##_avx512f
 
 #include "kernels/x86/attn_tiles.h"

@@ -6,7 +6,7 @@
  * bands below c->rows skipped, the next B slice prefetched into L2, C streamed when asked. Where that
  * kernel broadcasts A's pair into one VDPBF16PS per accumulator, this one first widens the band's A
  * (8 rows x 32 k, 512 contiguous bytes of the panel step) into 1 KiB of floats in L1, so that each A
- * value is an FMA's broadcast memory operand; B's pair row gives its even and odd values with one shift
+ * value is one broadcast load (a load port's work) for two FMAs; B's pair row gives its even and odd values with one shift
  * and one mask (pairs.h). Per k-pair and band: 32 FMAs against 4 widening operations, and the A
  * widening adds one per 16 FMAs. Each product of two bf16 values is exact in fp32, and each sum rounds
  * once, even k then odd k; unlike VDPBF16PS, bf16 subnormal inputs are not read as zero (differences
@@ -17,28 +17,16 @@
 #include <stdint.h>
 
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512/ukr_band.h"
 #include "kernels/x86/avx512f/pairs.h"
 #include "kernels/x86/prefetch_l2.h"
 
-#define ROW_INIT(r)                                                                         \
-    __m512 c##r##a = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi) : _mm512_setzero_ps(), \
-           c##r##b = accumulate ? _mm512_loadu_ps(in + (rb + r) * ldi + 16) : _mm512_setzero_ps()
 #define ROW_STEP(r)                                                              \
     do {                                                                         \
         const __m512 a0 = _mm512_set1_ps(aw[r][2 * q]);                          \
         const __m512 a1 = _mm512_set1_ps(aw[r][2 * q + 1]);                      \
         c##r##a = _mm512_fmadd_ps(a1, o0, _mm512_fmadd_ps(a0, e0, c##r##a));     \
         c##r##b = _mm512_fmadd_ps(a1, o1, _mm512_fmadd_ps(a0, e1, c##r##b));     \
-    } while (0)
-#define ROW_STORE(r)                                               \
-    do {                                                           \
-        if (stream) {                                              \
-            _mm512_stream_ps(out + (rb + r) * ldo, c##r##a);       \
-            _mm512_stream_ps(out + (rb + r) * ldo + 16, c##r##b);  \
-        } else {                                                   \
-            _mm512_storeu_ps(out + (rb + r) * ldo, c##r##a);       \
-            _mm512_storeu_ps(out + (rb + r) * ldo + 16, c##r##b);  \
-        }                                                          \
     } while (0)
 
 void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
@@ -54,14 +42,7 @@ void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, c
     l2_prefetch pf = l2_prefetch_plan(c->prefetch, c->prefetch_lines, mr / 8 * (kp / 32));
     alignas(64) float aw[8][32]; /* the band's A over one panel step, as floats */
     for (int64_t rb = 0; rb < mr; rb += 8) {
-        ROW_INIT(0);
-        ROW_INIT(1);
-        ROW_INIT(2);
-        ROW_INIT(3);
-        ROW_INIT(4);
-        ROW_INIT(5);
-        ROW_INIT(6);
-        ROW_INIT(7);
+        BAND_INIT();
         for (int64_t k0 = 0; k0 < kp; k0 += 32) {
             const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
             const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
@@ -83,13 +64,6 @@ void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, c
                 ROW_STEP(7);
             }
         }
-        ROW_STORE(0);
-        ROW_STORE(1);
-        ROW_STORE(2);
-        ROW_STORE(3);
-        ROW_STORE(4);
-        ROW_STORE(5);
-        ROW_STORE(6);
-        ROW_STORE(7);
+        BAND_STORE();
     }
 }

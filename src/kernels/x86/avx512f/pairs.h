@@ -20,7 +20,7 @@ static inline __m512 pair_odd16(__m512i v)
     return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-/* dst[0 .. 32) = the 32 bf16 values at src (any alignment) as floats. */
+/* dst[0 .. 32) (64-byte aligned) = the 32 bf16 values at src (any alignment) as floats. */
 static inline void widen32(float *dst, const uint16_t *src)
 {
     const __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)src);
