@@ -440,12 +440,17 @@ static int bench(int reps)
     printf("median CPU time per call, %d repetitions (H %lld, c %lld, n %lld; key side 2 .. %lld "
            "entries); GFLOP/s counts the products (2 per multiply-add)\n",
            reps, (long long)H, (long long)c, (long long)n, (long long)nw);
-    const trex_fused_table *best = trex_fused_for(TREX_ISA_AMX), *ref = trex_fused_for(TREX_ISA_REF);
-    for (int k = 0; k < 3; k++) {
-        const trex_fused_table *t = k == 2 ? best : ref;
-        if (k == 2 && (best == ref || !best->sattn_fwd_bf16))
+    /* the fp32 entries of the best level, then the bf16 entries of each distinct bf16 core */
+    const trex_fused_table *best = trex_fused_for(TREX_ISA_AMX), *lv[TREX_ISA_COUNT];
+    const int nlv = fused_levels(trex_fused_for(TREX_ISA_REF), lv);
+    for (int k = -1; k < nlv; k++) {
+        const trex_fused_table *t = k < 0 ? best : lv[k];
+        bool seen = k >= 0 && !t->sattn_fwd_bf16;
+        for (int i = 0; i < k; i++)
+            seen |= lv[i]->sattn_fwd_bf16 == t->sattn_fwd_bf16;
+        if (seen)
             continue;
-        const bool b16 = k > 0;
+        const bool b16 = k >= 0;
         char name[32];
         snprintf(name, sizeof name, "%s %s", b16 ? t->sattn_bf16_name : best->name,
                  b16 ? "bf16" : "fp32");
