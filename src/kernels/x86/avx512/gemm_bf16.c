@@ -15,7 +15,6 @@
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/avx512/peak.h"
 #include "kernels/x86/avx512/ukr_band.h"
-#include "kernels/x86/prefetch_l2.h"
 
 static inline __m512bh bcast_pair(const uint16_t *p)
 {
@@ -34,31 +33,17 @@ static inline __m512bh bcast_pair(const uint16_t *p)
 void trex_gemm_ukr_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                           unsigned flags)
 {
-    float *const out = c->out;
-    const float *const in = c->in;
-    const int64_t ldo = c->ldo, ldi = c->ldi;
-    const bool accumulate = flags & TREX_UKR_ACCUMULATE;
-    const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0;
-    /* bands of 8 rows that hold rows the caller uses (c->rows; the rest is the A panel's padding) */
-    const int64_t mr = c->rows > 0 && c->rows < TREX_GEMM_MR ? (c->rows + 7) / 8 * 8 : TREX_GEMM_MR;
-    l2_prefetch pf = l2_prefetch_plan(c->prefetch, c->prefetch_lines, mr / 8 * (kp / 32));
-    for (int64_t rb = 0; rb < mr; rb += 8) {
+    ukr_frame f = ukr_frame_of(kp, c, flags);
+    for (int64_t rb = 0; rb < f.mr; rb += 8) {
         BAND_INIT();
         for (int64_t k0 = 0; k0 < kp; k0 += 32) {
             const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
             const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
-            l2_prefetch_step(&pf);
+            l2_prefetch_step(&f.pf);
             for (int q = 0; q < 16; q++) {
                 const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR);
                 const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR + 32);
-                ROW_STEP(0);
-                ROW_STEP(1);
-                ROW_STEP(2);
-                ROW_STEP(3);
-                ROW_STEP(4);
-                ROW_STEP(5);
-                ROW_STEP(6);
-                ROW_STEP(7);
+                BAND_STEP();
             }
         }
         BAND_STORE();

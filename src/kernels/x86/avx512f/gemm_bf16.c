@@ -32,21 +32,14 @@
 void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                            unsigned flags)
 {
-    float *const out = c->out;
-    const float *const in = c->in;
-    const int64_t ldo = c->ldo, ldi = c->ldi;
-    const bool accumulate = flags & TREX_UKR_ACCUMULATE;
-    const bool stream = (flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0;
-    /* bands of 8 rows that hold rows the caller uses (c->rows; the rest is the A panel's padding) */
-    const int64_t mr = c->rows > 0 && c->rows < TREX_GEMM_MR ? (c->rows + 7) / 8 * 8 : TREX_GEMM_MR;
-    l2_prefetch pf = l2_prefetch_plan(c->prefetch, c->prefetch_lines, mr / 8 * (kp / 32));
+    ukr_frame f = ukr_frame_of(kp, c, flags);
     alignas(64) float aw[8][32]; /* the band's A over one panel step, as floats */
-    for (int64_t rb = 0; rb < mr; rb += 8) {
+    for (int64_t rb = 0; rb < f.mr; rb += 8) {
         BAND_INIT();
         for (int64_t k0 = 0; k0 < kp; k0 += 32) {
             const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32; /* step k0/32, row rb */
             const uint16_t *bb = bp + k0 * TREX_GEMM_NR;
-            l2_prefetch_step(&pf);
+            l2_prefetch_step(&f.pf);
             for (int r = 0; r < 8; r++)
                 widen32(aw[r], ar + r * 32);
             for (int q = 0; q < 16; q++) {
@@ -54,14 +47,7 @@ void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, c
                 const __m512i b1 = _mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR + 32);
                 const __m512 e0 = pair_even16(b0), o0 = pair_odd16(b0);
                 const __m512 e1 = pair_even16(b1), o1 = pair_odd16(b1);
-                ROW_STEP(0);
-                ROW_STEP(1);
-                ROW_STEP(2);
-                ROW_STEP(3);
-                ROW_STEP(4);
-                ROW_STEP(5);
-                ROW_STEP(6);
-                ROW_STEP(7);
+                BAND_STEP();
             }
         }
         BAND_STORE();
