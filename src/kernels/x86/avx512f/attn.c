@@ -1,9 +1,11 @@
 /* kernels/x86/avx512f/attn.c — the bf16 attention entries on AVX-512 without AVX512_BF16:
  * kernels/x86/attn_tiles.h with its 16 x 16 tile products done by fp32 FMAs on the tiles' bf16 values.
  *
- * The tile state and operations are the avx512 level's (kernels/x86/avx512/tile_frame.h: C tiles in the
- * frame, A and B tiles where their rows are). TILE_DP widens
- * A's 16 rows of 32 bf16 into 2 KiB of floats in L1 (pairs.h), holds C in 16 registers, and walks the
+ * The tile state is the avx512 level's (kernels/x86/avx512/tile_frame.h: C tiles in the frame, A and B
+ * tiles where their rows are) plus, per A tile, its 16 rows of 32 bf16 widened into 2 KiB of floats
+ * (pairs.h) by its first product after its load, which the next products on it reuse (the tile body
+ * runs two to four per A tile; docs/kernels.md). Like the avx512 back-end, this relies on the body not
+ * writing a tile's rows between its load and its products. TILE_DP holds C in 16 registers and walks the
  * 16 k-pairs: a 64-byte load of B's pair row gives its even and odd values (a shift, a mask), then per
  * row of C two FMAs whose A values are broadcast from the widened rows. Each element is summed in
  * k order, even then odd, one rounding per product added; the products of bf16 values are exact in
@@ -12,6 +14,7 @@
  * them as zero. Compiled with AVX-512 F/BW/VL flags. */
 #include <immintrin.h>
 #include <stdalign.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -19,12 +22,24 @@
 #include "kernels/x86/avx512/tile_frame.h"
 #include "kernels/x86/avx512f/pairs.h"
 
-/* c += a (16 rows x 16 bf16 pairs) times b (16 pair rows x 16 columns) */
-static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows *b)
+/* The tile frame, and each A tile's rows widened to floats on its first product after its load (a
+ * product function runs two to four products on one A tile in a row): aw[t - 4], valid while
+ * wide[t - 4]; TILE_LOAD clears it. */
+typedef struct wide_tiles {
+    tile_state t;
+    alignas(64) float aw[4][16][32];
+    bool wide[4];
+} wide_tiles;
+
+/* c += a (16 rows x 16 bf16 pairs, widened into aw when not yet) times b (16 pair rows x 16 columns) */
+static inline void tile_dp_wide(float c[16][16], const tile_rows *a, float aw[16][32], bool *wide,
+                                const tile_rows *b)
 {
-    alignas(64) float aw[16][32];
-    for (int m = 0; m < 16; m++)
-        widen32(aw[m], (const uint16_t *)(const void *)(a->p + m * a->ld));
+    if (!*wide) {
+        for (int m = 0; m < 16; m++)
+            widen32(aw[m], (const uint16_t *)(const void *)(a->p + m * a->ld));
+        *wide = true;
+    }
     __m512 acc[16];
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
         acc[m] = _mm512_loadu_ps(c[m]);
@@ -38,6 +53,22 @@ static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows 
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
         _mm512_storeu_ps(c[m], acc[m]);
 }
+
+/* the frame's operations on wide_tiles (tile_frame.h names the state tiles_) */
+#undef TILES_DECL
+#undef TILE_ZERO
+#undef TILE_LOAD
+#undef TILE_DP
+#undef TILE_STORE
+#define TILES_DECL wide_tiles wtiles_
+#define TILE_ZERO(tc) memset(wtiles_.t.c[tc], 0, sizeof wtiles_.t.c[tc])
+#define TILE_LOAD(tab, p, ld)                                                                  \
+    (wtiles_.wide[(tab) - 4] = false,                                                          \
+     wtiles_.t.ab[(tab) - 4] = (tile_rows){(const char *)(p), (size_t)(ld)})
+#define TILE_DP(tc, ta, tb)                                                                    \
+    tile_dp_wide(wtiles_.t.c[tc], &wtiles_.t.ab[(ta) - 4], wtiles_.aw[(ta) - 4],               \
+                 &wtiles_.wide[(ta) - 4], &wtiles_.t.ab[(tb) - 4])
+#define TILE_STORE(tc, p, ld) tile_store(wtiles_.t.c[tc], (p), (size_t)(ld))
 
 #define ATTN_LEAF(name) trex_fused_##name##_avx512f
 
