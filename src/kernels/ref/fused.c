@@ -207,7 +207,7 @@ static const trex_fused_table table_avx2 = {
 /* The AVX-512 leaves of a level sfx (avx512 or avx512f): those of the files that round to bf16
  * (TREX_FUSED_AVX512_LEVEL_LEAVES) by the level's name, the F/BW/VL ones (norm, router, pool,
  * attn_kl) shared. */
-#define AVX512_ENTRIES(sfx)                                            \
+#define AVX512_ENTRIES(sfx)                                        \
     .dot = trex_fused_dot_##sfx,                                   \
     .dots = trex_fused_dots_##sfx,                                 \
     .axpy = trex_fused_axpy_##sfx,                                 \

@@ -27,9 +27,21 @@ static inline __m512 dp_bcast(__m512 acc, __m512bh b, const char *p)
     return acc;
 }
 
-/* c += a (16 rows x 16 bf16 pairs) times b (16 pair rows x 16 columns) */
-static inline void tile_dp(float c[16][16], const tile_rows *a, const tile_rows *b)
+typedef struct tile_set {
+    float c[4][16][16]; /* C tiles 0..3 */
+    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
+} tile_set;
+
+static inline void tile_load(tile_set *s, int t, const void *p, size_t ld)
 {
+    s->ab[t] = (tile_rows){(const char *)p, ld};
+}
+
+/* C tile tc += A tile ta (16 rows x 16 bf16 pairs) times B tile tb (16 pair rows x 16 columns) */
+static inline void tile_dp(tile_set *s, int tc, int ta, int tb)
+{
+    float(*c)[16] = s->c[tc];
+    const tile_rows *a = &s->ab[ta], *b = &s->ab[tb];
     __m512 acc[16];
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
         acc[m] = _mm512_loadu_ps(c[m]);

@@ -1,10 +1,14 @@
 /* kernels/x86/avx512/tile_frame.h — the tile state and operations of kernels/x86/attn_tiles.h for the
  * back-ends that keep tiles in memory (kernels/x86/avx512/attn.c with VDPBF16PS, kernels/x86/avx512f/
- * attn.c with fp32 FMAs). A product function's tile state (TILES_DECL) is four C tiles of 16 x 16 floats
- * in its stack frame and, for the A and B tiles, only where their rows are (an A or B tile is read by
- * the product right after its load, from the same memory, so nothing is copied). The includer defines
- * tile_dp(c, a, b), c += a (16 rows x 16 bf16 pairs) times b (16 pair rows x 16 columns), and
- * ATTN_LEAF, then includes attn_tiles.h. Only for files of the AVX-512 folders. */
+ * attn.c with fp32 FMAs). A product function's tile state (TILES_DECL) lives in its stack frame: four C
+ * tiles of 16 x 16 floats and, for the A and B tiles, only where their rows are (an A or B tile is read
+ * by the product right after its load, from the same memory, so nothing is copied). The includer
+ * defines the state's type, tile_set (with at least float c[4][16][16] and tile_rows ab[4]; a back-end
+ * may keep more per tile), and its operations on slot t = tile - 4 of the A and B tiles:
+ *   tile_load(s, t, p, ld)   A or B tile t's rows are at p, ld bytes apart
+ *   tile_dp(s, c, a, b)      C tile c += A tile a (16 rows x 16 bf16 pairs) times B tile b (16 pair rows
+ *                            x 16 columns)
+ * and ATTN_LEAF, then includes attn_tiles.h. Only for files of the AVX-512 folders. */
 #ifndef TREX_KERNELS_X86_AVX512_TILE_FRAME_H
 #define TREX_KERNELS_X86_AVX512_TILE_FRAME_H
 
@@ -17,21 +21,16 @@ typedef struct tile_rows {
     size_t ld;     /* bytes between rows */
 } tile_rows;
 
-typedef struct tile_state {
-    float c[4][16][16]; /* C tiles 0..3 */
-    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
-} tile_state;
-
 static inline void tile_store(const float c[16][16], void *p, size_t ld)
 {
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
         _mm512_storeu_ps((float *)((char *)p + m * ld), _mm512_loadu_ps(c[m]));
 }
 
-#define TILES_DECL tile_state tiles_
+#define TILES_DECL tile_set tiles_
 #define TILE_ZERO(tc) memset(tiles_.c[tc], 0, sizeof tiles_.c[tc])
-#define TILE_LOAD(tab, p, ld) (tiles_.ab[(tab) - 4] = (tile_rows){(const char *)(p), (size_t)(ld)})
-#define TILE_DP(tc, ta, tb) tile_dp(tiles_.c[tc], &tiles_.ab[(ta) - 4], &tiles_.ab[(tb) - 4])
+#define TILE_LOAD(tab, p, ld) tile_load(&tiles_, (tab) - 4, (p), (size_t)(ld))
+#define TILE_DP(tc, ta, tb) tile_dp(&tiles_, (tc), (ta) - 4, (tb) - 4)
 #define TILE_STORE(tc, p, ld) tile_store(tiles_.c[tc], (p), (size_t)(ld))
 #define TILES_BEGIN() ((void)0)
 #define TILES_END() ((void)0)

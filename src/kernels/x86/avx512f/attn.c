@@ -22,23 +22,31 @@
 #include "kernels/x86/avx512/tile_frame.h"
 #include "kernels/x86/avx512f/pairs.h"
 
-/* The tile frame, and each A tile's rows widened to floats on its first product after its load (a
- * product function runs two to four products on one A tile in a row): aw[t - 4], valid while
- * wide[t - 4]; TILE_LOAD clears it. */
-typedef struct wide_tiles {
-    tile_state t;
+/* The tile frame's state, and each A tile's rows widened to floats by its first product after its load
+ * (a product function runs two to four products on one A tile in a row): aw[t], valid while wide[t]. */
+typedef struct tile_set {
+    float c[4][16][16]; /* C tiles 0..3 */
+    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
     alignas(64) float aw[4][16][32];
     bool wide[4];
-} wide_tiles;
+} tile_set;
 
-/* c += a (16 rows x 16 bf16 pairs, widened into aw when not yet) times b (16 pair rows x 16 columns) */
-static inline void tile_dp_wide(float c[16][16], const tile_rows *a, float aw[16][32], bool *wide,
-                                const tile_rows *b)
+static inline void tile_load(tile_set *s, int t, const void *p, size_t ld)
 {
-    if (!*wide) {
+    s->ab[t] = (tile_rows){(const char *)p, ld};
+    s->wide[t] = false;
+}
+
+/* C tile tc += A tile ta (16 rows x 16 bf16 pairs, widened first unless it is) times B tile tb (16 pair
+ * rows x 16 columns) */
+static inline void tile_dp(tile_set *s, int tc, int ta, int tb)
+{
+    float(*c)[16] = s->c[tc], (*aw)[32] = s->aw[ta];
+    const tile_rows *a = &s->ab[ta], *b = &s->ab[tb];
+    if (!s->wide[ta]) {
         for (int m = 0; m < 16; m++)
             widen32(aw[m], (const uint16_t *)(const void *)(a->p + m * a->ld));
-        *wide = true;
+        s->wide[ta] = true;
     }
     __m512 acc[16];
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
@@ -53,22 +61,6 @@ static inline void tile_dp_wide(float c[16][16], const tile_rows *a, float aw[16
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
         _mm512_storeu_ps(c[m], acc[m]);
 }
-
-/* the frame's operations on wide_tiles (tile_frame.h names the state tiles_) */
-#undef TILES_DECL
-#undef TILE_ZERO
-#undef TILE_LOAD
-#undef TILE_DP
-#undef TILE_STORE
-#define TILES_DECL wide_tiles wtiles_
-#define TILE_ZERO(tc) memset(wtiles_.t.c[tc], 0, sizeof wtiles_.t.c[tc])
-#define TILE_LOAD(tab, p, ld)                                                                  \
-    (wtiles_.wide[(tab) - 4] = false,                                                          \
-     wtiles_.t.ab[(tab) - 4] = (tile_rows){(const char *)(p), (size_t)(ld)})
-#define TILE_DP(tc, ta, tb)                                                                    \
-    tile_dp_wide(wtiles_.t.c[tc], &wtiles_.t.ab[(ta) - 4], wtiles_.aw[(ta) - 4],               \
-                 &wtiles_.wide[(ta) - 4], &wtiles_.t.ab[(tb) - 4])
-#define TILE_STORE(tc, p, ld) tile_store(wtiles_.t.c[tc], (p), (size_t)(ld))
 
 #define ATTN_LEAF(name) trex_fused_##name##_avx512f
 
