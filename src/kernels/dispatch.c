@@ -143,23 +143,16 @@ static const trex_kernel_table table_amx = {
 };
 #endif
 
-static const trex_kernel_table *table_of(trex_isa isa)
-{
-    switch (isa) {
-#ifdef TREX_X86 /* elsewhere the best level is ref, and no cap goes above it */
-    case TREX_ISA_AMX:
-        return &table_amx;
-    case TREX_ISA_AVX512:
-        return &table_avx512;
-    case TREX_ISA_AVX512F:
-        return &table_avx512f;
-    case TREX_ISA_AVX2:
-        return &table_avx2;
+/* Each level's table, by level: only ref elsewhere than x86, where no level above it is detected */
+static const trex_kernel_table *const tables[TREX_ISA_COUNT] = {
+    [TREX_ISA_REF] = &table_ref,
+#ifdef TREX_X86
+    [TREX_ISA_AVX2] = &table_avx2,
+    [TREX_ISA_AVX512F] = &table_avx512f,
+    [TREX_ISA_AVX512] = &table_avx512,
+    [TREX_ISA_AMX] = &table_amx,
 #endif
-    default:
-        return &table_ref;
-    }
-}
+};
 
 /* ---- detection --------------------------------------------------------------------------------------- */
 
@@ -286,9 +279,8 @@ static void init_state(void)
             level = TREX_ISA_REF;
         }
     }
-    state.active = table_of(level);
-    const char *verbose = getenv("TREX_VERBOSE");
-    if (verbose && *verbose && strcmp(verbose, "0") != 0)
+    state.active = tables[level];
+    if (trex_kernels_verbose())
         log_choice(state.active, cap && *cap ? cap : NULL);
 }
 
@@ -314,6 +306,12 @@ const trex_kernel_table *trex_kernels_table(void)
     return state.active;
 }
 
+bool trex_kernels_verbose(void)
+{
+    const char *v = getenv("TREX_VERBOSE");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 trex_isa trex_kernels_isa(void)
 {
     return trex_kernels_table()->isa;
@@ -323,5 +321,5 @@ const trex_kernel_table *trex_kernels_table_for(trex_isa cap)
 {
     pthread_once(&init_once, init_state);
     trex_isa best = state.features.best;
-    return table_of(cap < best ? cap : best);
+    return tables[cap < best ? cap : best];
 }

@@ -140,6 +140,9 @@ const trex_kernel_table *trex_kernels_table(void);
  * a cap above the machine's best gives the best's table. Never NULL. */
 const trex_kernel_table *trex_kernels_table_for(trex_isa cap);
 
+/* Whether TREX_VERBOSE asks for each kernel choice to be logged: set, and neither empty nor "0". */
+bool trex_kernels_verbose(void);
+
 const char *trex_isa_name(trex_isa isa);            /* "ref", "avx2", "avx512f", "avx512", "amx" */
 /* The name for a person to read: trex_isa_name, and for amx in an AMX_EMU test build
  * "amx (emulated in C: a test build)", so that no timing from such a build passes for the unit's. */

@@ -269,22 +269,21 @@ static const trex_fused_table table_amx = {
 };
 #endif
 
+/* Each level's table, by level (elsewhere than x86 the dispatch never picks a level above ref) */
+static const trex_fused_table *const tables[TREX_ISA_COUNT] = {
+    [TREX_ISA_REF] = &table_ref,
+#if defined(__x86_64__) || defined(__i386__)
+    [TREX_ISA_AVX2] = &table_avx2,
+    [TREX_ISA_AVX512F] = &table_avx512f,
+    [TREX_ISA_AVX512] = &table_avx512,
+    [TREX_ISA_AMX] = &table_amx,
+#endif
+};
+
 const trex_fused_table *trex_fused_for(trex_isa cap)
 {
     /* trex_kernels_table_for applies the machine's limits (CPU and OS) under the cap */
-    const trex_isa isa = trex_kernels_table_for(cap)->isa;
-#if defined(__x86_64__) || defined(__i386__)
-    if (isa >= TREX_ISA_AMX)
-        return &table_amx;
-    if (isa >= TREX_ISA_AVX512)
-        return &table_avx512;
-    if (isa >= TREX_ISA_AVX512F)
-        return &table_avx512f;
-    if (isa >= TREX_ISA_AVX2)
-        return &table_avx2;
-#endif
-    (void)isa;
-    return &table_ref;
+    return tables[trex_kernels_table_for(cap)->isa];
 }
 
 static const trex_fused_table *active;
@@ -293,8 +292,7 @@ static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 static void active_init(void)
 {
     active = trex_fused_for(trex_kernels_isa());
-    const char *v = getenv("TREX_VERBOSE");
-    if (v && v[0] && v[0] != '0')
+    if (trex_kernels_verbose())
         fprintf(stderr,
                 "trex: kernels: fused attention / mHC / RMSNorm kernels: %s (bf16 attention core: %s)\n",
                 active->name, active->sattn_bf16_name);

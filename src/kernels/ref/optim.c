@@ -125,26 +125,26 @@ void trex_muon_normalize_ref(float *x, int64_t n, double norm)
 static const trex_optim_kernels table_ref = OPTIM_TABLE(TREX_ISA_REF, ref);
 #if defined(__x86_64__) || defined(__i386__)
 static const trex_optim_kernels table_avx2 = OPTIM_TABLE(TREX_ISA_AVX2, avx2);
-static const trex_optim_kernels table_avx512 = OPTIM_TABLE(TREX_ISA_AVX512, avx512);
-/* the AVX-512 leaves use F/BW/VL only: the avx512f level runs them too */
+/* the AVX-512 leaves use F/BW/VL only: the avx512f level runs them too, and amx has none of its own */
 static const trex_optim_kernels table_avx512f = OPTIM_TABLE(TREX_ISA_AVX512F, avx512);
+static const trex_optim_kernels table_avx512 = OPTIM_TABLE(TREX_ISA_AVX512, avx512);
 #endif
+
+/* Each level's table, by level (elsewhere than x86 the dispatch never picks a level above ref) */
+static const trex_optim_kernels *const tables[TREX_ISA_COUNT] = {
+    [TREX_ISA_REF] = &table_ref,
+#if defined(__x86_64__) || defined(__i386__)
+    [TREX_ISA_AVX2] = &table_avx2,
+    [TREX_ISA_AVX512F] = &table_avx512f,
+    [TREX_ISA_AVX512] = &table_avx512,
+    [TREX_ISA_AMX] = &table_avx512,
+#endif
+};
 
 const trex_optim_kernels *trex_optim_kernels_for(trex_isa cap)
 {
-    /* trex_kernels_table_for applies the machine's limits (CPU and OS) under the cap; amx has no
-     * optimizer leaf of its own and uses the AVX-512 ones */
-    const trex_isa isa = trex_kernels_table_for(cap)->isa;
-#if defined(__x86_64__) || defined(__i386__)
-    if (isa >= TREX_ISA_AVX512)
-        return &table_avx512;
-    if (isa >= TREX_ISA_AVX512F)
-        return &table_avx512f;
-    if (isa >= TREX_ISA_AVX2)
-        return &table_avx2;
-#endif
-    (void)isa;
-    return &table_ref;
+    /* trex_kernels_table_for applies the machine's limits (CPU and OS) under the cap */
+    return tables[trex_kernels_table_for(cap)->isa];
 }
 
 static const trex_optim_kernels *active;
@@ -153,8 +153,7 @@ static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 static void active_init(void)
 {
     active = trex_optim_kernels_for(trex_kernels_isa());
-    const char *v = getenv("TREX_VERBOSE");
-    if (v && v[0] && v[0] != '0')
+    if (trex_kernels_verbose())
         fprintf(stderr, "trex: kernels: optimizer (gradient norm, AdamW, Muon passes): %s\n", active->name);
 }
 
