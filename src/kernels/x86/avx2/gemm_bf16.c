@@ -1,19 +1,22 @@
 /* kernels/x86/avx2/gemm_bf16.c — the bf16 GEMM micro-kernel on AVX2 + FMA, for x86-64 machines without
  * AVX-512 (with AVX-512 but not its bf16 instructions they run kernels/x86/avx512f), which otherwise run
- * the plain-C reference (17-19 GFLOP/s per core on the AMD VM, against 82-92 for this kernel with its
+ * the plain-C reference (17-19 GFLOP/s per core on the AMD VM, against 90-92 for this kernel with its
  * operands in L1; docs/kernels.md "Micro-kernels").
  *
- * AVX2 has no bf16 arithmetic: a dword holding a pair (k, k+1) gives both as fp32 with one shift and
- * one mask (pairs.h), and the products are fp32 FMAs: exact (bf16 x bf16 fits fp32's mantissa), one
- * rounding per sum, as in every level. The 32x32 block is done in sixteen 4-row x 16-column pieces
- * (eight accumulators, four B vectors and two A broadcasts: 14 of the 16 registers), each over the
- * whole kp; a piece's B (16 columns x kp, 16 KiB for kp = 512) stays in L1 across the eight
+ * AVX2 has no bf16 arithmetic: a dword holding a pair (k, k+1) of B gives both as fp32 with one shift
+ * and one mask (pairs.h), and the products are fp32 FMAs: exact (bf16 x bf16 fits fp32's mantissa), one
+ * rounding per sum, even k then odd k, as in every level. The 32x32 block is done in sixteen 4-row x
+ * 16-column pieces (eight accumulators, four B vectors and two A broadcasts: 14 of the 16 registers),
+ * each over the whole kp. Per 32-k panel step a piece first widens its A (4 rows x 32 k, contiguous in
+ * the panel) into 512 bytes of floats, so that each A value is one broadcast load for two FMAs, with no
+ * shift or mask per row; a piece's B (16 columns x kp, 16 KiB for kp = 512) stays in L1 across the eight
  * row groups that read it. Unlike the reference and the bf16 instructions, bf16 subnormal inputs are
  * not read as zero and products below fp32's normal range are not rounded apart from the sum (an FMA
  * takes them as they are): differences below 1e-38 per product. TREX_UKR_STREAM and the prefetch hint
  * are not taken (measured: nothing to gain at this level's rate, docs/kernels.md). Compiled with AVX2
  * and FMA flags; reached only through the dispatch table. */
 #include <immintrin.h>
+#include <stdalign.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -22,39 +25,58 @@
 
 enum { ROWS = 4, COLS = 16 };
 
-/* Rows r0 .. r0+3 (those below nrows) x columns c0 .. c0+15 of the block, over kp k. */
+/* Row i of a piece: its accumulators, set up from C; one k-pair; stored to C (rows below nrows). */
+#define ROW_INIT(i)                                                                                \
+    __m256 s##i##a = _mm256_setzero_ps(), s##i##b = _mm256_setzero_ps();                           \
+    if (acc && r0 + i < nrows) {                                                                   \
+        s##i##a = _mm256_loadu_ps(c->in + (r0 + i) * c->ldi + c0);                                 \
+        s##i##b = _mm256_loadu_ps(c->in + (r0 + i) * c->ldi + c0 + 8);                             \
+    }
+#define ROW_STEP(i)                                                                                \
+    do {                                                                                           \
+        const __m256 a0 = _mm256_broadcast_ss(&aw[i][2 * q]);                                      \
+        const __m256 a1 = _mm256_broadcast_ss(&aw[i][2 * q + 1]);                                  \
+        s##i##a = _mm256_fmadd_ps(a1, o0, _mm256_fmadd_ps(a0, e0, s##i##a));                       \
+        s##i##b = _mm256_fmadd_ps(a1, o1, _mm256_fmadd_ps(a0, e1, s##i##b));                       \
+    } while (0)
+#define ROW_STORE(i)                                                                               \
+    if (r0 + i < nrows) {                                                                          \
+        _mm256_storeu_ps(c->out + (r0 + i) * c->ldo + c0, s##i##a);                                \
+        _mm256_storeu_ps(c->out + (r0 + i) * c->ldo + c0 + 8, s##i##b);                            \
+    }
+
+/* Rows r0 .. r0+3 (those below nrows) x columns c0 .. c0+15 of the block, over kp k. The accumulators
+ * are named variables, not an array, so that GCC keeps them in registers. */
 static inline void piece(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
                          int r0, int c0, int nrows)
 {
-    __m256 s[ROWS][2]; /* in registers: the loops that update them are unrolled (docs/kernels.md) */
-    _Pragma("GCC unroll 4") for (int i = 0; i < ROWS; i++) {
-        s[i][0] = s[i][1] = _mm256_setzero_ps();
-        if (acc && r0 + i < nrows) {
-            const float *in = c->in + (r0 + i) * c->ldi + c0;
-            s[i][0] = _mm256_loadu_ps(in);
-            s[i][1] = _mm256_loadu_ps(in + 8);
-        }
-    }
-    for (int64_t k = 0; k < kp; k += 2) {
+    ROW_INIT(0)
+    ROW_INIT(1)
+    ROW_INIT(2)
+    ROW_INIT(3)
+    alignas(32) float aw[ROWS][32]; /* the piece's A over one panel step, as floats */
+    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+        /* A's rows r0 .. r0+3 of the panel step k0/32 (32 contiguous k each) */
+        const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32;
+        for (int i = 0; i < ROWS; i++)
+            widen32(aw[i], ar + i * 32);
         /* B's pairs (k, k+1) of columns c0 .. c0+15: 16 dwords of the VNNI panel's row k/2 */
-        const uint16_t *bk = bp + (k / 2) * (2 * TREX_GEMM_NR) + 2 * c0;
-        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
-        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
-        const __m256 e0 = pair_even(b0), o0 = pair_odd(b0), e1 = pair_even(b1), o1 = pair_odd(b1);
-        /* A's pair (k, k+1) of row r: the A panel's step k/32, row r, element k % 32 */
-        const uint16_t *ak = ap + (k / 32) * (32 * TREX_GEMM_MR) + r0 * 32 + k % 32;
-        _Pragma("GCC unroll 4") for (int i = 0; i < ROWS; i++) {
-            const __m256i p = pair_bcast(ak + i * 32, false);
-            const __m256 a0 = pair_even(p), a1 = pair_odd(p);
-            s[i][0] = _mm256_fmadd_ps(a1, o0, _mm256_fmadd_ps(a0, e0, s[i][0]));
-            s[i][1] = _mm256_fmadd_ps(a1, o1, _mm256_fmadd_ps(a0, e1, s[i][1]));
+        const uint16_t *bb = bp + k0 * TREX_GEMM_NR + 2 * c0;
+        for (int q = 0; q < 16; q++) {
+            const uint16_t *bk = bb + q * (2 * TREX_GEMM_NR);
+            const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
+            const __m256 e0 = pair_even(b0), o0 = pair_odd(b0), e1 = pair_even(b1), o1 = pair_odd(b1);
+            ROW_STEP(0);
+            ROW_STEP(1);
+            ROW_STEP(2);
+            ROW_STEP(3);
         }
     }
-    for (int i = 0; i < ROWS && r0 + i < nrows; i++) {
-        float *out = c->out + (r0 + i) * c->ldo + c0;
-        _mm256_storeu_ps(out, s[i][0]);
-        _mm256_storeu_ps(out + 8, s[i][1]);
-    }
+    ROW_STORE(0)
+    ROW_STORE(1)
+    ROW_STORE(2)
+    ROW_STORE(3)
 }
 
 void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, unsigned flags)

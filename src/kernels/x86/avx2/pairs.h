@@ -22,6 +22,15 @@ static inline __m256 pair_odd(__m256i v)
     return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
+/* dst[0 .. 32) (32-byte aligned) = the 32 bf16 values at src (any alignment) as floats. */
+static inline void widen32(float *dst, const uint16_t *src)
+{
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 8 * j));
+        _mm256_store_ps(dst + 8 * j, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+}
+
 /* The pair at p (4 bytes, any alignment; with only_first, 2 bytes and a zero second) in every dword. */
 static inline __m256i pair_bcast(const uint16_t *p, bool only_first)
 {
