@@ -23,9 +23,9 @@
  *
  * The avx2 level compiles this file a second time (kernels/x86/avx2/attn_ref.c), with AVX2 flags and
  * -O3, under its own names: ATTN_LEAF(name) is trex_fused_<name>_ref unless the includer defines it,
- * and ATTN_LEAF_KEY_PRODUCT_ELSEWHERE leaves out the key product (that level has a hand-written one).
- * The build is ISO C, so the compiler contracts no multiply and add and reorders no sum: the vectorized
- * copy gives these bits. */
+ * ATTN_LEAF_KEY_PRODUCT_ELSEWHERE leaves out the key product and ATTN_ROW_PRODUCTS_ELSEWHERE the three
+ * row products below (that level has hand-written ones, with these bits). The build is ISO C, so the
+ * compiler contracts no multiply and add and reorders no sum: the vectorized copy gives these bits. */
 #include "kernels/fused.h"
 
 #ifndef ATTN_LEAF
@@ -97,20 +97,64 @@ static void entry_into(float *dst, const float *const *V, const uint16_t *const 
     }
 }
 
+/* The row products every entry below is made of. Plain C here; the avx2 level's copy of this file
+ * (kernels/x86/avx2/attn_ref.c) defines ATTN_ROW_PRODUCTS_ELSEWHERE and its own, on AVX2 registers,
+ * with these bits. */
+#ifndef ATTN_ROW_PRODUCTS_ELSEWHERE
+/* out[r] = am_dot_f(A + r c, v, c) for r < R */
+static void dots_rows(float *out, const float *A, int64_t R, const float *v, int64_t c)
+{
+    for (int64_t r = 0; r < R; r++)
+        out[r] = am_dot_f(A + r * c, v, c);
+}
+
+/* O_r[i] += w[r ldw + e] V_e[i] for e < n ascending (each product rounded, then added), r < R, i < c;
+ * O_r = O + r c, V_e = V + e c */
+static void wsum_rows(float *O, int64_t R, const float *w, int64_t ldw, const float *V, int64_t n,
+                      int64_t c)
+{
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t r = 0; r < R; r++) {
+            const float a = w[r * ldw + e];
+            float *o = O + r * c;
+            for (int64_t i = 0; i < c; i++)
+                o[i] += a * V[e * c + i];
+        }
+}
+
+/* The terms a[k] X_k[i] for k < 2H ascending (X_k = G + k c for k < H, then Q + (k - H) c), each
+ * product rounded, then added into acc[i] (i < c); with first, the sum starts at the first term. */
+static void combine_rows(float *acc, bool first, const float *a, const float *G, const float *Q,
+                         int64_t H, int64_t c)
+{
+    for (int64_t k = 0; k < 2 * H; k++) {
+        const float ak = a[k], *x = k < H ? G + k * c : Q + (k - H) * c;
+        if (first && k == 0)
+            for (int64_t i = 0; i < c; i++)
+                acc[i] = ak * x[i];
+        else
+            for (int64_t i = 0; i < c; i++)
+                acc[i] += ak * x[i];
+    }
+}
+#endif
+
 void ATTN_LEAF(sattn_fwd_bf16)(float *o, float *lse, float *z, float *P, float *ws,
                                const float *q, const uint16_t *qb, const float *const *V,
                                const uint16_t *const *Vb, const trex_fused_pairs *Wp, int64_t n,
                                int64_t H, int64_t c, const float *sink, float scale)
 {
     (void)Wp; /* the same rows as Vb / V: only a layout for the AMX leaf */
-    float *rq = ws, *mxs = ws + H * c, *dens = mxs + H, *rv = dens + H;
-    if (!z) /* the scores in scratch after the rounded entries */
-        z = rv + n * c;
+    float *rq = ws, *mxs = ws + H * c, *dens = mxs + H, *sd = dens + H, *rv = sd + H;
+    float *pb = rv + n * c; /* bf(p) [H*n], then the scores when the caller keeps none */
+    if (!z)
+        z = pb + H * n;
     query_into(rq, q, qb, H * c);
     for (int64_t e = 0; e < n; e++) {
         entry_into(rv + e * c, V, Vb, e, c);
+        dots_rows(sd, rq, H, rv + e * c, c);
         for (int64_t h = 0; h < H; h++)
-            z[h * n + e] = scale * am_dot_f(rq + h * c, rv + e * c, c);
+            z[h * n + e] = scale * sd[h];
     }
     for (int64_t h = 0; h < H; h++) {
         const float *zh = z + h * n;
@@ -126,17 +170,14 @@ void ATTN_LEAF(sattn_fwd_bf16)(float *o, float *lse, float *z, float *P, float *
         for (int64_t i = 0; i < c; i++)
             o[h * c + i] = 0.0f;
     }
-    for (int64_t e = 0; e < n; e++) {
-        const float *re = rv + e * c;
-        for (int64_t h = 0; h < H; h++) {
-            const float pf = expf(z[h * n + e] - mxs[h]) / dens[h], p = bf(pf);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t e = 0; e < n; e++) {
+            const float pf = expf(z[h * n + e] - mxs[h]) / dens[h];
+            pb[h * n + e] = bf(pf);
             if (P)
                 P[h * n + e] = pf;
-            float *oh = o + h * c;
-            for (int64_t i = 0; i < c; i++)
-                oh[i] += p * re[i];
         }
-    }
+    wsum_rows(o, H, pb, n, rv, n, c);
 }
 
 void ATTN_LEAF(sattn_bwd_query_bf16)(float *dq, float *dsink, float *P, float *ws,
@@ -147,14 +188,16 @@ void ATTN_LEAF(sattn_bwd_query_bf16)(float *dq, float *dsink, float *P, float *w
                                      float scale, const float *lse, const float *D)
 {
     (void)Wp;
-    float *rq = ws, *rg = ws + H * c, *dzb = ws + 2 * H * c, *rv = dzb + H * n;
+    float *rq = ws, *rg = ws + H * c, *dzb = ws + 2 * H * c, *sd = dzb + H * n, *gd = sd + H;
+    float *rv = gd + H;
     query_into(rq, q, qb, H * c);
     query_into(rg, g, gb, H * c);
     for (int64_t e = 0; e < n; e++) {
         entry_into(rv + e * c, V, Vb, e, c);
+        dots_rows(sd, rq, H, rv + e * c, c);
+        dots_rows(gd, rg, H, rv + e * c, c);
         for (int64_t h = 0; h < H; h++) {
-            const float s = scale * am_dot_f(rq + h * c, rv + e * c, c);
-            const float dp = am_dot_f(rg + h * c, rv + e * c, c);
+            const float s = scale * sd[h], dp = gd[h];
             const float p = expf(s - lse[h]);
             dzb[h * n + e] = bf(p * (dp - D[h]));
             if (P)
@@ -163,15 +206,7 @@ void ATTN_LEAF(sattn_bwd_query_bf16)(float *dq, float *dsink, float *P, float *w
     }
     for (int64_t i = 0; i < H * c; i++)
         dq[i] = 0.0f;
-    for (int64_t e = 0; e < n; e++) {
-        const float *re = rv + e * c;
-        for (int64_t h = 0; h < H; h++) {
-            const float a = dzb[h * n + e];
-            float *dqh = dq + h * c;
-            for (int64_t i = 0; i < c; i++)
-                dqh[i] += a * re[i];
-        }
-    }
+    wsum_rows(dq, H, dzb, n, rv, n, c);
     for (int64_t i = 0; i < H * c; i++)
         dq[i] *= scale;
     for (int64_t h = 0; h < H; h++)
@@ -185,14 +220,16 @@ void ATTN_LEAF(sattn_bwd_entries_bf16)(float *const *dV, float *psum, float *ws,
                                        float scale, const float *lse, const float *D)
 {
     float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *ab = ws + 2 * H * c + c, *acc = ab + 2 * H;
+    float *sd = acc + c, *gd = sd + H;
     query_into(rq, q, qb, H * c);
     query_into(rg, g, gb, H * c);
     for (int64_t e = 0; e < n; e++) {
         entry_into(rv, V, Vb, e, c);
+        dots_rows(sd, rq, H, rv, c);
+        dots_rows(gd, rg, H, rv, c);
         float ps = 0.0f;
         for (int64_t h = 0; h < H; h++) {
-            const float s = scale * am_dot_f(rq + h * c, rv, c);
-            const float dp = am_dot_f(rg + h * c, rv, c);
+            const float s = scale * sd[h], dp = gd[h];
             const float p = expf(s - lse[h]);
             ab[h] = bf(p);
             ab[H + h] = bf(scale * (p * (dp - D[h])));
@@ -200,14 +237,10 @@ void ATTN_LEAF(sattn_bwd_entries_bf16)(float *const *dV, float *psum, float *ws,
         }
         psum[e] = ps;
         /* per column i: one sum over h ascending (the g rows, then the q rows) from the first term,
-         * then one add into dV; the c sums advance together, each row read in order */
-        for (int64_t i = 0; i < c; i++)
-            acc[i] = ab[0] * rg[i];
-        for (int64_t h = 1; h < 2 * H; h++) {
-            const float a = ab[h], *row = h < H ? rg + h * c : rq + (h - H) * c;
-            for (int64_t i = 0; i < c; i++)
-                acc[i] += a * row[i];
-        }
+         * then one add into dV (no term, H = 0: the sum is +0) */
+        if (H == 0)
+            memset(acc, 0, (size_t)c * sizeof *acc);
+        combine_rows(acc, true, ab, rg, rq, H, c);
         float *dv = dV[e];
         for (int64_t i = 0; i < c; i++)
             dv[i] += acc[i];
@@ -298,6 +331,7 @@ void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_
 {
     const int64_t hc = H * c;
     float *rq = ws, *rg = ws + nq * hc, *rv = ws + 2 * nq * hc, *ab = rv + c, *acc = ab + 2 * H * nq;
+    float *sd = acc + c, *gd = sd + H;
     query_into(rq, NULL, qb, nq * hc);
     query_into(rg, NULL, gb, nq * hc);
     for (int64_t e = 0; e < n; e++) {
@@ -307,10 +341,10 @@ void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_
             if (e < vis[2 * b] || e >= vis[2 * b + 1])
                 continue;
             any = true;
-            const float *q = rq + b * hc, *g = rg + b * hc;
+            dots_rows(sd, rq + b * hc, H, rv, c);
+            dots_rows(gd, rg + b * hc, H, rv, c);
             for (int64_t h = 0; h < H; h++) {
-                const float s = scale * am_dot_f(q + h * c, rv, c);
-                const float dp = am_dot_f(g + h * c, rv, c);
+                const float s = scale * sd[h], dp = gd[h];
                 const float p = expf(s - lse[b * H + h]);
                 ab[2 * H * b + h] = bf(p);
                 ab[2 * H * b + H + h] = bf(scale * (p * (dp - D[b * H + h])));
@@ -324,17 +358,8 @@ void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_
         for (int64_t b = 0; b < nq; b++) {
             if (e < vis[2 * b] || e >= vis[2 * b + 1])
                 continue;
-            const float *q = rq + b * hc, *g = rg + b * hc, *a = ab + 2 * H * b;
-            for (int64_t h = 0; h < 2 * H; h++) {
-                const float ah = a[h], *row = h < H ? g + h * c : q + (h - H) * c;
-                if (first)
-                    for (int64_t i = 0; i < c; i++)
-                        acc[i] = ah * row[i];
-                else
-                    for (int64_t i = 0; i < c; i++)
-                        acc[i] += ah * row[i];
-                first = false;
-            }
+            combine_rows(acc, first, ab + 2 * H * b, rg + b * hc, rq + b * hc, H, c);
+            first = first && H == 0;
         }
         if (first) /* no term (H = 0): the sum is +0 */
             for (int64_t i = 0; i < c; i++)
@@ -359,17 +384,18 @@ static void keys_out(const trex_fused_keys_out *wk, float *ws, const uint16_t *g
                      const float *lse, const float *D)
 {
     const int64_t Hp = TREX_FUSED_SATTN_HP(H), cp = TREX_FUSED_SATTN_CP(c);
-    float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c;
+    float *rq = ws, *rg = ws + H * c, *rv = ws + 2 * H * c, *sd = rv + c, *gd = sd + H;
     query_into(rq, NULL, qb, H * c);
     query_into(rg, NULL, gb, H * c);
     for (int64_t e = 0; e < n0; e++) {
         entry_into(rv, NULL, Vb, e, c);
+        dots_rows(sd, rq, H, rv, c);
+        dots_rows(gd, rg, H, rv, c);
         uint16_t *row = wk->a2 + (wk->row + e) * wk->K + wk->col;
         for (int64_t h = 0; h < Hp; h++) {
             float p = 0.0f, sdz = 0.0f;
             if (h < H) {
-                const float sc = scale * am_dot_f(rq + h * c, rv, c);
-                const float dp = am_dot_f(rg + h * c, rv, c);
+                const float sc = scale * sd[h], dp = gd[h];
                 p = expf(sc - lse[h]);
                 sdz = scale * (p * (dp - D[h]));
             }
