@@ -3,8 +3,10 @@
  * Eight tiles, all 16 rows x 64 bytes: tmm0-3 hold the 32x32 fp32 block of C as 2x2 16x16 tiles, tmm4-5
  * the two 16-row halves of a step of the A panel (16 x 32 bf16, 64-byte rows), tmm6-7 the two 16-column
  * halves of the VNNI B panel (16 k-pairs x 16 columns, stride 128 bytes). Each step of 32 in k does four
- * tile loads and four TDPBF16PS (each 16x16x32: 16384 FLOP). trex_gemm_begin_amx loads the tile
- * configuration on the calling thread and trex_gemm_end_amx releases the tiles; the framework brackets
+ * tile loads and four TDPBF16PS (each 16x16x32: 16384 FLOP); for a block whose caller uses 16 rows or
+ * fewer (c->rows: an expert's last rows, a problem's bottom edge), three loads and two TDPBF16PS.
+ * trex_gemm_begin_amx loads the tile configuration on the calling thread and trex_gemm_end_amx releases
+ * the tiles; the framework brackets
  * every run of micro-kernel calls with them. Linux must have granted the process XTILEDATA (the
  * dispatch does that before choosing this level). Compiled with AMX flags; reached only through the
  * dispatch table.
@@ -67,9 +69,11 @@ void trex_gemm_end_amx(void)
  * from L2 either way, and there the hint measured up to 14% slower (docs/kernels.md "Round 13").
  * Alongside, the pf_lines lines at pf (the next B slice; pf NULL: none) are prefetched into L2, spread
  * over the steps (x86/prefetch_l2.h): B comes from L3 or memory. a_hint is a constant at each call, so
- * the compiler makes two loops. */
+ * the compiler makes two loops. Without lower (the caller uses rows 0-15 only: c->rows), tiles 2-3 and
+ * A's rows 16-31 are left out, half the products. */
 static inline __attribute__((always_inline)) void products(int64_t kp, const uint16_t *ap, const uint16_t *bp,
-                                                           bool a_hint, const char *pf, int64_t pf_lines)
+                                                           bool a_hint, bool lower, const char *pf,
+                                                           int64_t pf_lines)
 {
     l2_prefetch pfs = l2_prefetch_plan(pf, pf_lines, kp / 32);
     const size_t sa = 64, sb = 2 * TREX_GEMM_NR * 2;
@@ -83,6 +87,8 @@ static inline __attribute__((always_inline)) void products(int64_t kp, const uin
         _tile_dpbf16ps(0, 4, 6);
         _tile_loadd(7, bp + 32, sb);
         _tile_dpbf16ps(1, 4, 7);
+        if (!lower)
+            continue;
         if (a_hint)
             _tile_stream_loadd(5, ap + 16 * 32, sa);
         else
@@ -96,33 +102,44 @@ void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const
 {
     float *const out = c->out;
     const int64_t ldo = c->ldo;
+    /* rows 16-31 of the block in use (c->rows 0: all); without them the lower tiles are skipped */
+    const bool lower = c->rows <= 0 || c->rows > 16;
     if (flags & TREX_UKR_ACCUMULATE) {
         const float *in = c->in;
         const size_t si = (size_t)c->ldi * sizeof(float);
         _tile_loadd(0, in, si);
         _tile_loadd(1, in + 16, si);
-        _tile_loadd(2, in + 16 * c->ldi, si);
-        _tile_loadd(3, in + 16 * c->ldi + 16, si);
+        if (lower) {
+            _tile_loadd(2, in + 16 * c->ldi, si);
+            _tile_loadd(3, in + 16 * c->ldi + 16, si);
+        }
     } else {
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
     }
-    if (kp <= L1_KP)
-        products(kp, ap, bp, true, c->prefetch, c->prefetch_lines);
+    if (kp <= L1_KP && lower)
+        products(kp, ap, bp, true, true, c->prefetch, c->prefetch_lines);
+    else if (kp <= L1_KP)
+        products(kp, ap, bp, true, false, c->prefetch, c->prefetch_lines);
+    else if (lower)
+        products(kp, ap, bp, false, true, c->prefetch, c->prefetch_lines);
     else
-        products(kp, ap, bp, false, c->prefetch, c->prefetch_lines);
+        products(kp, ap, bp, false, false, c->prefetch, c->prefetch_lines);
+    const int rows = lower ? 32 : 16;
     if ((flags & TREX_UKR_STREAM) && ((uintptr_t)out % 64) == 0 && ldo % 16 == 0) {
         /* An output not in cache (the framework's choice): through an L1 buffer, then non-temporal
          * stores (no read for ownership of C's lines, no eviction of the packed operands). */
         float t[32 * 32] __attribute__((aligned(64)));
         _tile_stored(0, t, 128);
         _tile_stored(1, t + 16, 128);
-        _tile_stored(2, t + 16 * 32, 128);
-        _tile_stored(3, t + 16 * 32 + 16, 128);
+        if (lower) {
+            _tile_stored(2, t + 16 * 32, 128);
+            _tile_stored(3, t + 16 * 32 + 16, 128);
+        }
         __asm__ volatile("" : : : "memory");
-        for (int i = 0; i < 32; i++) {
+        for (int i = 0; i < rows; i++) {
             _mm512_stream_ps(out + i * ldo, _mm512_load_ps(t + i * 32));
             _mm512_stream_ps(out + i * ldo + 16, _mm512_load_ps(t + i * 32 + 16));
         }
@@ -131,8 +148,10 @@ void trex_gemm_ukr_amx(int64_t kp, const uint16_t *ap, const uint16_t *bp, const
     const size_t so = (size_t)ldo * sizeof(float);
     _tile_stored(0, out, so);
     _tile_stored(1, out + 16, so);
-    _tile_stored(2, out + 16 * ldo, so);
-    _tile_stored(3, out + 16 * ldo + 16, so);
+    if (lower) {
+        _tile_stored(2, out + 16 * ldo, so);
+        _tile_stored(3, out + 16 * ldo + 16, so);
+    }
 }
 
 /* Register-only: four independent accumulators, operands loaded once. */
