@@ -128,6 +128,21 @@ static inline void AM(am_pool_backward)(AM_REAL *const *dK, AM_REAL *const *dZ, 
     }
 }
 
+/* The softmax normalizer of one head's n logits z beside its sink s: *mx = max(s, z_e) and *den =
+ * exp(s - mx) + sum_e exp(z_e - mx), e ascending; returns lse = mx + log(den). n may be 0. */
+static inline AM_REAL AM(am_sink_lse)(const AM_REAL *z, int64_t n, AM_REAL s, AM_REAL *mx, AM_REAL *den)
+{
+    AM_REAL m = s;
+    for (int64_t e = 0; e < n; e++)
+        m = z[e] > m ? z[e] : m;
+    AM_REAL d = AM_EXP(s - m);
+    for (int64_t e = 0; e < n; e++)
+        d += AM_EXP(z[e] - m);
+    *mx = m;
+    *den = d;
+    return m + AM_LOG(d);
+}
+
 /* One query, H heads q_h = q[h*c..], n entries V[e] of c dims serving as key and value (MQA):
  *   z_he = scale q_h . v_e,   lse_h = log(sum_e exp z_he + exp sink_h),
  *   o_h  = sum_e exp(z_he - lse_h) v_e.
@@ -138,16 +153,10 @@ static inline void AM(am_sattn_forward)(AM_REAL *o, AM_REAL *lse, AM_REAL *z, co
 {
     /* head by head: q_h and o_h stay in the first-level cache while the entries stream past */
     for (int64_t h = 0; h < H; h++) {
-        AM_REAL *zh = z + h * n, *oh = o + h * c;
-        AM_REAL mx = sink[h];
-        for (int64_t e = 0; e < n; e++) {
-            zh[e] = scale * AM(am_dot)(q + h * c, V[e], c);
-            mx = zh[e] > mx ? zh[e] : mx;
-        }
-        AM_REAL den = AM_EXP(sink[h] - mx);
+        AM_REAL *zh = z + h * n, *oh = o + h * c, mx, den;
         for (int64_t e = 0; e < n; e++)
-            den += AM_EXP(zh[e] - mx);
-        lse[h] = mx + AM_LOG(den);
+            zh[e] = scale * AM(am_dot)(q + h * c, V[e], c);
+        lse[h] = AM(am_sink_lse)(zh, n, sink[h], &mx, &den);
         for (int64_t i = 0; i < c; i++)
             oh[i] = 0;
         for (int64_t e = 0; e < n; e++)

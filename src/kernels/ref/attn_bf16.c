@@ -157,16 +157,7 @@ void ATTN_LEAF(sattn_fwd_bf16)(float *o, float *lse, float *z, float *P, float *
             z[h * n + e] = scale * sd[h];
     }
     for (int64_t h = 0; h < H; h++) {
-        const float *zh = z + h * n;
-        float mx = sink[h];
-        for (int64_t e = 0; e < n; e++)
-            mx = zh[e] > mx ? zh[e] : mx;
-        float den = expf(sink[h] - mx);
-        for (int64_t e = 0; e < n; e++)
-            den += expf(zh[e] - mx);
-        lse[h] = mx + logf(den);
-        mxs[h] = mx;
-        dens[h] = den;
+        lse[h] = am_sink_lse_f(z + h * n, n, sink[h], mxs + h, dens + h);
         for (int64_t i = 0; i < c; i++)
             o[h * c + i] = 0.0f;
     }

@@ -20,6 +20,10 @@
 #include "kernels/x86/avx512/mask.h"
 #include "trex/status.h"
 
+#define AM_REAL float
+#define AM_SFX f
+#include "model/attention_math.h" /* am_sink_lse_f: the softmax's normalizer, scalar as there */
+
 #define TREX_FUSED_ASSERT_N(n) TREX_ASSERT((n) >= 1 && (n) <= 8)
 
 /* ((b0 + b1) + (b2 + b3)) with b_k = (s_k + s_{k+8}) + (s_{k+4} + s_{k+12}): am_dot's tree. */
@@ -280,13 +284,8 @@ void AVX512_LEAF(trex_fused_sattn_fwd)(float *o, float *lse, float *z, float *ws
     dots(z, n, 1, q, c, H, V, n, c, scale, 1);
     for (int64_t h = 0; h < H; h++) {
         const float *zh = z + h * n;
-        float mx = sink[h];
-        for (int64_t e = 0; e < n; e++)
-            mx = zh[e] > mx ? zh[e] : mx;
-        float den = expf(sink[h] - mx);
-        for (int64_t e = 0; e < n; e++)
-            den += expf(zh[e] - mx);
-        lse[h] = mx + logf(den);
+        float mx, den;
+        lse[h] = am_sink_lse_f(zh, n, sink[h], &mx, &den);
         for (int64_t e = 0; e < n; e++)
             p[e * H + h] = expf(zh[e] - lse[h]);
     }
