@@ -366,6 +366,47 @@ static void test_ukr(const trex_kernel_table *t)
     }
 }
 
+/* The avx2 and avx512f micro-kernels do the same fp32 FMAs on the same values in the same order per
+ * element (even k, then odd k, k ascending): the same bits, which a change of either's order breaks. */
+static void test_ukr_fma_levels(void)
+{
+    const trex_kernel_table *a = trex_kernels_table_for(TREX_ISA_AVX2),
+                            *b = trex_kernels_table_for(TREX_ISA_AVX512F);
+    if (a->isa != TREX_ISA_AVX2 || b->isa != TREX_ISA_AVX512F) {
+        printf("skip: the avx2 and avx512f micro-kernels are not both on this machine\n");
+        return;
+    }
+    uint64_t st = 9;
+    enum { KMAX = 1056, LDC = 48 };
+    uint16_t *ap = xmalloc(32 * KMAX * sizeof *ap), *bp = xmalloc(32 * KMAX * sizeof *bp);
+    for (int64_t i = 0; i < 32 * KMAX; i++) {
+        ap[i] = trex_f32_to_bf16(rnd(&st) * (i % 97 == 3 ? 1e-30f : 1.0f));
+        bp[i] = trex_f32_to_bf16(rnd(&st));
+    }
+    float c0[32 * LDC], ca[32 * LDC], cb[32 * LDC];
+    for (int i = 0; i < 32 * LDC; i++)
+        c0[i] = rnd(&st);
+    const int64_t kcs[] = {32, 96, 544, 1056};
+    int bad = 0, runs = 0;
+    for (size_t ki = 0; ki < sizeof kcs / sizeof kcs[0]; ki++)
+        for (int acc = 0; acc < 2; acc++) {
+            const unsigned fl = acc ? TREX_UKR_ACCUMULATE : 0;
+            memcpy(ca, c0, sizeof ca);
+            memcpy(cb, c0, sizeof cb);
+            const trex_ukr_c ia = {.out = ca, .ldo = LDC, .in = ca, .ldi = LDC};
+            const trex_ukr_c ib = {.out = cb, .ldo = LDC, .in = cb, .ldi = LDC};
+            a->gemm_ukr(kcs[ki], ap, bp, &ia, fl);
+            b->gemm_ukr(kcs[ki], ap, bp, &ib, fl);
+            if (b->gemm_end)
+                b->gemm_end();
+            bad += memcmp(ca, cb, sizeof ca) != 0;
+            runs++;
+        }
+    CHECK(bad == 0, "avx2 and avx512f micro-kernels: %d of %d runs not bit-identical", bad, runs);
+    free(ap);
+    free(bp);
+}
+
 /* ---- 5. GEMM against fp64 ------------------------------------------------------------------------- */
 
 typedef struct mats {
@@ -1743,6 +1784,7 @@ int main(int argc, char **argv)
         test_ksplit(lv[i], pool);
         test_determinism(lv[i]);
     }
+    test_ukr_fma_levels();
     test_chunked(lv[n - 1], pool);
     for (int i = 0; i < n; i++)
         if (lv[i]->isa >= TREX_ISA_AVX512F)

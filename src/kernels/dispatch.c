@@ -236,6 +236,7 @@ static struct {
     const trex_kernel_table *active;
     trex_code code;
     char msg[TREX_ERR_MSG];
+    bool verbose; /* TREX_VERBOSE set, and neither empty nor "0" */
 } state;
 
 static void log_choice(const trex_kernel_table *t, const char *cap)
@@ -280,7 +281,9 @@ static void init_state(void)
         }
     }
     state.active = tables[level];
-    if (trex_kernels_verbose())
+    const char *v = getenv("TREX_VERBOSE");
+    state.verbose = v && *v && strcmp(v, "0") != 0;
+    if (state.verbose)
         log_choice(state.active, cap && *cap ? cap : NULL);
 }
 
@@ -308,8 +311,8 @@ const trex_kernel_table *trex_kernels_table(void)
 
 bool trex_kernels_verbose(void)
 {
-    const char *v = getenv("TREX_VERBOSE");
-    return v && *v && strcmp(v, "0") != 0;
+    pthread_once(&init_once, init_state);
+    return state.verbose;
 }
 
 trex_isa trex_kernels_isa(void)
@@ -320,6 +323,6 @@ trex_isa trex_kernels_isa(void)
 const trex_kernel_table *trex_kernels_table_for(trex_isa cap)
 {
     pthread_once(&init_once, init_state);
-    trex_isa best = state.features.best;
-    return tables[cap < best ? cap : best];
+    const trex_isa best = state.features.best;
+    return tables[cap < TREX_ISA_REF ? TREX_ISA_REF : cap < best ? cap : best];
 }

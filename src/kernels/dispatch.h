@@ -140,7 +140,8 @@ const trex_kernel_table *trex_kernels_table(void);
  * a cap above the machine's best gives the best's table. Never NULL. */
 const trex_kernel_table *trex_kernels_table_for(trex_isa cap);
 
-/* Whether TREX_VERBOSE asks for each kernel choice to be logged: set, and neither empty nor "0". */
+/* Whether TREX_VERBOSE asks for each kernel choice to be logged: set, and neither empty nor "0" (read
+ * once per process, with TREX_ISA). */
 bool trex_kernels_verbose(void);
 
 const char *trex_isa_name(trex_isa isa);            /* "ref", "avx2", "avx512f", "avx512", "amx" */

@@ -15,11 +15,10 @@
  *   key      dV[e][k] += (sum_h bf(p_he) bf(g_h)[k]) + sum_h bf(scale dz_he) bf(q_h)[k]  (h ascending,
  *            one fp32 sum started at the first term, then one add into dV), psum[e] = sum_h p_he
  *
- * ws (floats): bf(q), bf(g) [H*c each], the rounded entries [n*c] (one [c] and its c sums on the key
- * side) and, in
- * the forward when the caller passes no z, the scores [H*n]; bf(dz)
- * [H*n], the key side's coefficients or the forward's mx and den [2H]; TREX_FUSED_SATTN_BF16_WS
- * covers it.
+ * ws (floats): bf(q), bf(g) [H*c each]; the rounded entries [n*c] (one [c] and its c sums on the key
+ * side); one entry's dot products with the heads of q and g [2H]; the forward's bf(p) [H*n], and the
+ * scores [H*n] when the caller passes no z, and its mx, den [2H]; the query side's bf(dz) [H*n]; the key
+ * side's coefficients [2H]. TREX_FUSED_SATTN_BF16_WS covers it.
  *
  * The avx2 level compiles this file a second time (kernels/x86/avx2/attn_ref.c), with AVX2 flags and
  * -O3, under its own names: ATTN_LEAF(name) is trex_fused_<name>_ref unless the includer defines it,
@@ -314,7 +313,7 @@ void ATTN_LEAF(sattn_bwd_query_block_bf16)(float *dq, float *dsink, float *ws,
  * entry over the terms of every query that sees it (b ascending; per query the g terms, heads
  * ascending, then the q terms), started at the first term, then one add into dV[e].
  * ws: bf(q), bf(g) of the nq queries [nq*H*c each], one widened entry [c], the coefficients [2H*nq],
- * the entry's sums [c]. */
+ * the entry's sums [c], its dot products with one query's heads of q and g [2H]. */
 void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_t *const *Vb,
                                       int64_t n, int64_t nq, const int64_t *vis,
                                       const uint16_t *qb, const uint16_t *gb, int64_t H,
@@ -403,9 +402,9 @@ static void keys_out(const trex_fused_keys_out *wk, float *ws, const uint16_t *g
 }
 
 /* sattn_bwd_query_keys_bf16 (kernels/fused.h): its definition, the two calls (and keys_out). The key
- * side's scratch (2 H c + 2 c + 2 H floats: the rounded q and g, one entry, its coefficients, its sums)
- * fits in TREX_FUSED_SATTN_BF16_WS, as the query side's does; the query side's is free once that call
- * has returned. */
+ * side's scratch (2 H c + 2 c + 4 H floats: the rounded q and g, one entry, its coefficients, its sums,
+ * its dot products) fits in TREX_FUSED_SATTN_BF16_WS, as the query side's does; the query side's is
+ * free once that call has returned. */
 void ATTN_LEAF(sattn_bwd_query_keys_bf16)(float *dq, float *dsink, float *P, float *const *dV,
                                           float *psum, float *ws, const uint16_t *gb,
                                           const uint16_t *qb, const uint16_t *const *Vb,

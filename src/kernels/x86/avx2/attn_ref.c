@@ -97,7 +97,8 @@ static void wsum_rows(float *O, int64_t R, const float *w, int64_t ldw, const fl
                 l2 = mul_add(l2, b2, vl), h2 = mul_add(h2, b2, vh);
                 l3 = mul_add(l3, b3, vl), h3 = mul_add(h3, b3, vh);
             }
-            /* the last row first: a repeated row's pointer is o0, whose sums are stored last */
+            /* a repeated row (R not a multiple of 4) computed row r0's sums from the same loads: its
+             * store writes the same bits */
             _mm256_storeu_ps(o3 + i, l3), _mm256_storeu_ps(o3 + i + 8, h3);
             _mm256_storeu_ps(o2 + i, l2), _mm256_storeu_ps(o2 + i + 8, h2);
             _mm256_storeu_ps(o1 + i, l1), _mm256_storeu_ps(o1 + i + 8, h1);

@@ -1,6 +1,6 @@
 /* kernels/x86/avx2/gemm_bf16.c — the bf16 GEMM micro-kernel on AVX2 + FMA, for x86-64 machines without
  * AVX-512 (with AVX-512 but not its bf16 instructions they run kernels/x86/avx512f), which otherwise run
- * the plain-C reference (17-19 GFLOP/s per core on the AMD VM, against 90-92 for this kernel with its
+ * the plain-C reference (17-19 GFLOP/s per core on the AMD VM, against about 90 for this kernel with its
  * operands in L1; docs/kernels.md "Micro-kernels").
  *
  * AVX2 has no bf16 arithmetic: a dword holding a pair (k, k+1) of B gives both as fp32 with one shift
