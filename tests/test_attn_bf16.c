@@ -1,7 +1,7 @@
 /* tests/test_attn_bf16.c — the bf16 attention entries of kernels/fused.h (sattn_*_bf16) at every level
  * of the fused-kernel table, on awkward shapes (n = 0, 1, 2, 3, 7, 16, 17, 129, 257 entries scattered
- * in memory; H = 1, 2, 3, 16, 20 heads; c = 20, 32, 48, 512 dims; a misaligned scratch with a guard after it;
- * n = 2 and 3 straddle the AMX key side's switch from its few-entries path to the tiles).
+ * in memory; H = 1, 2, 3, 16, 20 heads; c = 20, 32, 48, 512 dims; a misaligned scratch with a guard
+ * after it; n = 2 and 3 straddle the AMX key side's switch from its few-entries path to the tiles).
  *
  * 1. Every level against the fp32 reference (model/attention_math.h) within first-order bounds of bf16
  *    rounding, element by element. With u = 2^-8 (the relative error of one product of two operands

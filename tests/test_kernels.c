@@ -357,7 +357,8 @@ static void test_ukr(const trex_kernel_table *t)
                         worst = fmax(worst, err / tol);
                         bad += err > tol;
                     }
-                CHECK(bad == 0, "%s micro-kernel kc=%lld acc=%d rows=%d: %d bad elements (worst err/tol %.3g)",
+                CHECK(bad == 0,
+                      "%s micro-kernel kc=%lld acc=%d rows=%d: %d bad elements (worst err/tol %.3g)",
                       t->gemm_name, (long long)kc, acc, row_cases[ri], bad, worst);
             }
         }
