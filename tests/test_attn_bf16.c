@@ -557,6 +557,9 @@ static void dots_case(const trex_fused_table *const *lv, int nl, int64_t n, int6
         CHECK(bad == 0 && bad_ref == 0, "dots_bf16 %s n=%lld R=%lld c=%lld idx=%d: %d scores out of "
               "the bound, %d out of a quarter of it against the reference", t->name, (long long)n,
               (long long)R, (long long)c, use_idx, bad, bad_ref);
+        if (l > 0 && ref_bits(t))
+            CHECK(same_bits(out, out0, R * n), "dots_bf16 %s n=%lld R=%lld c=%lld idx=%d: not the "
+                  "reference's bits", t->name, (long long)n, (long long)R, (long long)c, use_idx);
         if (l == 0)
             memcpy(out0, out, (size_t)(R * n) * sizeof(float));
     }
@@ -565,10 +568,11 @@ static void dots_case(const trex_fused_table *const *lv, int nl, int64_t n, int6
 
 static void test_dots_bf16(const trex_fused_table *const *lv, int nl)
 {
-    const int64_t ns[] = {0, 1, 15, 16, 17, 63, 64, 65, 200}, Rs[] = {1, 16, 20}, cs[] = {32, 48, 128};
+    const int64_t ns[] = {0, 1, 15, 16, 17, 63, 64, 65, 200}, Rs[] = {1, 3, 16, 20},
+                  cs[] = {20, 32, 48, 128};
     double worst[2] = {0.0, 0.0};
-    for (size_t ic = 0; ic < 3; ic++)
-        for (size_t ir = 0; ir < 3; ir++)
+    for (size_t ic = 0; ic < sizeof cs / sizeof cs[0]; ic++)
+        for (size_t ir = 0; ir < sizeof Rs / sizeof Rs[0]; ir++)
             for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
                 for (int use_idx = 0; use_idx < 2; use_idx++)
                     dots_case(lv, nl, ns[in], Rs[ir], cs[ic], use_idx, worst);

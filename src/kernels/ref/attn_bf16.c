@@ -238,11 +238,11 @@ void ATTN_LEAF(sattn_bwd_entries_bf16)(float *const *dV, float *psum, float *ws,
 }
 
 /* dots_bf16 (kernels/fused.h): out[r*n + e] = am_dot_f(bf(A_r), K_e), the entries K_e given in bf16
- * (exact in fp32). ws: the rounded rows [R*c] and one widened entry [c]. */
+ * (exact in fp32). ws: the rounded rows [R*c], one widened entry [c] and its R dot products. */
 void ATTN_LEAF(dots_bf16)(float *out, float *ws, const float *A, int64_t lda, int64_t R,
                           const uint16_t *Kb, const int64_t *idx, int64_t n, int64_t c)
 {
-    float *ra = ws, *rv = ws + R * c;
+    float *ra = ws, *rv = ws + R * c, *sd = rv + c;
     for (int64_t r = 0; r < R; r++)
         round_into(ra + r * c, A + r * lda, c);
     for (int64_t e = 0; e < n; e++) {
@@ -251,8 +251,9 @@ void ATTN_LEAF(dots_bf16)(float *out, float *ws, const float *A, int64_t lda, in
             const uint32_t u = (uint32_t)k[i] << 16;
             memcpy(rv + i, &u, sizeof u);
         }
+        dots_rows(sd, ra, R, rv, c);
         for (int64_t r = 0; r < R; r++)
-            out[r * n + e] = am_dot_f(ra + r * c, rv, c);
+            out[r * n + e] = sd[r];
     }
 }
 
