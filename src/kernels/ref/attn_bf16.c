@@ -122,10 +122,13 @@ static void wsum_rows(float *O, int64_t R, const float *w, int64_t ldw, const fl
 }
 
 /* The terms a[k] X_k[i] for k < 2H ascending (X_k = G + k c for k < H, then Q + (k - H) c), each
- * product rounded, then added into acc[i] (i < c); with first, the sum starts at the first term. */
+ * product rounded, then added into acc[i] (i < c); with first, the sum starts at the first term (+0
+ * when there is none, H = 0). */
 static void combine_rows(float *acc, bool first, const float *a, const float *G, const float *Q,
                          int64_t H, int64_t c)
 {
+    if (first && H == 0)
+        memset(acc, 0, (size_t)c * sizeof *acc);
     for (int64_t k = 0; k < 2 * H; k++) {
         const float ak = a[k], *x = k < H ? G + k * c : Q + (k - H) * c;
         if (first && k == 0)
@@ -227,9 +230,7 @@ void ATTN_LEAF(sattn_bwd_entries_bf16)(float *const *dV, float *psum, float *ws,
         }
         psum[e] = ps;
         /* per column i: one sum over h ascending (the g rows, then the q rows) from the first term,
-         * then one add into dV (no term, H = 0: the sum is +0) */
-        if (H == 0)
-            memset(acc, 0, (size_t)c * sizeof *acc);
+         * then one add into dV */
         combine_rows(acc, true, ab, rg, rq, H, c);
         float *dv = dV[e];
         for (int64_t i = 0; i < c; i++)
@@ -350,11 +351,8 @@ void ATTN_LEAF(sattn_bwd_window_bf16)(float *const *dV, float *ws, const uint16_
             if (e < vis[2 * b] || e >= vis[2 * b + 1])
                 continue;
             combine_rows(acc, first, ab + 2 * H * b, rg + b * hc, rq + b * hc, H, c);
-            first = first && H == 0;
+            first = false;
         }
-        if (first) /* no term (H = 0): the sum is +0 */
-            for (int64_t i = 0; i < c; i++)
-                acc[i] = 0.0f;
         float *dv = dV[e];
         for (int64_t i = 0; i < c; i++)
             dv[i] += acc[i];

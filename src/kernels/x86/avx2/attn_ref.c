@@ -20,6 +20,7 @@
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #define ATTN_LEAF(name) trex_fused_##name##_avx2
 #define ATTN_LEAF_KEY_PRODUCT_ELSEWHERE
@@ -115,12 +116,16 @@ static void wsum_rows(float *O, int64_t R, const float *w, int64_t ldw, const fl
 }
 
 /* The terms a[k] X_k[i] for k < 2H ascending (X_k = G + k c for k < H, then Q + (k - H) c), each
- * product rounded, then added into acc[i] (i < c); with first, the sum starts at the first term. */
+ * product rounded, then added into acc[i] (i < c); with first, the sum starts at the first term (+0
+ * when there is none, H = 0). */
 static void combine_rows(float *acc, bool first, const float *a, const float *G, const float *Q,
                          int64_t H, int64_t c)
 {
-    if (H <= 0)
+    if (H <= 0) {
+        if (first)
+            memset(acc, 0, (size_t)c * sizeof *acc);
         return;
+    }
     const int64_t K = 2 * H, c64 = c / 64 * 64, k0 = first ? 1 : 0;
     for (int64_t i = 0; i < c64; i += 64) {
         __m256 s[8];
