@@ -1747,6 +1747,180 @@ static void test_split2(trex_pool *pool)
     }
 }
 
+/* ---- 10. bf16 x fp32 products (trex_gemm_bf16_f32b: the levels whose products are fp32 FMAs) ------- */
+
+/* s, then fmaf(a_k, b_k, s) for k = 0 .. K-1: the bits every level with gemm_ukr_f32b must give (each
+ * product of a bf16 and an fp32 value exact, one rounding per sum, increasing k). a_k is the first of
+ * A's pair k (a + 2k as, b + k bs). */
+static float fma_chain(float s, const uint16_t *a, int64_t as, const float *b, int64_t bs, int64_t K)
+{
+    for (int64_t k = 0; k < K; k++)
+        s = fmaf(trex_bf16_to_f32(a[2 * k * as]), b[k * bs], s);
+    return s;
+}
+
+/* fp32 values with all 24 bits of mantissa in use (no bf16 value is), of both signs. */
+static float rnd_full(uint64_t *st)
+{
+    return rnd(st) * (1.0f + 0x1p-23f * (float)(rng_next(st) & 0x7fffff)) * 0.75f;
+}
+
+/* The micro-kernel on one panel pair, against fma_chain bit for bit: A's pairs hold each value twice
+ * (its contract), B's dwords fp32 values; rows in use and accumulation as test_ukr. */
+static void test_ukr_f32b(const trex_kernel_table *t)
+{
+    uint64_t st = 17;
+    const int64_t kcs[] = {32, 64, 544, 1056};
+    for (size_t ki = 0; ki < sizeof kcs / sizeof kcs[0]; ki++) {
+        const int64_t kc = kcs[ki], kv = kc / 2;
+        uint16_t *ap = xmalloc(32 * kc * sizeof *ap);
+        float *bp = xmalloc(32 * kv * sizeof *bp);
+        for (int64_t i = 0; i < 32 * kc; i += 2)
+            ap[i] = ap[i + 1] = trex_f32_to_bf16(rnd(&st));
+        for (int64_t i = 0; i < 32 * kv; i++)
+            bp[i] = rnd_full(&st);
+        enum { LDC = 48 };
+        float c[32 * LDC] __attribute__((aligned(64))), c0[32 * LDC];
+        for (int i = 0; i < 32 * LDC; i++)
+            c0[i] = rnd(&st);
+        const int row_cases[] = {0, 1, 15, 16, 17, 31};
+        int64_t bad = 0, runs = 0;
+        for (int ri = 0; ri < (int)(sizeof row_cases / sizeof row_cases[0]); ri++)
+            for (int acc = 0; acc < 2; acc++, runs++) {
+                const int used = row_cases[ri] ? row_cases[ri] : 32;
+                memcpy(c, c0, sizeof c);
+                const trex_ukr_c io = {.out = c, .ldo = LDC, .in = c, .ldi = LDC, .rows = row_cases[ri]};
+                t->gemm_ukr_f32b(kc, ap, (const uint16_t *)(const void *)bp, &io,
+                                 acc ? TREX_UKR_ACCUMULATE : TREX_UKR_STREAM);
+                if (t->gemm_end)
+                    t->gemm_end();
+                for (int i = 0; i < 32; i++)
+                    for (int j = 0; j < LDC; j++) {
+                        const bool same = f32_bits(c[i * LDC + j]) == f32_bits(c0[i * LDC + j]);
+                        if (j >= 32 || (i >= used && same)) {
+                            bad += !same;
+                            continue;
+                        }
+                        /* A (r, k) of the A format; B (r, q) at float q 32 + r */
+                        float want = acc ? c0[i * LDC + j] : 0.0f;
+                        for (int64_t q = 0; q < kv; q++)
+                            want = fmaf(trex_bf16_to_f32(panel_a(ap, i, 2 * q)), bp[q * 32 + j], want);
+                        bad += f32_bits(c[i * LDC + j]) != f32_bits(want);
+                    }
+            }
+        CHECK(bad == 0, "%s fp32-pair micro-kernel kc=%lld: %lld runs, the fmaf chain's bits (%lld words wrong)",
+              t->gemm_name, (long long)kc, (long long)runs, (long long)bad);
+        free(ap);
+        free(bp);
+    }
+}
+
+/* The whole product on awkward shapes (1, primes, K odd and past the 512-k slice, empty), padded
+ * leading dimensions, alpha and beta (beta 0 over NaN): every element is the fmaf chain's bits, then
+ * alpha and beta as the framework applies them (sums from beta C when alpha is 1; else alpha s + beta
+ * C), the padding untouched; with no pool and with the pool of 2 alike. */
+static void test_gemm_f32b(const trex_kernel_table *t, trex_pool *pool)
+{
+    const int64_t shapes[][3] = {{1, 1, 1},    {1, 17, 3},   {5, 3, 0},     {0, 4, 3},    {4, 0, 3},
+                                 {31, 33, 65}, {37, 29, 41}, {100, 7, 513}, {45, 70, 300}, {257, 263, 97},
+                                 {70, 40, 1100}};
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}, {2, 0}, {1, -0.5f}};
+    uint64_t st = 23;
+    int64_t bad = 0, runs = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+        const int64_t lda = 2 * K + 4, ldb = K + 3, ldc = N + 2;
+        uint16_t *A = xmalloc((size_t)(M * lda) * sizeof *A);
+        float *B = xmalloc((size_t)(N * ldb) * sizeof *B), *C0 = xmalloc((size_t)(M * ldc) * sizeof *C0);
+        float *C = xmalloc((size_t)(M * ldc) * sizeof *C);
+        for (int64_t i = 0; i < M * lda; i += 2)
+            A[i] = A[i + 1] = trex_f32_to_bf16(rnd(&st));
+        for (int64_t i = 0; i < N * ldb; i++)
+            B[i] = rnd_full(&st);
+        for (int64_t i = 0; i < M * ldc; i++)
+            C0[i] = rnd(&st);
+        for (size_t ai = 0; ai < sizeof ab / sizeof ab[0]; ai++)
+            for (int pi = 0; pi < 2; pi++, runs++) {
+                const float alpha = ab[ai][0], beta = ab[ai][1];
+                memcpy(C, C0, (size_t)(M * ldc) * sizeof *C);
+                for (int64_t i = 0; beta == 0.0f && i < M; i++)
+                    for (int64_t j = 0; j < N; j++)
+                        C[i * ldc + j] = NAN;
+                trex_gemm_bf16_f32b_with(t, pi ? pool : NULL, (ws_toggle++ & 1) ? shared_ws : NULL, M, N, K, alpha,
+                                         A, lda, B, ldb, beta, C, ldc);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < ldc; j++) {
+                        const float c0 = C0[i * ldc + j], got = C[i * ldc + j];
+                        if (j >= N) {
+                            bad += f32_bits(got) != f32_bits(c0);
+                            continue;
+                        }
+                        float want;
+                        if (alpha == 1.0f) {
+                            const float s0 = beta == 0.0f ? 0.0f : beta == 1.0f ? c0 : beta * c0;
+                            want = fma_chain(s0, A + i * lda, 1, B + j * ldb, 1, K);
+                        } else {
+                            const float s = fma_chain(0.0f, A + i * lda, 1, B + j * ldb, 1, K);
+                            want = beta == 0.0f ? alpha * s : alpha * s + beta * c0;
+                        }
+                        bad += f32_bits(got) != f32_bits(want);
+                    }
+            }
+        free(A);
+        free(B);
+        free(C0);
+        free(C);
+    }
+    CHECK(bad == 0, "%s bf16 x fp32 GEMM: %lld runs over %zu shapes, the fmaf chain's bits (%lld words wrong)",
+          t->gemm_name, (long long)runs, sizeof shapes / sizeof shapes[0], (long long)bad);
+}
+
+/* trex_spread_bf16_rows: each value's bf16 rounding twice, for any row count and length; the public
+ * product on the level in use reads it (where that level has the product). */
+static void test_spread(trex_pool *pool)
+{
+    const int64_t shapes[][2] = {{1, 1}, {3, 5}, {7, 300}, {2, 1031}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], n = shapes[si][1];
+        float *x = xmalloc((size_t)(rows * n) * sizeof *x);
+        uint16_t *d = xmalloc((size_t)(rows * 2 * n) * sizeof *d);
+        split_fill(x, rows * n);
+        memset(d, 0xff, (size_t)(rows * 2 * n) * sizeof *d);
+        trex_spread_bf16_rows(pool, d, x, rows, n);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < rows * n; i++)
+            bad += d[2 * i] != trex_f32_to_bf16(x[i]) || d[2 * i + 1] != d[2 * i];
+        CHECK(bad == 0, "spread %" PRId64 "x%" PRId64 ": %" PRId64 " values wrong", rows, n, bad);
+        free(x);
+        free(d);
+    }
+    if (!trex_gemm_f32b_native()) {
+        printf("skip: level %s has no bf16 x fp32 product (its callers split the fp32 operand)\n",
+               trex_isa_name(trex_kernels_isa()));
+        return;
+    }
+    enum { M = 40, N = 9, K = 77 };
+    float *W = xmalloc(M * K * sizeof *W), *X = xmalloc(N * K * sizeof *X), *C = xmalloc(M * N * sizeof *C);
+    uint16_t *A = xmalloc(M * 2 * K * sizeof *A);
+    uint64_t st = 29;
+    for (int i = 0; i < M * K; i++)
+        W[i] = rnd_full(&st);
+    for (int i = 0; i < N * K; i++)
+        X[i] = rnd_full(&st);
+    trex_spread_bf16_rows(pool, A, W, M, K);
+    trex_gemm_bf16_f32b(pool, NULL, M, N, K, 1.0f, A, 2 * K, X, K, 0.0f, C, N);
+    int64_t bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++)
+            bad += f32_bits(C[i * N + j]) != f32_bits(fma_chain(0.0f, A + i * 2 * K, 1, X + j * K, 1, K));
+    CHECK(bad == 0, "trex_gemm_bf16_f32b on the spread weight (level %s): %lld of %d wrong",
+          trex_isa_name(trex_kernels_isa()), (long long)bad, M * N);
+    free(W);
+    free(X);
+    free(C);
+    free(A);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--child"))
@@ -1765,7 +1939,7 @@ int main(int argc, char **argv)
         if (b && a->gemm_ukr == b->gemm_ukr && a->gemm_tile_t == b->gemm_tile_t && a->pack_a_bf16 == b->pack_a_bf16 &&
             a->pack_a_f32 == b->pack_a_f32 && a->pack_b_bf16 == b->pack_b_bf16 &&
             a->pack_b_f32 == b->pack_b_f32 && a->cvt_f32_bf16 == b->cvt_f32_bf16 &&
-            a->cvt_bf16_f32 == b->cvt_bf16_f32) {
+            a->cvt_bf16_f32 == b->cvt_bf16_f32 && a->gemm_ukr_f32b == b->gemm_ukr_f32b) {
             printf("skip: level %s has the same entries as level %s (no leaf of its own yet): "
                    "tested above\n", trex_isa_name(a->isa), trex_isa_name(b->isa));
             continue;
@@ -1784,6 +1958,10 @@ int main(int argc, char **argv)
         test_gathered(lv[i], pool);
         test_ksplit(lv[i], pool);
         test_determinism(lv[i]);
+        if (lv[i]->gemm_ukr_f32b) {
+            test_ukr_f32b(lv[i]);
+            test_gemm_f32b(lv[i], pool);
+        }
     }
     test_ukr_fma_levels();
     test_chunked(lv[n - 1], pool);
@@ -1796,6 +1974,7 @@ int main(int argc, char **argv)
     test_linear_ex(pool);
     test_split3(pool);
     test_split2(pool);
+    test_spread(pool);
     test_gemm_f32(lv, n, pool);
     CHECK(trex_gemm_ws_bytes(shared_ws) > 0, "the shared workspace was used");
     trex_gemm_ws_destroy(shared_ws);

@@ -81,13 +81,14 @@ static const trex_kernel_table table_ref = {
 };
 
 #ifdef TREX_X86
-/* AVX2 + FMA: the bf16 products as fp32 FMAs on bf16 pairs, the packers, conversions and the fp32
- * GEMM's micro-kernel on 256-bit vectors, and the FMA peak (its bf16 products' unit); a block's
- * transpose is the reference's. */
+/* AVX2 + FMA: the bf16 products as fp32 FMAs on bf16 pairs (and on fp32 B values as they are), the
+ * packers, conversions and the fp32 GEMM's micro-kernel on 256-bit vectors, and the FMA peak (its bf16
+ * products' unit); a block's transpose is the reference's. */
 static const trex_kernel_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .gemm_name = "avx2-fma",
     .gemm_ukr = trex_gemm_ukr_avx2,
+    .gemm_ukr_f32b = trex_gemm_ukr_f32b_avx2,
     .gemm_tile_t = trex_gemm_tile_t_ref,
     .gemm_f32_name = "avx2-mul-add",
     .peak_f32_fma = trex_peak_f32_fma_avx2,
@@ -103,12 +104,14 @@ static const trex_kernel_table table_avx2 = {
     .peak_f32_fma = trex_peak_f32_fma_avx512,     \
     .peak_f32_fma_name = "avx512_fp32_fma"
 
-/* AVX-512 without its bf16 instructions: the bf16 products as fp32 FMAs on bf16 pairs (as avx2, on
- * 512-bit vectors), the avx512 packers compiled without them; the FMA peak is its bf16 products'. */
+/* AVX-512 without its bf16 instructions: the bf16 products as fp32 FMAs on bf16 pairs and on fp32 B
+ * values (as avx2, on 512-bit vectors), the avx512 packers compiled without them; the FMA peak is its
+ * bf16 products'. */
 static const trex_kernel_table table_avx512f = {
     .isa = TREX_ISA_AVX512F,
     .gemm_name = "avx512f-fma",
     .gemm_ukr = trex_gemm_ukr_avx512f,
+    .gemm_ukr_f32b = trex_gemm_ukr_f32b_avx512f,
     .gemm_end = trex_gemm_end_avx512,
     PACK_LEAVES(avx512f),
     AVX512F_ENTRIES,
@@ -255,6 +258,8 @@ static void log_choice(const trex_kernel_table *t, const char *cap)
     fprintf(stderr, "trex: kernels: level %s (best available %s, TREX_ISA=%s)\n",
             trex_isa_name(t->isa), trex_isa_name(f->best), cap ? cap : "unset");
     fprintf(stderr, "trex: kernels: gemm_bf16 micro-kernel: %s\n", t->gemm_name);
+    fprintf(stderr, "trex: kernels: bf16 x fp32 products: %s\n",
+            t->gemm_ukr_f32b ? "fp32 values as they are (FMA)" : "fp32 split into bf16 terms by the caller");
     fprintf(stderr, "trex: kernels: gemm_bf16 packing: %s\n", t->pack_name);
     fprintf(stderr, "trex: kernels: f32<->bf16 conversion: %s\n", t->cvt_name);
     fprintf(stderr, "trex: kernels: fp32 trex_gemm/linear micro-kernel: %s\n", t->gemm_f32_name);

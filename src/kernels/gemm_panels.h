@@ -28,6 +28,13 @@
  * call over kp (the framework's K slices rely on it). With TREX_UKR_STREAM (and out 64-byte aligned,
  * ldo a multiple of 16) out may be written with non-temporal stores, which the level's gemm_end fences.
  *
+ * The fp32-pair format (B operands of trex_gemm_bf16_f32b, at the levels whose products are fp32 FMAs)
+ * is the VNNI format's layout with each pair's dword holding one fp32 value: B's k-th value at the pair
+ * of k-pair index k, i.e. element (r, k) of the fp32 operand at float (k/16)*512 + (k%16)*32 + r. Its K
+ * counts pairs as two, as the A operand it meets does: that A holds each bf16 value twice (k-pair q of A
+ * is value q twice: trex_spread_bf16_rows), and the micro-kernel (gemm_ukr_f32b) multiplies the first of
+ * each pair of A by the fp32 value in one FMA. Sums still run in increasing k, one rounding each.
+ *
  * A pre-packed B (trex_gemm_pack_b in kernels/kernels.h) is exactly these VNNI panels, ceil(N/32) of
  * them one after the other, packed once by the caller with the level's pack_b; every level packs the
  * same bytes, so a packed operand can be used by any level. A pre-packed A (trex_gemm_pack_a) is likewise
@@ -72,6 +79,9 @@ void trex_gemm_syrk_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_
 void trex_gemm_pack_b_range_with(const trex_kernel_table *t, uint16_t *panels, int64_t N, int64_t K,
                                  trex_dtype in, bool tb, const void *B, int64_t ldb, int64_t n0,
                                  int64_t n1, int64_t k0, int64_t k1);
+void trex_gemm_bf16_f32b_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, int64_t M, int64_t N,
+                              int64_t K, float alpha, const uint16_t *A, int64_t lda, const float *B, int64_t ldb,
+                              float beta, float *C, int64_t ldc);
 void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count);
@@ -115,9 +125,13 @@ double trex_peak_bf16_dp_avx512(int64_t iters);
 TREX_GEMM_PACK_LEAVES(avx512f)
 void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                            unsigned flags);
+void trex_gemm_ukr_f32b_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                                unsigned flags);
 
 /* AVX2 + FMA */
 TREX_GEMM_LEAVES(avx2)
+void trex_gemm_ukr_f32b_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                             unsigned flags);
 double trex_peak_f32_fma_avx2(int64_t iters);
 
 /* AMX-TILE + AMX-BF16 (with the AVX-512 packers) */

@@ -87,6 +87,24 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
                         int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                         int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* A bf16 weight against fp32 activations taken as they are, at the levels whose products are fp32 FMAs
+ * (avx2, avx512f; trex_gemm_f32b_native): C[M,N] = alpha A B^T + beta C with the conventions of
+ * trex_gemm (beta == 0 ignores the old C), A [M, K] bf16 stored spread, its value k of row i at
+ * A[i lda + 2k] and again at 2k + 1 (lda >= 2K; trex_spread_bf16_rows writes it), and B [N, K] fp32
+ * (ldb >= K). Each product of a bf16 and an fp32 value is exact in one FMA, and each element's sum
+ * rounds once per k in increasing k: the bits of fmaf(a_k, b_k, c) from c = +0 (then alpha and beta as
+ * trex_gemm_bf16), the same at both levels and for any pool. That is half the FMAs of the bf16x2 split
+ * (W x = W x_hi + W x_lo over K = 2k, above) and closer to W x. The other levels (ref, and avx512 and
+ * amx, whose products are bf16 instructions) do not have it: calling it there aborts; their callers
+ * split x. */
+bool trex_gemm_f32b_native(void);
+void trex_gemm_bf16_f32b(trex_pool *pool, trex_gemm_ws *ws, int64_t M, int64_t N, int64_t K, float alpha,
+                         const uint16_t *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                         int64_t ldc);
+/* Rows of n floats of src (row stride n) to rows of 2n bf16 of dst, each value's bf16 rounding twice in
+ * a row ([r(x0), r(x0), r(x1), r(x1), ...]: trex_gemm_bf16_f32b's A); rows over the pool. */
+void trex_spread_bf16_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n);
+
 /* A symmetric product (BLAS's syrk, both triangles written): C[n,n] = alpha op(X) op(X)^T + beta C with
  * op(X) = X stored [n, k] (ldx >= k) or, with trans, X^T of an X stored [k, n] (ldx >= n), X of type in
  * (TREX_BF16, or TREX_F32 rounded to bf16 while packed). Only the 32x32 tiles of C on and below the

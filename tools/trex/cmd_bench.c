@@ -474,10 +474,12 @@ typedef struct kcase {
                          * through row lists, a random permutation of each operand's stored rows
                          * (trex_gemm_grouped_rows, as the MoE reads tokens); SYM: C = A A^T
                          * (trex_gemm_syrk, one problem, M = N; FLOPs counted for its distinct
-                         * elements, M (M + 1) K); 0: none of these */
+                         * elements, M (M + 1) K); F32B: a bf16 A stored spread [M, 2K] against fp32
+                         * B values as they are (trex_gemm_bf16_f32b; only at the levels that have it);
+                         * 0: none of these */
     bool accumulate;    /* C += op(A) op(B) (beta 1, as the model's weight gradients); else beta 0 */
 } kcase;
-enum { PRE_B = 1, PRE_A = 2, ROWS = 3, SYM = 4 };
+enum { PRE_B = 1, PRE_A = 2, ROWS = 3, SYM = 4, F32B = 5 };
 
 typedef struct kresult {
     double ms, tflops, dnnl_ms, dnnl_tflops, dnnlp_ms, dnnlp_tflops, roofline;
@@ -627,7 +629,9 @@ static int bench_kernels(int argc, char **argv)
         "packed) at 2048^3 and at dsv4-bench shapes (d 1024, 16 heads of 512, q/o LoRA 256, "
         "2 o-groups, experts: inter 512, E 24, K 6; --tokens tokens), and the grouped expert GEMM "
         "over the routed tokens (uneven load), and the bf16x3 LM head's three products per chunk of "
-        "512 rows (head3.*), and each packer path alone (pack.*); cases ending in .prepacked take "
+        "512 rows (head3.*) and bf16x2g1's (head2.*; at the avx2 and avx512f levels also its logits "
+        "on fp32 hn, head2.fwd.f32b), and each packer path alone (pack.*); cases ending in "
+        ".prepacked take "
         "B (the weight) packed once outside the timing (trex_gemm_pack_b), .prepacked_a its A "
         "(trex_gemm_pack_a), .rows read both operands through row lists (a random permutation of "
         "their rows, as the MoE reads its tokens; trex_gemm_grouped_rows). For each: median time, "
@@ -730,6 +734,10 @@ static int bench_kernels(int argc, char **argv)
          * bf16x3g1's (docs/precision.md "bf16x2g1"). */
         {"head2.fwd", "logits^T = W2 hn^T, K = 2d, 1024 rows", false, true, false, 129280, 1024, 2 * d,
          0, false, false, false},
+        /* ... which the FMA levels (avx2, avx512f) compute as one product with K = d: W_hi spread
+         * against hn's fp32 values (trex_gemm_bf16_f32b; docs/precision.md "bf16x2g1") */
+        {"head2.fwd.f32b", "logits^T = W_hi hn^T, fp32 hn, K = d", false, true, false, 129280, 1024, d, 0,
+         false, F32B, false},
         /* ... and its gradient products, per pair of 1 024-row chunks (model.c head3_grad1): dW += dl
          * hn_hi (K = 2 048 rows) and one vocabulary block of d hn = dl^T W_hi (6 144 rows, W_hi packed
          * once per forward; the model runs V / 6 144 of them per pair, beta 1 after the first). */
@@ -802,8 +810,11 @@ static int bench_kernels(int argc, char **argv)
         const kcase *k = &cases[ci];
         if (filter && !strstr(k->name, filter))
             continue;
+        if (k->prepacked == F32B && !c.t->gemm_ukr_f32b)
+            continue; /* the level multiplies bf16 values only */
         const int ng = k->groups > 0 ? k->groups : 1;
-        const size_t esz = k->f32 ? 4 : 2;
+        /* F32B: A holds 2K bf16 values a row, B fp32: 4 bytes per element of either */
+        const size_t esz = k->f32 || k->prepacked == F32B ? 4 : 2;
         trex_gemm_problem probs[256];
         void *A[256], *B[256];
         float *C[256];
@@ -829,8 +840,8 @@ static int bench_kernels(int argc, char **argv)
                 }
                 break;
             }
-            fill(A[g], na, k->f32, 1000 + (uint64_t)g);
-            fill(B[g], nb, k->f32, 2000 + (uint64_t)g);
+            fill(A[g], k->prepacked == F32B ? 2 * na : na, k->f32, 1000 + (uint64_t)g);
+            fill(B[g], nb, k->f32 || k->prepacked == F32B, 2000 + (uint64_t)g);
             memset(C[g], 0, nc * 4);
             probs[g] = (trex_gemm_problem){M, N, K, A[g], lda, B[g], ldb, C[g], N, NULL, 0};
             const bool sym = k->prepacked == SYM; /* one operand, half the products */
@@ -894,6 +905,9 @@ static int bench_kernels(int argc, char **argv)
             else if (k->prepacked == SYM)
                 trex_gemm_syrk_with(c.t, c.pool, ws, in, k->ta, probs[0].M, probs[0].K, 1.0f, probs[0].A,
                                     probs[0].lda, beta, probs[0].C, probs[0].ldc, NULL, 0);
+            else if (k->prepacked == F32B)
+                trex_gemm_bf16_f32b_with(c.t, c.pool, ws, probs[0].M, probs[0].N, probs[0].K, 1.0f, probs[0].A,
+                                         2 * probs[0].K, probs[0].B, probs[0].ldb, beta, probs[0].C, probs[0].ldc);
             else if (k->prepacked == ROWS)
                 trex_gemm_grouped_rows_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs,
                                             (const int32_t *const *)arows, (const int32_t *const *)brows, ng);
@@ -925,7 +939,7 @@ static int bench_kernels(int argc, char **argv)
         if (pk.copy_gbs > 0 && res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12 < res.roofline)
             res.roofline = res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12;
 #ifdef HAVE_DNNL_HEADER
-        if (have_dnnl && k->f32 && k->prepacked != ROWS && k->prepacked != SYM) {
+        if (have_dnnl && k->f32 && k->prepacked != ROWS && k->prepacked != SYM && k->prepacked != F32B) {
             /* fp32 inputs: oneDNN's fp32 GEMM (dnnl_sgemm, full fp32 arithmetic) on the same data. */
             bool ran = true;
             for (int r = -1; r < c.reps && ran; r++) {
@@ -947,7 +961,7 @@ static int bench_kernels(int argc, char **argv)
             struct timespec pause = {0, 20 * 1000 * 1000};
             nanosleep(&pause, NULL);
         }
-        if (have_dnnl && !k->f32 && k->prepacked != ROWS && k->prepacked != SYM) {
+        if (have_dnnl && !k->f32 && k->prepacked != ROWS && k->prepacked != SYM && k->prepacked != F32B) {
             for (int packed = 0; packed < 2; packed++) {
                 dnnl_mm mm[256];
                 bool created = true;

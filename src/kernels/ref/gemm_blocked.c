@@ -80,6 +80,7 @@ typedef struct sub {
      * offset to the sub's first column n0. NULL: the operand as stored. */
     const int32_t *arow, *brow;
     bool a_byr, b_byr;
+    bool b_pairs;            /* B in the fp32-pair format (trex_gemm_bf16_f32b): K counts its values twice */
     int64_t lda, ldb;
     int64_t n0;              /* the sub's first column in its problem (of C, and of B when read by rows) */
 } sub;
@@ -95,6 +96,7 @@ typedef struct run {
     const trex_kernel_table *t;
     trex_pool *pool;
     bool a_f32, b_f32;       /* source types of A and of B (B unused when pre-packed) */
+    bool b_pairs;            /* B's fp32 values as they are, in the fp32-pair format, and gemm_ukr_f32b */
     size_t a_esz, b_esz;
     int mode;
     bool sym;                /* a symmetric C (trex_gemm_syrk_*): tiles on and below the diagonal only */
@@ -199,7 +201,22 @@ static void pack_gathered_steps(trex_pack_fn fn, uint16_t *dst, int64_t Kp, cons
  * of k ([K, N], not through a row list) in more than one panel. */
 static bool b_ksteps(const sub *s)
 {
-    return !s->brow && s->b_rs == 1 && s->npan > 1;
+    return !s->brow && !s->b_pairs && s->b_rs == 1 && s->npan > 1;
+}
+
+/* The fp32-pair packer (kernels/gemm_panels.h), with trex_pack_fn's arguments: kc and kcp count each of
+ * the rows x kc / 2 source values twice, as the A operand it meets does. Plain C for every level that
+ * has gemm_ukr_f32b: B is an activation of a few thousand rows, packed once per call and read by every
+ * block of C, so its packing is a small part of the product. */
+static void pack_b_f32_pairs(uint16_t *dst, const void *src, int64_t rs, int64_t ks, int64_t rows, int64_t kc,
+                             int64_t kcp)
+{
+    float *d = (float *)(void *)dst;
+    const float *x = src;
+    const int64_t kv = kc / 2;
+    for (int64_t q = 0; q < kcp / 2; q++)
+        for (int64_t r = 0; r < TREX_GEMM_NR; r++)
+            d[q * TREX_GEMM_NR + r] = r < rows && q < kv ? x[r * rs + q * ks] : 0.0f;
 }
 
 /* Every slot takes units (PACK_UNIT panels, or PACK_STEPS / panels steps of every panel: b_ksteps)
@@ -208,7 +225,7 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
 {
     (void)w0, (void)w1, (void)tid;
     const run *r = arg;
-    const trex_pack_fn fn = r->b_f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
+    const trex_pack_fn fn = r->b_pairs ? pack_b_f32_pairs : r->b_f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
     for (int64_t i; (i = next_item(r)) >= 0;) {
         const sub *s = &r->subs[r->items[i].s];
         const int64_t u0 = r->items[i].i, un = r->items[i].n;
@@ -350,7 +367,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
     enum { R = TREX_GEMM_MR, Q = TREX_GEMM_NR };
     const int64_t m0 = bi * s->mb, n0 = bj * NB, Kp = s->Kp, kc = slice_k(Kp);
     const int64_t mp = ceil_div(min64(s->mb, s->M - m0), R), np = ceil_div(min64(NB, s->N - n0), Q);
-    const trex_gemm_ukr_fn ukr = r->t->gemm_ukr;
+    const trex_gemm_ukr_fn ukr = r->b_pairs ? r->t->gemm_ukr_f32b : r->t->gemm_ukr;
     const uint16_t *const bblk = s->bpan + (n0 / Q) * Q * Kp;
     float tmp[R * Q] = {0};
     for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
@@ -880,7 +897,7 @@ void trex_gemm_pack_b_range(uint16_t *panels, int64_t N, int64_t K, trex_dtype i
  * match the problem (lda and ta unused); b_in: type of every B, or prepacked: every B is a
  * trex_gemm_packed B operand whose N and K match the problem (ldb and tb unused). */
 static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
-                      bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
+                      bool a_prepacked, trex_dtype b_in, bool prepacked, bool b_pairs, bool ta, bool tb,
                       float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
                       const int32_t *const *arows, const int32_t *const *brows, bool sym)
 {
@@ -889,6 +906,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
     TREX_ASSERT(a_prepacked || a_in == TREX_BF16 || a_in == TREX_F32);
     TREX_ASSERT(prepacked || b_in == TREX_BF16 || b_in == TREX_F32);
     TREX_ASSERT(!sym || (count == 1 && probs[0].M == probs[0].N && !arows && !brows));
+    TREX_ASSERT(!b_pairs || (t->gemm_ukr_f32b && b_in == TREX_F32 && tb && !prepacked && !brows && !sym));
     const size_t a_esz = a_in == TREX_F32 ? 4 : 2, b_esz = b_in == TREX_F32 ? 4 : 2;
 
     /* Count the sub-problems (problems cut along N); empty sums are done here. */
@@ -916,7 +934,8 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
         }
         TREX_ASSERT(q->A != NULL && q->B != NULL);
         TREX_ASSERT((a_prepacked || q->lda >= (ta ? q->M : q->K)) &&
-                    (prepacked || q->ldb >= (tb ? q->K : q->N)));
+                    (prepacked || q->ldb >= (tb ? (b_pairs ? q->K / 2 : q->K) : q->N)));
+        TREX_ASSERT(!b_pairs || q->K % 2 == 0);
         nsubs += ceil_div(q->N, chunk_cols(ceil_div(q->K, TREX_GEMM_KU) * TREX_GEMM_KU));
     }
     if (nsubs == 0)
@@ -962,6 +981,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
                 s->B = (const char *)q->B + (s->brow ? 0 : (size_t)(n0 * b_rs) * b_esz);
                 s->b_rs = b_rs;
                 s->b_ks = b_ks;
+                s->b_pairs = b_pairs;
             }
             s->C = q->C + n0;
             s->D = (q->D ? q->D : q->C) + n0;
@@ -1005,7 +1025,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
     item *items = ws_grow(&w->items, &w->items_cap, (size_t)max_items * sizeof(item));
     atomic_llong next;
 
-    run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32,
+    run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32, .b_pairs = b_pairs,
              .a_esz = a_esz, .b_esz = b_esz, .mode = mode, .sym = sym,
              .stream_add = mode == MODE_ADD && cbytes > (double)ADD_STREAM_LIMIT, .alpha = alpha, .beta = beta,
              .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
@@ -1048,27 +1068,28 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
 /* gemm_exec, charged by shape to the calling thread's profiler when one is attached (trex/prof.h;
  * `trex bench step --gemm-profile`). */
 static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
-                     bool a_prepacked, trex_dtype b_in, bool prepacked, bool ta, bool tb,
+                     bool a_prepacked, trex_dtype b_in, bool prepacked, bool b_pairs, bool ta, bool tb,
                      float alpha, float beta, const trex_gemm_problem *probs, int64_t count,
                      const int32_t *const *arows, const int32_t *const *brows, bool sym)
 {
     if (!trex_prof_gemm_on()) {
-        gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, ta, tb, alpha, beta, probs, count, arows,
-                  brows, sym);
+        gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, b_pairs, ta, tb, alpha, beta, probs, count,
+                  arows, brows, sym);
         return;
     }
     const double t0 = trex_wall_s();
-    gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, ta, tb, alpha, beta, probs, count, arows, brows,
-              sym);
+    gemm_exec(t, pool, ws, a_in, a_prepacked, b_in, prepacked, b_pairs, ta, tb, alpha, beta, probs, count, arows,
+              brows, sym);
     trex_prof_gemm g = {.groups = count, .seconds = trex_wall_s() - t0};
+    const int64_t kv = b_pairs ? 2 : 1; /* the fp32-pair format counts each k twice */
     for (int64_t p = 0; p < count; p++) {
         g.m += probs[p].M;
         g.flops += (sym ? (double)probs[p].M + 1.0 : 2.0 * (double)probs[p].N) * (double)probs[p].M *
-                   (double)probs[p].K;
+                   (double)(probs[p].K / kv);
     }
     if (count > 0) {
         g.n = probs[0].N;
-        g.k = probs[0].K;
+        g.k = probs[0].K / kv;
     }
     g.layout = (ta ? TREX_PROF_GEMM_TA : 0u) | (tb ? TREX_PROF_GEMM_TB : 0u) |
                (a_prepacked ? TREX_PROF_GEMM_A_PACKED : a_in == TREX_F32 ? TREX_PROF_GEMM_A_F32 : 0u) |
@@ -1084,14 +1105,15 @@ void trex_gemm_grouped_with(const trex_kernel_table *t, trex_pool *pool, trex_ge
                             trex_dtype in, bool ta, bool tb, float alpha, float beta,
                             const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, NULL, NULL, false);
+    gemm_run(t, pool, ws, in, false, in, false, false, ta, tb, alpha, beta, probs, count, NULL, NULL, false);
 }
 
 void trex_gemm_grouped_prepacked_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
                                       trex_dtype a_in, bool ta, float alpha, float beta,
                                       const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, ta, false, alpha, beta, probs, count, NULL, NULL, false);
+    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, false, ta, false, alpha, beta, probs, count, NULL, NULL,
+             false);
 }
 
 void trex_gemm_grouped_prepacked_rows_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws,
@@ -1100,7 +1122,8 @@ void trex_gemm_grouped_prepacked_rows_with(const trex_kernel_table *t, trex_pool
                                            int64_t count)
 {
     TREX_ASSERT(arows != NULL || count == 0);
-    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, false, false, alpha, beta, probs, count, arows, NULL, false);
+    gemm_run(t, pool, ws, a_in, false, TREX_BF16, true, false, false, false, alpha, beta, probs, count, arows, NULL,
+             false);
 }
 
 void trex_gemm_grouped_prepacked_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in, float alpha,
@@ -1115,7 +1138,7 @@ void trex_gemm_grouped_rows_with(const trex_kernel_table *t, trex_pool *pool, tr
                                  bool ta, bool tb, float alpha, float beta, const trex_gemm_problem *probs,
                                  const int32_t *const *arows, const int32_t *const *brows, int64_t count)
 {
-    gemm_run(t, pool, ws, in, false, in, false, ta, tb, alpha, beta, probs, count, arows, brows, false);
+    gemm_run(t, pool, ws, in, false, in, false, false, ta, tb, alpha, beta, probs, count, arows, brows, false);
 }
 
 void trex_gemm_grouped_rows(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool ta, bool tb, float alpha,
@@ -1136,7 +1159,7 @@ void trex_gemm_grouped_mixed(trex_pool *pool, trex_gemm_ws *ws, trex_dtype a_in,
                              bool ta, bool tb, float alpha, float beta,
                              const trex_gemm_problem *probs, int64_t count)
 {
-    gemm_run(trex_kernels_table(), pool, ws, a_in, false, b_in, false, ta, tb, alpha, beta, probs,
+    gemm_run(trex_kernels_table(), pool, ws, a_in, false, b_in, false, false, ta, tb, alpha, beta, probs,
              count, NULL, NULL, false);
 }
 
@@ -1164,7 +1187,7 @@ void trex_gemm_prepacked_a_with(const trex_kernel_table *t, trex_pool *pool, tre
 {
     TREX_ASSERT(A != NULL && A->a && (b_in == TREX_BF16 || b_in == TREX_F32));
     const trex_gemm_problem p = {A->N, N, A->K, A, 0, B, ldb, C, ldc, NULL, 0};
-    gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, tb, alpha, beta, &p, 1, NULL, NULL, false);
+    gemm_run(t, pool, ws, TREX_BF16, true, b_in, false, false, false, tb, alpha, beta, &p, 1, NULL, NULL, false);
 }
 
 void trex_gemm_prepacked_a(trex_pool *pool, trex_gemm_ws *ws, const trex_gemm_packed *A,
@@ -1191,13 +1214,38 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
     trex_gemm_grouped_with(trex_kernels_table(), pool, ws, TREX_F32, ta, tb, alpha, beta, &p, 1);
 }
 
+void trex_gemm_bf16_f32b_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, int64_t M, int64_t N,
+                              int64_t K, float alpha, const uint16_t *A, int64_t lda, const float *B, int64_t ldb,
+                              float beta, float *C, int64_t ldc)
+{
+    if (!t->gemm_ukr_f32b)
+        TREX_ABORT("trex_gemm_bf16_f32b: level %s multiplies bf16 values only (trex_gemm_f32b_native is false)",
+                   trex_isa_name(t->isa));
+    TREX_ASSERT(K >= 0 && (M == 0 || N == 0 || K == 0 || lda >= 2 * K));
+    const trex_gemm_problem p = {M, N, 2 * K, A, lda, B, ldb, C, ldc, NULL, 0};
+    gemm_run(t, pool, ws, TREX_BF16, false, TREX_F32, false, true, false, true, alpha, beta, &p, 1, NULL, NULL,
+             false);
+}
+
+bool trex_gemm_f32b_native(void)
+{
+    return trex_kernels_table()->gemm_ukr_f32b != NULL;
+}
+
+void trex_gemm_bf16_f32b(trex_pool *pool, trex_gemm_ws *ws, int64_t M, int64_t N, int64_t K, float alpha,
+                         const uint16_t *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                         int64_t ldc)
+{
+    trex_gemm_bf16_f32b_with(trex_kernels_table(), pool, ws, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 void trex_gemm_syrk_with(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans,
                          int64_t n, int64_t k, float alpha, const void *X, int64_t ldx, float beta, float *C,
                          int64_t ldc, const float *D, int64_t ldd)
 {
     TREX_ASSERT(in == TREX_BF16 || in == TREX_F32);
     const trex_gemm_problem p = {n, n, k, X, ldx, X, ldx, C, ldc, D, ldd};
-    gemm_run(t, pool, ws, in, false, in, false, trans, !trans, alpha, beta, &p, 1, NULL, NULL, true);
+    gemm_run(t, pool, ws, in, false, in, false, false, trans, !trans, alpha, beta, &p, 1, NULL, NULL, true);
 }
 
 void trex_gemm_syrk(trex_pool *pool, trex_gemm_ws *ws, trex_dtype in, bool trans, int64_t n, int64_t k,
@@ -1293,6 +1341,35 @@ void trex_split_bf16x2_rows(trex_pool *pool, uint16_t *dst, const float *src, in
     split2_job j = {dst, src, n, weight,
                     weight && rows * 2 * n * 2 >= SPLIT_STREAM_BYTES ? trex_fused()->cvt_bf16_nt : NULL};
     trex_pool_for(pool, rows, split_grain(n), split2_rows, &j);
+}
+
+typedef struct spread_job {
+    uint16_t *dst;
+    const float *src;
+    int64_t n;
+} spread_job;
+
+static void spread_rows(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    const spread_job *j = arg;
+    uint16_t h[256];
+    for (int64_t i = i0; i < i1; i++) {
+        uint16_t *row = j->dst + i * 2 * j->n;
+        for (int64_t k0 = 0; k0 < j->n; k0 += 256) {
+            const int64_t kn = j->n - k0 < 256 ? j->n - k0 : 256;
+            trex_cvt_f32_bf16(h, j->src + i * j->n + k0, kn);
+            for (int64_t k = 0; k < kn; k++)
+                row[2 * (k0 + k)] = row[2 * (k0 + k) + 1] = h[k];
+        }
+    }
+}
+
+void trex_spread_bf16_rows(trex_pool *pool, uint16_t *dst, const float *src, int64_t rows, int64_t n)
+{
+    TREX_ASSERT(rows >= 0 && n >= 0);
+    spread_job j = {dst, src, n};
+    trex_pool_for(pool, rows, split_grain(n), spread_rows, &j);
 }
 
 /* One pass of the fused table's split3 per block of rows (hi, x - hi and lo in registers; the same bits

@@ -13,8 +13,9 @@
  * row groups that read it. Unlike the reference and the bf16 instructions, bf16 subnormal inputs are
  * not read as zero and products below fp32's normal range are not rounded apart from the sum (an FMA
  * takes them as they are): differences below 1e-38 per product. TREX_UKR_STREAM and the prefetch hint
- * are not taken (measured: nothing to gain at this level's rate, docs/kernels.md). Compiled with AVX2
- * and FMA flags; reached only through the dispatch table. */
+ * are not taken (measured: nothing to gain at this level's rate, docs/kernels.md). A second kernel
+ * takes B's pairs as fp32 values (trex_gemm_bf16_f32b, below). Compiled with AVX2 and FMA flags;
+ * reached only through the dispatch table. */
 #include <immintrin.h>
 #include <stdalign.h>
 #include <stdbool.h>
@@ -86,6 +87,61 @@ void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, cons
     for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
         for (int r0 = 0; r0 < nrows; r0 += ROWS)
             piece(kp, ap, bp, c, acc, r0, c0, nrows);
+}
+
+/* The fp32-pair kernel (trex_gemm_bf16_f32b; kernels/gemm_panels.h "fp32-pair format"): each k-pair of
+ * B is one fp32 value, met by the first of A's pair in one FMA: half the FMAs of the kernel above, and
+ * B needs no widening. The same pieces; a piece's A goes to floats once per panel step, only the first
+ * of each pair (16 per row and step). */
+#undef ROW_STEP
+#define ROW_STEP(i)                                                                                \
+    do {                                                                                           \
+        const __m256 a = _mm256_broadcast_ss(&aw[i][q]);                                           \
+        s##i##a = _mm256_fmadd_ps(a, b0, s##i##a);                                                 \
+        s##i##b = _mm256_fmadd_ps(a, b1, s##i##b);                                                 \
+    } while (0)
+
+static inline void piece_f32b(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
+                              int r0, int c0, int nrows)
+{
+    ROW_INIT(0)
+    ROW_INIT(1)
+    ROW_INIT(2)
+    ROW_INIT(3)
+    alignas(32) float aw[ROWS][16]; /* the first of each of the piece's A pairs over one panel step */
+    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+        const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32;
+        for (int i = 0; i < ROWS; i++) {
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32));
+            const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32 + 16));
+            _mm256_store_ps(aw[i], pair_even(lo));
+            _mm256_store_ps(aw[i] + 8, pair_even(hi));
+        }
+        /* B's values of columns c0 .. c0+15: 16 floats of the panel's row of k-pair q */
+        const float *bb = (const float *)(const void *)(bp + k0 * TREX_GEMM_NR) + c0;
+        for (int q = 0; q < 16; q++) {
+            const __m256 b0 = _mm256_loadu_ps(bb + q * TREX_GEMM_NR);
+            const __m256 b1 = _mm256_loadu_ps(bb + q * TREX_GEMM_NR + 8);
+            ROW_STEP(0);
+            ROW_STEP(1);
+            ROW_STEP(2);
+            ROW_STEP(3);
+        }
+    }
+    ROW_STORE(0)
+    ROW_STORE(1)
+    ROW_STORE(2)
+    ROW_STORE(3)
+}
+
+void trex_gemm_ukr_f32b_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                             unsigned flags)
+{
+    const bool acc = flags & TREX_UKR_ACCUMULATE;
+    const int nrows = c->rows > 0 && c->rows < TREX_GEMM_MR ? (int)c->rows : TREX_GEMM_MR;
+    for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
+        for (int r0 = 0; r0 < nrows; r0 += ROWS)
+            piece_f32b(kp, ap, bp, c, acc, r0, c0, nrows);
 }
 
 /* The level's peak: 256-bit fp32 FMAs, the unit its bf16 products run on (`trex bench peak`, and the

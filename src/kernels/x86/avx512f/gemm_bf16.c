@@ -10,8 +10,9 @@
  * and one mask (pairs.h). Per k-pair and band: 32 FMAs against 4 widening operations, and the A
  * widening adds one per 16 FMAs. Each product of two bf16 values is exact in fp32, and each sum rounds
  * once, even k then odd k; unlike VDPBF16PS, bf16 subnormal inputs are not read as zero (differences
- * below 1e-38 per product, as at the avx2 level). Compiled with AVX-512 F/BW/VL flags; reached only
- * through the dispatch table. */
+ * below 1e-38 per product, as at the avx2 level). A second kernel takes B's pairs as fp32 values
+ * (trex_gemm_bf16_f32b, below). Compiled with AVX-512 F/BW/VL flags; reached only through the dispatch
+ * table. */
 #include <immintrin.h>
 #include <stdalign.h>
 #include <stdint.h>
@@ -47,6 +48,41 @@ void trex_gemm_ukr_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, c
                 const __m512i b1 = _mm512_loadu_si512(bb + q * 2 * TREX_GEMM_NR + 32);
                 const __m512 e0 = pair_even16(b0), o0 = pair_odd16(b0);
                 const __m512 e1 = pair_even16(b1), o1 = pair_odd16(b1);
+                BAND_STEP();
+            }
+        }
+        BAND_STORE();
+    }
+}
+
+/* The fp32-pair kernel (trex_gemm_bf16_f32b; kernels/gemm_panels.h "fp32-pair format"): each k-pair of
+ * B is one fp32 value, met by the first of A's pair in one FMA, so a k-pair costs half the FMAs of the
+ * kernel above and no widening of B. The band's A goes to floats once per panel step as above, only
+ * the first of each pair (16 per row and step). */
+#undef ROW_STEP
+#define ROW_STEP(r)                                               \
+    do {                                                          \
+        const __m512 a = _mm512_set1_ps(aw[r][q]);                \
+        c##r##a = _mm512_fmadd_ps(a, b0, c##r##a);                \
+        c##r##b = _mm512_fmadd_ps(a, b1, c##r##b);                \
+    } while (0)
+
+void trex_gemm_ukr_f32b_avx512f(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                                unsigned flags)
+{
+    ukr_frame f = ukr_frame_of(kp, c, flags);
+    alignas(64) float aw[8][16]; /* the first of each of the band's A pairs over one panel step */
+    for (int64_t rb = 0; rb < f.mr; rb += 8) {
+        BAND_INIT();
+        for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+            const uint16_t *ar = ap + k0 * TREX_GEMM_MR + rb * 32;
+            const float *bb = (const float *)(const void *)(bp + k0 * TREX_GEMM_NR);
+            l2_prefetch_step(&f.pf);
+            for (int r = 0; r < 8; r++)
+                _mm512_store_ps(aw[r], pair_even16(_mm512_loadu_si512(ar + r * 32)));
+            for (int q = 0; q < 16; q++) {
+                const __m512 b0 = _mm512_loadu_ps(bb + q * TREX_GEMM_NR);
+                const __m512 b1 = _mm512_loadu_ps(bb + q * TREX_GEMM_NR + 16);
                 BAND_STEP();
             }
         }
