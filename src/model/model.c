@@ -257,6 +257,7 @@ struct trex_model {
     float *chunk; /* [head chunk rows, V] logits of one chunk, shared by both heads and the backward */
     bool head3;   /* the heads run split on the bf16 GEMM (bf16x3, bf16x3g1, bf16x2g1) */
     int head_kt;  /* split heads: the terms of the logits' product, 3 or 2 (bf16x2g1) */
+    bool head_f32b; /* bf16x2g1 where the level has trex_gemm_bf16_f32b: the logits are one exact product */
     uint16_t *w3; /* split heads: [V, kt d] split head weight of this forward (NULL until the first head) */
     /* 1-term split heads with gradients: W_hi as d hn's B operand, packed with W3 once per forward, one
      * trex_gemm_packed view per block of HEAD3_DHN_VOCAB1 vocabulary rows over panels in the arena
@@ -638,7 +639,13 @@ static double head_forward(trex_model *m, head_pass *hp, const float *W, float *
  * the fp32 product of a bf16 weight and the fp32 activation), and hn keeps its fp32 level as
  * hn_hi + hn_lo: W3 is then [V, 2d] rows [W_hi | W_hi], hnF [R, 2d] rows [hn_hi | hn_lo], the logits'
  * GEMM has K = 2d, and the gradient products read W_hi and hn_hi at offset 0 of those rows (ldb 2d).
- * kt (m->head_kt, 3 or 2) is the number of terms, the rows' width in units of d. */
+ * kt (m->head_kt, 3 or 2) is the number of terms, the rows' width in units of d.
+ * At the levels whose products are fp32 FMAs (avx2, avx512f: m->head_f32b) bf16x2g1's logits need no
+ * split: trex_gemm_bf16_f32b multiplies W_hi by hn's fp32 values as they are, with half the FMAs of
+ * K = 2d. The buffers keep their sizes and change their contents: W3 rows are W_hi spread
+ * ([w0, w0, w1, w1, ...], trex_spread_bf16_rows), hnF rows hold hn's d floats, which d head.weight's
+ * product rounds to hn_hi while packing them (the bits of the split's hn_hi), and d hn reads the
+ * packed W_hi (head3_dhn_weight), never W3. */
 
 /* Rows of logits per chunk by default, bf16x3 and bf16x3g1 / bf16x2g1: large enough that the weight
  * streamed per chunk is paid by rows*V*d products (docs/perf.md "LM head in bf16 mode"). The logits
@@ -864,6 +871,7 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
         const int64_t vn = dhn_block_rows(V, v0);
         if (ce)
             ce3_grad_range(pool, ce, v0, v0 + vn);
+        TREX_ASSERT(m->dhn_w || !m->head_f32b); /* W3 holds W_hi spread */
         if (m->dhn_w)
             trex_gemm_prepacked(pool, m->ctx.ws, TREX_BF16, true, rows, 1.0f, dl + v0 * ldl, ldl, m->dhn_w[b],
                                 v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
@@ -871,8 +879,13 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
             trex_gemm_bf16(pool, m->ctx.ws, true, false, rows, d, vn, 1.0f, dl + v0 * ldl, ldl, W3 + v0 * kd,
                            kd, v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
     }
-    trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * kd, kd, head_dw_beta(m),
-                   dW, d);
+    if (m->head_f32b) { /* hn's floats, rounded to hn_hi while packed */
+        const trex_gemm_problem p = {V, d, rows, dl, ldl, hnF + r0 * kd, d, dW, d, NULL, 0};
+        trex_gemm_grouped_mixed(pool, m->ctx.ws, TREX_BF16, TREX_F32, false, false, 1.0f, head_dw_beta(m), &p, 1);
+    } else {
+        trex_gemm_bf16(pool, m->ctx.ws, false, false, V, d, rows, 1.0f, dl, ldl, hnF + r0 * kd, kd,
+                       head_dw_beta(m), dW, d);
+    }
 }
 
 /* Whether the 1-term head pairs its chunks (see above): gradients, more than one chunk of R rows, and
@@ -906,8 +919,12 @@ static double head_forward3(trex_model *m, head_pass *hp, const uint16_t *W3, co
         const int64_t rows = R - r0 < rc ? R - r0 : rc, pw = rows + (rows & 1);
         const int64_t ldc = g3 ? 3 * pw / 2 : pairs ? 3 * rc / 2 : pw;
         float *L = chunk + held / 2; /* this chunk's logits^T [V, rows] (ldc) */
-        trex_gemm_bf16(pool, m->ctx.ws, false, true, V, rows, kd, 1.0f, W3, kd, hnF + r0 * kd, kd, 0.0f, L,
-                       ldc);
+        if (m->head_f32b) /* hnF's rows hold hn's floats */
+            trex_gemm_bf16_f32b(pool, m->ctx.ws, V, rows, d, 1.0f, W3, kd,
+                                (const float *)(const void *)(hnF + r0 * kd), d, 0.0f, L, ldc);
+        else
+            trex_gemm_bf16(pool, m->ctx.ws, false, true, V, rows, kd, 1.0f, W3, kd, hnF + r0 * kd, kd, 0.0f, L,
+                           ldc);
         if (out) {
             tr_job t = {L, out + r0 * V, V, ldc, rows};
             trex_pool_for(pool, rows, 1, transpose_rows, &t);
@@ -1315,14 +1332,18 @@ static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, 
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, kt = m->head_kt;
     if (!m->w3) {
         ALLOC_W(m->w3, V * kt * d);
-        if (kt == 3)
+        if (m->head_f32b)
+            trex_spread_bf16_rows(m->ctx.pool, m->w3, m->w.head, V, d); /* [w0, w0, w1, w1, ...] */
+        else if (kt == 3)
             trex_split_bf16x3_rows(m->ctx.pool, m->w3, m->w.head, V, d, 0, 2 * d, d); /* [hi | hi | lo] */
         else
             trex_split_bf16x2_rows(m->ctx.pool, m->w3, m->w.head, V, d, true); /* [hi | hi] */
         if (m->grads && !m->head_g3)
             TREX_TRY(head3_dhn_weight(m, b, err));
     }
-    if (kt == 3)
+    if (m->head_f32b)
+        memcpy(hnF + r0 * 2 * d, hp->hn, (size_t)(hp->R * d) * sizeof *hp->hn); /* hn's floats */
+    else if (kt == 3)
         trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
     else
         trex_split_bf16x2_rows(m->ctx.pool, hnF + r0 * 2 * d, hp->hn, hp->R, d, false); /* [hi | lo] */
@@ -1607,6 +1628,7 @@ trex_code trex_model_forward(trex_model *m, const trex_batch *b, const trex_mode
     m->head_kt = trex_model_head_terms(&m->opts);
     m->head3 = m->head_kt > 0;
     m->head_g3 = m->head3 && trex_model_head_grad3(&m->opts);
+    m->head_f32b = m->head_kt == 2 && trex_gemm_f32b_native();
     /* consumed by the split head's first product into d head.weight */
     m->head_dw_set = m->ctx.grads_zero && m->head3;
     if (m->ctx.grads_zero)
