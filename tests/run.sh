@@ -2,7 +2,8 @@
 # Runs the test suite and prints one closing line, `N passed, N failed`, summed over every test.
 #   tests/run.sh BUILD [ASAN_BUILD]
 # C tests (BUILD/tests/test_*) and script tests (tests/test_*.sh, run with TREX=BUILD/trex) run from
-# BUILD, test_attention and test_model also with TREX_ISA=avx512 and avx512f. With ASAN_BUILD, the tree is rebuilt
+# BUILD, test_attention and test_model also with TREX_ISA=avx512 and avx512f, test_precision.sh with avx512f.
+# With ASAN_BUILD, the tree is rebuilt
 # there with ASan+UBSan and AMX emulated (make SAN=1 AMX_EMU=1: on a machine with AVX-512 BF16 the amx
 # level runs its tile instructions in C, kernels/x86/amx/emu.h, so its leaves are tested everywhere and
 # ASan checks the bytes each tile load and store touches, which it cannot see in the real instructions),
@@ -57,6 +58,12 @@ run_tree() {   # run_tree BUILD ASAN(0|1)
       if [ -x "$b/tests/$t" ]; then run_test "$prefix$t@$isa" env TREX_ISA=$isa "$b/tests/$t"; fi
     done
   done
+  # At the FMA levels (avx2, avx512f) the LM head's logits are another product (trex_gemm_bf16_f32b):
+  # its accuracy against the fp32 head, once, outside the sanitizer tree.
+  if [ "$san" != 1 ]; then
+    run_test "test_precision.sh@avx512f" env TREX_ISA=avx512f TREX="$b/trex" BUILD="$b" PYTHON=/usr/bin/python3 \
+      bash tests/test_precision.sh
+  fi
   for t in tests/test_*.sh; do
     [ -f "$t" ] || continue
     if [ "$san" = 1 ] && ! grep -q '^# asan: yes' "$t"; then continue; fi

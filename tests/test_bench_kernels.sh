@@ -44,18 +44,19 @@ assert r["rows"] is True and p["rows"] is False, (r["rows"], p["rows"])
 assert r["tflops"] > 0 and r["gflop"] == p["gflop"] and r["shape"] == p["shape"], (r, p)
 PY
 
-# --- bf16x2g1's logits on fp32 hn (head2.fwd.f32b): a case of the FMA levels only -------------------------------
-"$TREX" bench kernels --threads 2 --reps 1 --quick --no-onednn --isa avx2 --filter head2.fwd.f32b --json \
-  >"$tmp/f32b.json" 2>"$tmp/err" && ok || bad "f32b case exit: $(head -c 300 "$tmp/err")"
-"$TREX" bench kernels --threads 1 --reps 1 --quick --no-onednn --isa ref --filter head2.fwd.f32b --json \
-  >"$tmp/f32b-ref.json" 2>"$tmp/err" && ok || bad "f32b case at ref exit: $(head -c 300 "$tmp/err")"
+# --- bf16x2g1's logits on fp32 hn (head2.fwd.f32b, 64 rows here): a case of the FMA levels only --------------
+"$TREX" "${run[@]}" --isa avx2 --filter head2.fwd.f32b --json >"$tmp/f32b.json" 2>"$tmp/err" \
+  && ok || bad "f32b case exit: $(head -c 300 "$tmp/err")"
+"$TREX" "${run[@]}" --isa ref --filter head2.fwd.f32b --json >"$tmp/f32b-ref.json" 2>"$tmp/err" \
+  && ok || bad "f32b case at ref exit: $(head -c 300 "$tmp/err")"
 "$PY" - "$tmp/f32b.json" "$tmp/f32b-ref.json" <<'PY' && ok || bad "bench kernels: the f32b case"
 import json, sys
 j = json.load(open(sys.argv[1]))
 k = j["kernels"]
 if j["level"] == "avx2":  # else the machine lacks AVX2 and --isa gave ref
     assert [c["name"] for c in k] == ["head2.fwd.f32b"] and k[0]["tflops"] > 0, k
-    assert abs(k[0]["gflop"] - 2 * 129280 * 1024 * 1024 / 1e9) < 1e-3 * k[0]["gflop"], k[0]["gflop"]
+    assert k[0]["shape"] == "129280x64x1024", k[0]["shape"]
+    assert abs(k[0]["gflop"] - 2 * 129280 * 64 * 1024 / 1e9) < 1e-3 * k[0]["gflop"], k[0]["gflop"]
 else:
     assert j["level"] == "ref" and k == [], (j["level"], k)
 assert json.load(open(sys.argv[2]))["kernels"] == []  # ref multiplies bf16 values only

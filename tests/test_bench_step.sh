@@ -143,9 +143,11 @@ assert abs(sum(byc.values()) - g["gemm_s"]) <= 1e-9 + 1e-9 * g["gemm_s"], (byc, 
 for k, v in byc.items():
     assert 0 <= v <= g["ops"][k] + 1e-6, (k, v, g["ops"][k])
 assert byc["head"] > 0 and byc["attention"] > 0 and byc["moe"] > 0, byc
-# dsv4-tiny (V 4096, d 256), bf16 head (bf16x2g1): logits^T [V, rows] = W3 [V, 2d] hnF^T, one per chunk
-head = [r for r in rows if r["m"] == 4096 and r["k"] == 512 and r["groups"] == 1 and r["layout"] == "nt bf16 x bf16"]
-assert head, [(r["m"], r["n"], r["k"], r["layout"]) for r in rows]
+# dsv4-tiny (V 4096, d 256), bf16 head (bf16x2g1): logits^T [V, rows] = W3 [V, 2d] hnF^T, one per chunk;
+# at the FMA levels W_hi spread against hn's fp32 values, K = d (trex_gemm_bf16_f32b)
+k, lay = (256, "nt bf16 x f32 exact") if g["kernels"] in ("avx2", "avx512f") else (512, "nt bf16 x bf16")
+head = [r for r in rows if r["m"] == 4096 and r["k"] == k and r["groups"] == 1 and r["layout"] == lay]
+assert head, (g["kernels"], [(r["m"], r["n"], r["k"], r["layout"]) for r in rows])
 assert (g["loss_first"], g["loss_last"]) == (a["loss_first"], a["loss_last"]), "profiling changes no bit"
 PY
 
@@ -175,7 +177,7 @@ grep -Eq -- "^trex bench step: dsv4-tiny, seq 64, mbs 1, precision bf16 \(expert
   || bad "--gemm-profile text report exit"
 for pat in "^matrix products \(bf16 GEMM\) per step: [0-9.]+ s wall" "^ +M +N +K +groups +layout +calls" \
            "^  by op class \(wall s, TFLOP/s\): .*attention [0-9.]+ \([0-9.]+\).* head [0-9.]+" \
-           "^ +4096 +[0-9]+ +512 +1 +nt bf16 x bf16 "; do
+           "^ +4096 +[0-9]+ +(512 +1 +nt bf16 x bf16|256 +1 +nt bf16 x f32 exact) "; do
   grep -Eq -- "$pat" "$tmp/textg" && ok || { bad "--gemm-profile text: no line /$pat/"; cat "$tmp/textg"; }
 done
 

@@ -97,11 +97,12 @@ static int levels(const trex_kernel_table *out[TREX_ISA_COUNT])
 
 /* ---- 1. dispatch ----------------------------------------------------------------------------------- */
 
-/* Runs this program as a child with an environment prefix; returns its exit status, output in buf. */
-static int run_child(const char *env, const char *self, char *buf, size_t size)
+/* Runs this program as a child with an environment prefix and a mode (--child, --child-f32b); returns
+ * its exit status, output in buf. */
+static int run_child(const char *env, const char *self, const char *mode, char *buf, size_t size)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "env %s '%s' --child 2>&1", env, self);
+    snprintf(cmd, sizeof cmd, "env %s '%s' %s 2>&1", env, self, mode);
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
@@ -120,6 +121,19 @@ static int child_main(void)
         return 3;
     }
     printf("child: level %s\n", trex_isa_name(trex_kernels_isa()));
+    return 0;
+}
+
+/* One bf16 x fp32 product on the level TREX_ISA gives: 1.5 x 2 + 2 x 0.25 = 3.5, or the abort of a level
+ * without the product. */
+static int child_f32b(void)
+{
+    const uint16_t A[4] = {trex_f32_to_bf16(1.5f), trex_f32_to_bf16(1.5f), trex_f32_to_bf16(2.0f),
+                           trex_f32_to_bf16(2.0f)};
+    const float B[2] = {2.0f, 0.25f};
+    float C[1] = {0};
+    trex_gemm_bf16_f32b(NULL, NULL, 1, 1, 2, 1.0f, A, 4, B, 2, 0.0f, C, 1);
+    printf("child: f32b %g\n", (double)C[0]);
     return 0;
 }
 
@@ -164,7 +178,7 @@ static void test_dispatch(const char *self)
     for (int i = 0; i < TREX_ISA_COUNT; i++) {
         char env[128], want[64];
         snprintf(env, sizeof env, "TREX_ISA=%s TREX_VERBOSE=1", trex_isa_name((trex_isa)i));
-        int st = run_child(env, self, out, sizeof out);
+        int st = run_child(env, self, "--child", out, sizeof out);
         trex_isa expect = (trex_isa)i < f->best ? (trex_isa)i : f->best;
         snprintf(want, sizeof want, "child: level %s\n", trex_isa_name(expect));
         CHECK(st == 0 && strstr(out, want), "TREX_ISA=%s: status %d, output:\n%s",
@@ -172,11 +186,25 @@ static void test_dispatch(const char *self)
         CHECK(strstr(out, "trex: kernels: level") && strstr(out, "gemm_bf16 micro-kernel"),
               "TREX_VERBOSE=1 logs the choice; output:\n%s", out);
     }
-    int st = run_child("TREX_ISA=sse9 TREX_VERBOSE=0", self, out, sizeof out);
+    int st = run_child("TREX_ISA=sse9 TREX_VERBOSE=0", self, "--child", out, sizeof out);
     CHECK(st != 0 && strstr(out, "TREX_ISA='sse9'") && strstr(out, "ref, avx2, avx512f, avx512 or amx"),
           "bad TREX_ISA is an error that names the fix; status %d, output:\n%s", st, out);
-    st = run_child("-u TREX_ISA TREX_VERBOSE=0", self, out, sizeof out);
+    st = run_child("-u TREX_ISA TREX_VERBOSE=0", self, "--child", out, sizeof out);
     CHECK(st == 0 && !strstr(out, "trex: kernels:"), "quiet without TREX_VERBOSE; output:\n%s", out);
+    /* trex_gemm_bf16_f32b runs where the level has its micro-kernel and stops with a message elsewhere */
+    for (int i = 0; i < TREX_ISA_COUNT; i++) {
+        char env[128];
+        snprintf(env, sizeof env, "TREX_ISA=%s TREX_VERBOSE=0", trex_isa_name((trex_isa)i));
+        const trex_kernel_table *t = trex_kernels_table_for((trex_isa)i);
+        st = run_child(env, self, "--child-f32b", out, sizeof out);
+        if (t->gemm_ukr_f32b)
+            CHECK(st == 0 && strstr(out, "child: f32b 3.5\n"),
+                  "TREX_ISA=%s: bf16 x fp32 product; status %d, output:\n%s", trex_isa_name((trex_isa)i), st, out);
+        else
+            CHECK(st != 0 && strstr(out, "multiplies bf16 values only"),
+                  "TREX_ISA=%s: bf16 x fp32 product refused with a message; status %d, output:\n%s",
+                  trex_isa_name((trex_isa)i), st, out);
+    }
 }
 
 /* ---- 2. conversion ---------------------------------------------------------------------------------- */
@@ -1815,7 +1843,8 @@ static void test_ukr_f32b(const trex_kernel_table *t)
     }
 }
 
-/* The whole product on awkward shapes (1, primes, K odd and past the 512-k slice, empty), padded
+/* The whole product on awkward shapes (1, primes, K odd and past the 512-k slice, empty, B cut into
+ * column chunks and batches by the 12 MiB operand limit: 1 700 x 4 000), padded
  * leading dimensions, alpha and beta (beta 0 over NaN): every element is the fmaf chain's bits, then
  * alpha and beta as the framework applies them (sums from beta C when alpha is 1; else alpha s + beta
  * C), the padding untouched; with no pool and with the pool of 2 alike. */
@@ -1823,7 +1852,7 @@ static void test_gemm_f32b(const trex_kernel_table *t, trex_pool *pool)
 {
     const int64_t shapes[][3] = {{1, 1, 1},    {1, 17, 3},   {5, 3, 0},     {0, 4, 3},    {4, 0, 3},
                                  {31, 33, 65}, {37, 29, 41}, {100, 7, 513}, {45, 70, 300}, {257, 263, 97},
-                                 {70, 40, 1100}};
+                                 {70, 40, 1100}, {3, 1700, 4000}};
     const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -2}, {2, 0}, {1, -0.5f}};
     uint64_t st = 23;
     int64_t bad = 0, runs = 0;
@@ -1925,6 +1954,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--child"))
         return child_main();
+    if (argc > 1 && !strcmp(argv[1], "--child-f32b"))
+        return child_f32b();
     test_dispatch(argc > 0 ? argv[0] : "/proc/self/exe");
     const trex_kernel_table *lv[TREX_ISA_COUNT];
     const int n = levels(lv);

@@ -60,6 +60,7 @@ enum {
     TREX_PROF_GEMM_ACCUMULATE = 256, /* beta != 0: C read and written */
     TREX_PROF_GEMM_SCALED = 512,    /* alpha != 1, or beta not in {0, 1} */
     TREX_PROF_GEMM_SYM = 1024,      /* a symmetric product op(X) op(X)^T (trex_gemm_syrk) */
+    TREX_PROF_GEMM_B_EXACT = 2048,  /* B fp32 taken as it is, against a spread bf16 A (trex_gemm_bf16_f32b) */
 };
 
 /* The products of one shape and layout. A call of one problem is keyed by its M, N and K; a grouped

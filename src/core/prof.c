@@ -102,7 +102,10 @@ void trex_prof_gemm_add(const trex_prof_gemm *g)
 const char *trex_prof_gemm_layout(unsigned layout, char *buf, size_t size)
 {
     const char *a = layout & TREX_PROF_GEMM_A_PACKED ? "packed" : layout & TREX_PROF_GEMM_A_F32 ? "f32" : "bf16";
-    const char *b = layout & TREX_PROF_GEMM_B_PACKED ? "packed" : layout & TREX_PROF_GEMM_B_F32 ? "f32" : "bf16";
+    const char *b = layout & TREX_PROF_GEMM_B_PACKED ? "packed"
+                    : layout & TREX_PROF_GEMM_B_EXACT ? "f32 exact"
+                    : layout & TREX_PROF_GEMM_B_F32   ? "f32"
+                                                      : "bf16";
     snprintf(buf, size, "%c%c %s x %s%s%s%s%s", layout & TREX_PROF_GEMM_TA ? 't' : 'n',
              layout & TREX_PROF_GEMM_TB ? 't' : 'n', a, b, layout & TREX_PROF_GEMM_SYM ? " sym" : "",
              layout & (TREX_PROF_GEMM_A_ROWS | TREX_PROF_GEMM_B_ROWS) ? " rows" : "",

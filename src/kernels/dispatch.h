@@ -108,8 +108,9 @@ typedef struct trex_kernel_table {
      * stores); NULL when not needed. */
     trex_gemm_ukr_fn gemm_ukr;
     /* The same contract with B in the fp32-pair format (kernels/gemm_panels.h): fp32 B values taken as
-     * they are, against the first of each pair of A (trex_gemm_bf16_f32b); NULL at the levels whose
-     * products are bf16 instructions (their callers split the fp32 operand into bf16 terms). */
+     * they are, against the first of each pair of A (trex_gemm_bf16_f32b); NULL at the other levels
+     * (ref, and avx512 and amx, whose products are bf16 instructions: their callers split the fp32
+     * operand into bf16 terms). */
     trex_gemm_ukr_fn gemm_ukr_f32b;
     trex_tile_t_fn gemm_tile_t;
     void (*gemm_begin)(void);

@@ -92,8 +92,9 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
  * trex_gemm (beta == 0 ignores the old C), A [M, K] bf16 stored spread, its value k of row i at
  * A[i lda + 2k] and again at 2k + 1 (lda >= 2K; trex_spread_bf16_rows writes it), and B [N, K] fp32
  * (ldb >= K). Each product of a bf16 and an fp32 value is exact in one FMA, and each element's sum
- * rounds once per k in increasing k: the bits of fmaf(a_k, b_k, c) from c = +0 (then alpha and beta as
- * trex_gemm_bf16), the same at both levels and for any pool. That is half the FMAs of the bf16x2 split
+ * rounds once per k in increasing k: the bits of c = fmaf(a_k, b_k, c) from the start the framework
+ * gives every product (zero, or beta C when alpha is 1; with another alpha, alpha c + beta C after the
+ * sum from zero: docs/kernels.md "alpha, beta and D"), the same at both levels and for any pool. That is half the FMAs of the bf16x2 split
  * (W x = W x_hi + W x_lo over K = 2k, above) and closer to W x. The other levels (ref, and avx512 and
  * amx, whose products are bf16 instructions) do not have it: calling it there aborts; their callers
  * split x. */

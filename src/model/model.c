@@ -859,7 +859,8 @@ static void ce3_grad_range(trex_pool *pool, const ce3_job *j, int64_t v0, int64_
 /* The 1-term gradient products of rows [r0, r0 + rows) of the head pass, whose d logits^T are the bf16
  * columns [0, rows) of dl (row stride ldl bf16): dhn = dl^T W_hi (K = V in vocabulary blocks of
  * HEAD3_DHN_VOCAB1, each a sum over the whole block per element) and dW += dl hn_hi (K = rows); hn_hi
- * and W_hi at offset 0 of the kt d-wide rows of hnF and W3. With ce, the d logits of ce's chunk are made
+ * and W_hi at offset 0 of the kt d-wide rows of hnF and W3 (with m->head_f32b: hn's floats in hnF,
+ * rounded while packed, and d hn always on the pre-packed W_hi, as W3 holds W_hi spread). With ce, the d logits of ce's chunk are made
  * here, block by block, just before the block's d hn product reads them, while the block (12 MiB at
  * 1 024 rows) can still be in the last-level cache (docs/kernels.md "Round 19"). */
 static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
@@ -867,11 +868,11 @@ static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const 
 {
     const int64_t V = m->cfg->vocab_size, d = m->cfg->hidden_size, kd = m->head_kt * d;
     trex_pool *pool = m->ctx.pool;
+    TREX_ASSERT(m->dhn_w || !m->head_f32b); /* W3 holds W_hi spread */
     for (int64_t v0 = 0, b = 0; v0 < V; v0 += HEAD3_DHN_VOCAB1, b++) {
         const int64_t vn = dhn_block_rows(V, v0);
         if (ce)
             ce3_grad_range(pool, ce, v0, v0 + vn);
-        TREX_ASSERT(m->dhn_w || !m->head_f32b); /* W3 holds W_hi spread */
         if (m->dhn_w)
             trex_gemm_prepacked(pool, m->ctx.ws, TREX_BF16, true, rows, 1.0f, dl + v0 * ldl, ldl, m->dhn_w[b],
                                 v0 ? 1.0f : 0.0f, hp->dhn + r0 * d, d);
@@ -1324,7 +1325,8 @@ fail:
  * shares the weight), with d hn's packed weight when 1-term gradients follow (head3_dhn_weight), and
  * hp->hn's split into rows [r0, r0 + R) of hnF: with 3 terms W3 [V, 3d] = [W_hi | W_hi | W_lo],
  * hnF [R, 3d] = [hn_hi | hn_lo | hn_hi]; with 2 (bf16x2g1) W3 [V, 2d] = [W_hi | W_hi],
- * hnF [R, 2d] = [hn_hi | hn_lo]. */
+ * hnF [R, 2d] = [hn_hi | hn_lo], or with m->head_f32b W3 = W_hi spread ([w0, w0, w1, w1, ...]) and
+ * hnF's rows hn's d floats (the same bytes). */
 static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, int64_t r0, const trex_batch *b,
                              trex_err *err)
 {
@@ -1342,7 +1344,7 @@ static trex_code head3_split(trex_model *m, const head_pass *hp, uint16_t *hnF, 
             TREX_TRY(head3_dhn_weight(m, b, err));
     }
     if (m->head_f32b)
-        memcpy(hnF + r0 * 2 * d, hp->hn, (size_t)(hp->R * d) * sizeof *hp->hn); /* hn's floats */
+        memcpy(hnF + r0 * kt * d, hp->hn, (size_t)(hp->R * d) * sizeof *hp->hn); /* hn's floats */
     else if (kt == 3)
         trex_split_bf16x3_rows(m->ctx.pool, hnF + r0 * 3 * d, hp->hn, hp->R, d, 0, d, 2 * d); /* [hi | lo | hi] */
     else

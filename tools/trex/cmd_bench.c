@@ -474,9 +474,10 @@ typedef struct kcase {
                          * through row lists, a random permutation of each operand's stored rows
                          * (trex_gemm_grouped_rows, as the MoE reads tokens); SYM: C = A A^T
                          * (trex_gemm_syrk, one problem, M = N; FLOPs counted for its distinct
-                         * elements, M (M + 1) K); F32B: a bf16 A stored spread [M, 2K] against fp32
-                         * B values as they are (trex_gemm_bf16_f32b; only at the levels that have it);
-                         * 0: none of these */
+                         * elements, M (M + 1) K); F32B: a bf16 A of [M, 2K] read as spread against
+                         * fp32 B values as they are (trex_gemm_bf16_f32b; only at the levels that have
+                         * it; A's random values need not come in pairs: the kernels read the first of
+                         * each, and the timing is the same); 0: none of these */
     bool accumulate;    /* C += op(A) op(B) (beta 1, as the model's weight gradients); else beta 0 */
 } kcase;
 enum { PRE_B = 1, PRE_A = 2, ROWS = 3, SYM = 4, F32B = 5 };
@@ -630,7 +631,8 @@ static int bench_kernels(int argc, char **argv)
         "2 o-groups, experts: inter 512, E 24, K 6; --tokens tokens), and the grouped expert GEMM "
         "over the routed tokens (uneven load), and the bf16x3 LM head's three products per chunk of "
         "512 rows (head3.*) and bf16x2g1's (head2.*; at the avx2 and avx512f levels also its logits "
-        "on fp32 hn, head2.fwd.f32b), and each packer path alone (pack.*); cases ending in "
+        "on fp32 hn over min(tokens, 1024) rows, head2.fwd.f32b), and each packer path alone (pack.*); "
+        "cases ending in "
         ".prepacked take "
         "B (the weight) packed once outside the timing (trex_gemm_pack_b), .prepacked_a its A "
         "(trex_gemm_pack_a), .rows read both operands through row lists (a random permutation of "
@@ -735,8 +737,9 @@ static int bench_kernels(int argc, char **argv)
         {"head2.fwd", "logits^T = W2 hn^T, K = 2d, 1024 rows", false, true, false, 129280, 1024, 2 * d,
          0, false, false, false},
         /* ... which the FMA levels (avx2, avx512f) compute as one product with K = d: W_hi spread
-         * against hn's fp32 values (trex_gemm_bf16_f32b; docs/precision.md "bf16x2g1") */
-        {"head2.fwd.f32b", "logits^T = W_hi hn^T, fp32 hn, K = d", false, true, false, 129280, 1024, d, 0,
+         * against hn's fp32 values (trex_gemm_bf16_f32b; docs/precision.md "bf16x2g1"), on min(tokens,
+         * 1 024) rows (the chunk at the default tokens; few rows keep a test short) */
+        {"head2.fwd.f32b", "logits^T = W_hi hn^T, fp32 hn, K = d", false, true, false, 129280, head_rows, d, 0,
          false, F32B, false},
         /* ... and its gradient products, per pair of 1 024-row chunks (model.c head3_grad1): dW += dl
          * hn_hi (K = 2 048 rows) and one vocabulary block of d hn = dl^T W_hi (6 144 rows, W_hi packed

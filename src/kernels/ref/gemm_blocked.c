@@ -24,7 +24,9 @@
  *      summed over several slices (beta 1) when it exceeds ADD_STREAM_LIMIT: the first slice read C long
  *      before, and a smaller C is still in cache then, for this call's stores and for the caller that sums
  *      into it again (d hn over vocabulary blocks; round 14).
- * fp32 sources are rounded to bf16 while packed. A pre-packed B (trex_gemm_pack_b: the same panels,
+ * fp32 sources are rounded to bf16 while packed, except trex_gemm_bf16_f32b's B, whose values are
+ * packed as they are (the fp32-pair format, for the micro-kernels of the FMA levels that take it: b_pairs
+ * below; its K counts each value twice, so that its panels and steps are the bf16 ones). A pre-packed B (trex_gemm_pack_b: the same panels,
  * packed once by the caller) skips step 1; a pre-packed A (trex_gemm_pack_a) is read in place instead
  * of being packed per block row. Everything else is the same, so are the bits.
  * Which thread computes a block varies from run to run, but each element of C is owned by one block and
@@ -80,7 +82,8 @@ typedef struct sub {
      * offset to the sub's first column n0. NULL: the operand as stored. */
     const int32_t *arow, *brow;
     bool a_byr, b_byr;
-    bool b_pairs;            /* B in the fp32-pair format (trex_gemm_bf16_f32b): K counts its values twice */
+    bool b_pairs;            /* B in the fp32-pair format (trex_gemm_bf16_f32b): K counts its values twice;
+                              * the run's flag too, here for b_ksteps, which sees only the sub */
     int64_t lda, ldb;
     int64_t n0;              /* the sub's first column in its problem (of C, and of B when read by rows) */
 } sub;
@@ -1093,7 +1096,10 @@ static void gemm_run(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws *
     }
     g.layout = (ta ? TREX_PROF_GEMM_TA : 0u) | (tb ? TREX_PROF_GEMM_TB : 0u) |
                (a_prepacked ? TREX_PROF_GEMM_A_PACKED : a_in == TREX_F32 ? TREX_PROF_GEMM_A_F32 : 0u) |
-               (prepacked ? TREX_PROF_GEMM_B_PACKED : b_in == TREX_F32 ? TREX_PROF_GEMM_B_F32 : 0u) |
+               (prepacked  ? TREX_PROF_GEMM_B_PACKED
+                : b_pairs  ? TREX_PROF_GEMM_B_EXACT
+                : b_in == TREX_F32 ? TREX_PROF_GEMM_B_F32
+                                   : 0u) |
                (arows ? TREX_PROF_GEMM_A_ROWS : 0u) | (brows ? TREX_PROF_GEMM_B_ROWS : 0u) |
                (beta != 0.0f ? TREX_PROF_GEMM_ACCUMULATE : 0u) |
                (alpha != 1.0f || (beta != 0.0f && beta != 1.0f) ? TREX_PROF_GEMM_SCALED : 0u) |

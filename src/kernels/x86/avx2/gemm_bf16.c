@@ -45,16 +45,37 @@ enum { ROWS = 4, COLS = 16 };
         _mm256_storeu_ps(c->out + (r0 + i) * c->ldo + c0, s##i##a);                                \
         _mm256_storeu_ps(c->out + (r0 + i) * c->ldo + c0 + 8, s##i##b);                            \
     }
+/* The piece's four rows: set up, one k-pair (the includer's ROW_STEP), stored. */
+#define PIECE_INIT() ROW_INIT(0) ROW_INIT(1) ROW_INIT(2) ROW_INIT(3)
+#define PIECE_STEP() \
+    do {             \
+        ROW_STEP(0); \
+        ROW_STEP(1); \
+        ROW_STEP(2); \
+        ROW_STEP(3); \
+    } while (0)
+#define PIECE_STORE() ROW_STORE(0) ROW_STORE(1) ROW_STORE(2) ROW_STORE(3)
+
+typedef void piece_fn(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc, int r0,
+                      int c0, int nrows);
+
+/* The 32x32 block as pieces, those of rows below c->rows only (always inlined: piece is a constant). */
+static inline void block(piece_fn *piece, int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
+                         unsigned flags)
+{
+    const bool acc = flags & TREX_UKR_ACCUMULATE;
+    const int nrows = c->rows > 0 && c->rows < TREX_GEMM_MR ? (int)c->rows : TREX_GEMM_MR;
+    for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
+        for (int r0 = 0; r0 < nrows; r0 += ROWS)
+            piece(kp, ap, bp, c, acc, r0, c0, nrows);
+}
 
 /* Rows r0 .. r0+3 (those below nrows) x columns c0 .. c0+15 of the block, over kp k. The accumulators
  * are named variables, not an array, so that GCC keeps them in registers. */
 static inline void piece(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
                          int r0, int c0, int nrows)
 {
-    ROW_INIT(0)
-    ROW_INIT(1)
-    ROW_INIT(2)
-    ROW_INIT(3)
+    PIECE_INIT()
     alignas(32) float aw[ROWS][32]; /* the piece's A over one panel step, as floats */
     for (int64_t k0 = 0; k0 < kp; k0 += 32) {
         /* A's rows r0 .. r0+3 of the panel step k0/32 (32 contiguous k each) */
@@ -68,25 +89,15 @@ static inline void piece(int64_t kp, const uint16_t *ap, const uint16_t *bp, con
             const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
             const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
             const __m256 e0 = pair_even(b0), o0 = pair_odd(b0), e1 = pair_even(b1), o1 = pair_odd(b1);
-            ROW_STEP(0);
-            ROW_STEP(1);
-            ROW_STEP(2);
-            ROW_STEP(3);
+            PIECE_STEP();
         }
     }
-    ROW_STORE(0)
-    ROW_STORE(1)
-    ROW_STORE(2)
-    ROW_STORE(3)
+    PIECE_STORE()
 }
 
 void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, unsigned flags)
 {
-    const bool acc = flags & TREX_UKR_ACCUMULATE;
-    const int nrows = c->rows > 0 && c->rows < TREX_GEMM_MR ? (int)c->rows : TREX_GEMM_MR;
-    for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
-        for (int r0 = 0; r0 < nrows; r0 += ROWS)
-            piece(kp, ap, bp, c, acc, r0, c0, nrows);
+    block(piece, kp, ap, bp, c, flags);
 }
 
 /* The fp32-pair kernel (trex_gemm_bf16_f32b; kernels/gemm_panels.h "fp32-pair format"): each k-pair of
@@ -104,10 +115,7 @@ void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, cons
 static inline void piece_f32b(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
                               int r0, int c0, int nrows)
 {
-    ROW_INIT(0)
-    ROW_INIT(1)
-    ROW_INIT(2)
-    ROW_INIT(3)
+    PIECE_INIT()
     alignas(32) float aw[ROWS][16]; /* the first of each of the piece's A pairs over one panel step */
     for (int64_t k0 = 0; k0 < kp; k0 += 32) {
         const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32;
@@ -122,26 +130,16 @@ static inline void piece_f32b(int64_t kp, const uint16_t *ap, const uint16_t *bp
         for (int q = 0; q < 16; q++) {
             const __m256 b0 = _mm256_loadu_ps(bb + q * TREX_GEMM_NR);
             const __m256 b1 = _mm256_loadu_ps(bb + q * TREX_GEMM_NR + 8);
-            ROW_STEP(0);
-            ROW_STEP(1);
-            ROW_STEP(2);
-            ROW_STEP(3);
+            PIECE_STEP();
         }
     }
-    ROW_STORE(0)
-    ROW_STORE(1)
-    ROW_STORE(2)
-    ROW_STORE(3)
+    PIECE_STORE()
 }
 
 void trex_gemm_ukr_f32b_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                              unsigned flags)
 {
-    const bool acc = flags & TREX_UKR_ACCUMULATE;
-    const int nrows = c->rows > 0 && c->rows < TREX_GEMM_MR ? (int)c->rows : TREX_GEMM_MR;
-    for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
-        for (int r0 = 0; r0 < nrows; r0 += ROWS)
-            piece_f32b(kp, ap, bp, c, acc, r0, c0, nrows);
+    block(piece_f32b, kp, ap, bp, c, flags);
 }
 
 /* The level's peak: 256-bit fp32 FMAs, the unit its bf16 products run on (`trex bench peak`, and the
