@@ -677,6 +677,10 @@ void trex_fused_rmsnorm_dw_avx512(float *dw, const float *dy, const float *x, co
         float scale, const float *lse, const float *D);
 TREX_FUSED_ATTN_BF16_LEAVES(ref)
 TREX_FUSED_ATTN_BF16_LEAVES(avx2)
+/* the avx2 level's own cross-entropy entries (kernels/x86/avx2/ce.c; the reference's bits) */
+void trex_fused_ce_fwd_avx2(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx, double *sum);
+void trex_fused_ce_grad_avx2(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n, int64_t cols,
+                             const float *c);
 TREX_FUSED_ATTN_BF16_LEAVES(amx)
 TREX_FUSED_ATTN_BF16_LEAVES(avx512)
 TREX_FUSED_ATTN_BF16_LEAVES(avx512f)

@@ -148,8 +148,9 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
     .sattn_bf16_name = #isa,                                                                  \
     .dots_bf16 = trex_fused_dots_bf16_##isa
 
-/* The reference entries but the bf16 attention core's (the avx2 level shares them). */
-#define REF_ENTRIES                                             \
+/* The reference entries but the bf16 attention core's and the cross-entropy's ce_fwd and ce_grad (the
+ * avx2 level shares them). */
+#define REF_ENTRIES_SHARED                                      \
     .dot = dot_ref,                                             \
     .dots = dots_ref,                                           \
     .axpy = axpy_ref,                                           \
@@ -176,8 +177,6 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
     .gate_fwd_fma = trex_fused_gate_fwd_fma_ref,                \
     .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_ref,          \
     .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_ref,  \
-    .ce_fwd = trex_fused_ce_fwd_ref,                            \
-    .ce_grad = trex_fused_ce_grad_ref,                          \
     .ce_exp = trex_fused_ce_exp_ref,                            \
     .pool_fwd = trex_fused_pool_fwd_ref,                        \
     .pool_bwd = trex_fused_pool_bwd_ref,                        \
@@ -190,17 +189,22 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
 static const trex_fused_table table_ref = {
     .isa = TREX_ISA_REF,
     .name = "ref",
-    REF_ENTRIES,
+    REF_ENTRIES_SHARED,
+    .ce_fwd = trex_fused_ce_fwd_ref,
+    .ce_grad = trex_fused_ce_grad_ref,
     ATTN_BF16_ENTRIES(ref),
 };
 
 #if defined(__x86_64__) || defined(__i386__)
 /* AVX2: the reference entries, and the bf16 attention core of kernels/x86/avx2 (the reference compiled
- * for AVX2, with a hand-written key product), which gives the reference's bits. */
+ * for AVX2, with a hand-written key product) and its cross-entropy entries, which give the reference's
+ * bits. */
 static const trex_fused_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .name = "avx2",
-    REF_ENTRIES,
+    REF_ENTRIES_SHARED,
+    .ce_fwd = trex_fused_ce_fwd_avx2,
+    .ce_grad = trex_fused_ce_grad_avx2,
     ATTN_BF16_ENTRIES(avx2),
 };
 

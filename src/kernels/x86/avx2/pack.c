@@ -17,22 +17,12 @@
 #include <string.h>
 
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx2/bf16.h"
 #include "trex/tensor.h"
 
 enum { TR = 8, TK = 16 }; /* a tile's rows and k */
 
-/* ---- rounding -------------------------------------------------------------------------------------- */
-
-/* trex_f32_to_bf16 of each lane, in the dword's upper half (the lower half is garbage). */
-static inline __m256i round_hi(__m256 x)
-{
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    const __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000)); /* both non-negative */
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-    return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
-}
+/* ---- rounding (round_hi and round8v: kernels/x86/avx2/bf16.h) ----------------------------------------- */
 
 /* 16 floats at p to 16 bf16, in order. */
 static inline __m256i round16(const float *p)
@@ -46,8 +36,7 @@ static inline __m256i round16(const float *p)
 /* 8 floats at p to 8 bf16. */
 static inline __m128i round8(const float *p)
 {
-    const __m256i r = _mm256_srli_epi32(round_hi(_mm256_loadu_ps(p)), 16);
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    return round8v(_mm256_loadu_ps(p));
 }
 
 /* ---- tiles ------------------------------------------------------------------------------------------ */
