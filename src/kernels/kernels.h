@@ -94,10 +94,10 @@ void trex_gemm_f32_bf16(trex_pool *pool, trex_gemm_ws *ws, bool ta, bool tb, int
  * (ldb >= K). Each product of a bf16 and an fp32 value is exact in one FMA, and each element's sum
  * rounds once per k in increasing k: the bits of c = fmaf(a_k, b_k, c) from the start the framework
  * gives every product (zero, or beta C when alpha is 1; with another alpha, alpha c + beta C after the
- * sum from zero: docs/kernels.md "alpha, beta and D"), the same at both levels and for any pool. That is half the FMAs of the bf16x2 split
- * (W x = W x_hi + W x_lo over K = 2k, above) and closer to W x. The other levels (ref, and avx512 and
- * amx, whose products are bf16 instructions) do not have it: calling it there aborts; their callers
- * split x. */
+ * sum from zero: docs/kernels.md "alpha, beta and D"), the same at both levels and for any pool.
+ * That is half the FMAs of the bf16x2 split (W x = W x_hi + W x_lo over K = 2k, above) and closer to
+ * W x. The other levels (ref, and avx512 and amx, whose products are bf16 instructions) do not have it:
+ * calling it there aborts; their callers split x. */
 bool trex_gemm_f32b_native(void);
 void trex_gemm_bf16_f32b(trex_pool *pool, trex_gemm_ws *ws, int64_t M, int64_t N, int64_t K, float alpha,
                          const uint16_t *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,

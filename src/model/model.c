@@ -860,9 +860,10 @@ static void ce3_grad_range(trex_pool *pool, const ce3_job *j, int64_t v0, int64_
  * columns [0, rows) of dl (row stride ldl bf16): dhn = dl^T W_hi (K = V in vocabulary blocks of
  * HEAD3_DHN_VOCAB1, each a sum over the whole block per element) and dW += dl hn_hi (K = rows); hn_hi
  * and W_hi at offset 0 of the kt d-wide rows of hnF and W3 (with m->head_f32b: hn's floats in hnF,
- * rounded while packed, and d hn always on the pre-packed W_hi, as W3 holds W_hi spread). With ce, the d logits of ce's chunk are made
- * here, block by block, just before the block's d hn product reads them, while the block (12 MiB at
- * 1 024 rows) can still be in the last-level cache (docs/kernels.md "Round 19"). */
+ * rounded while packed, and d hn always on the pre-packed W_hi, as W3 holds W_hi spread). With ce, the
+ * d logits of ce's chunk are made here, block by block, just before the block's d hn product reads
+ * them, while the block (12 MiB at 1 024 rows) can still be in the last-level cache (docs/kernels.md
+ * "Round 19"). */
 static void head3_grad1(trex_model *m, head_pass *hp, const uint16_t *W3, const uint16_t *hnF,
                         const uint16_t *dl, int64_t ldl, int64_t r0, int64_t rows, float *dW, const ce3_job *ce)
 {

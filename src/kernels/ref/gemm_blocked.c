@@ -26,9 +26,10 @@
  *      into it again (d hn over vocabulary blocks; round 14).
  * fp32 sources are rounded to bf16 while packed, except trex_gemm_bf16_f32b's B, whose values are
  * packed as they are (the fp32-pair format, for the micro-kernels of the FMA levels that take it: b_pairs
- * below; its K counts each value twice, so that its panels and steps are the bf16 ones). A pre-packed B (trex_gemm_pack_b: the same panels,
- * packed once by the caller) skips step 1; a pre-packed A (trex_gemm_pack_a) is read in place instead
- * of being packed per block row. Everything else is the same, so are the bits.
+ * below; its K counts each value twice, so that its panels and steps are the bf16 ones). A pre-packed B
+ * (trex_gemm_pack_b: the same panels, packed once by the caller) skips step 1; a pre-packed A
+ * (trex_gemm_pack_a) is read in place instead of being packed per block row. Everything else is the
+ * same, so are the bits.
  * Which thread computes a block varies from run to run, but each element of C is owned by one block and
  * summed over all of K by one thread in a fixed order (slice after slice: the bits of one micro-kernel
  * call over all of K), then combined with alpha and beta once: the bits of C never depend on the
@@ -82,8 +83,8 @@ typedef struct sub {
      * offset to the sub's first column n0. NULL: the operand as stored. */
     const int32_t *arow, *brow;
     bool a_byr, b_byr;
-    bool b_pairs;            /* B in the fp32-pair format (trex_gemm_bf16_f32b): K counts its values twice;
-                              * the run's flag too, here for b_ksteps, which sees only the sub */
+    bool b_pairs;            /* B's fp32 values as they are, in the fp32-pair format, met by gemm_ukr_f32b
+                              * (trex_gemm_bf16_f32b): K counts each value twice */
     int64_t lda, ldb;
     int64_t n0;              /* the sub's first column in its problem (of C, and of B when read by rows) */
 } sub;
@@ -99,7 +100,6 @@ typedef struct run {
     const trex_kernel_table *t;
     trex_pool *pool;
     bool a_f32, b_f32;       /* source types of A and of B (B unused when pre-packed) */
-    bool b_pairs;            /* B's fp32 values as they are, in the fp32-pair format, and gemm_ukr_f32b */
     size_t a_esz, b_esz;
     int mode;
     bool sym;                /* a symmetric C (trex_gemm_syrk_*): tiles on and below the diagonal only */
@@ -228,9 +228,9 @@ static void pack_slots(void *arg, int64_t w0, int64_t w1, int tid)
 {
     (void)w0, (void)w1, (void)tid;
     const run *r = arg;
-    const trex_pack_fn fn = r->b_pairs ? pack_b_f32_pairs : r->b_f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
     for (int64_t i; (i = next_item(r)) >= 0;) {
         const sub *s = &r->subs[r->items[i].s];
+        const trex_pack_fn fn = s->b_pairs ? pack_b_f32_pairs : r->b_f32 ? r->t->pack_b_f32 : r->t->pack_b_bf16;
         const int64_t u0 = r->items[i].i, un = r->items[i].n;
         if (b_ksteps(s)) { /* steps [u0, u0 + un) of every panel */
             pack_steps(fn, r->bpack + s->b_off, s->Kp, s->B, r->b_esz, s->b_ks, s->N, s->K, 0, s->npan,
@@ -370,7 +370,7 @@ static void compute_block(const run *r, const sub *s, int64_t bi, int64_t bj, co
     enum { R = TREX_GEMM_MR, Q = TREX_GEMM_NR };
     const int64_t m0 = bi * s->mb, n0 = bj * NB, Kp = s->Kp, kc = slice_k(Kp);
     const int64_t mp = ceil_div(min64(s->mb, s->M - m0), R), np = ceil_div(min64(NB, s->N - n0), Q);
-    const trex_gemm_ukr_fn ukr = r->b_pairs ? r->t->gemm_ukr_f32b : r->t->gemm_ukr;
+    const trex_gemm_ukr_fn ukr = s->b_pairs ? r->t->gemm_ukr_f32b : r->t->gemm_ukr;
     const uint16_t *const bblk = s->bpan + (n0 / Q) * Q * Kp;
     float tmp[R * Q] = {0};
     for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
@@ -1028,7 +1028,7 @@ static void gemm_exec(const trex_kernel_table *t, trex_pool *pool, trex_gemm_ws 
     item *items = ws_grow(&w->items, &w->items_cap, (size_t)max_items * sizeof(item));
     atomic_llong next;
 
-    run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32, .b_pairs = b_pairs,
+    run r = {.t = t, .pool = pool, .a_f32 = a_in == TREX_F32, .b_f32 = b_in == TREX_F32,
              .a_esz = a_esz, .b_esz = b_esz, .mode = mode, .sym = sym,
              .stream_add = mode == MODE_ADD && cbytes > (double)ADD_STREAM_LIMIT, .alpha = alpha, .beta = beta,
              .bpack = (uint16_t *)packed, .apack = (uint16_t *)(packed + bbytes),
