@@ -1,8 +1,11 @@
 /* kernels/x86/attn_tiles.h — the bf16 attention entries of kernels/fused.h on 16 x 16 fp32 tiles, one
- * body for three product back-ends: AMX's tile unit (TDPBF16PS, kernels/x86/amx/attn.c), AVX-512's
+ * body for four product back-ends: AMX's tile unit (TDPBF16PS, kernels/x86/amx/attn.c), AVX-512's
  * VDPBF16PS on the same tile layouts (kernels/x86/avx512/attn.c) and, on CPUs without AVX512_BF16,
- * fp32 FMAs on the tiles' bf16 pairs (kernels/x86/avx512f/attn.c). Included once by each of those
- * files, which first define the tile operations and the leaves' names:
+ * fp32 FMAs on the tiles' bf16 pairs, on AVX-512 (kernels/x86/avx512f/attn.c) or AVX2 registers
+ * (kernels/x86/avx2/attn.c). Included once by each of those files, which first include their level's
+ * 16-lane vector operations (vec16, mask16, wide16 and the v16_ / w16_ functions of
+ * kernels/x86/avx512/vec16.h or kernels/x86/avx2/vec16.h) and define the tile operations and the
+ * leaves' names:
  *   TILES_DECL             the tile state of one product function (AMX: none, the tile registers)
  *   TILE_ZERO(t)           C tile t (0..3) = 0
  *   TILE_LOAD(t, p, ld)    A or B tile t (4..7): 16 rows of 64 bytes from p, ld bytes apart
@@ -27,7 +30,7 @@
  *            K = 2 Hp nq, and one add per block.
  * Softmax, exp, log, lse, psum, dsink and D stay fp32 as in kernels/ref/attn_bf16.c, which defines the
  * semantics; the sums inside the tiles follow the back-end's order and exp is a vector polynomial
- * (exp16, about 1 ulp) instead of libm's expf, so results agree with the reference within fp32
+ * (v16_exp, about 1 ulp) instead of libm's expf, so results agree with the reference within fp32
  * rounding (tests/test_attn_bf16.c), and are the same bits on every call (no state, a fixed order),
  * whatever the thread count of the caller or the other entries of the call.
  *
@@ -48,8 +51,6 @@
 
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
-#include "kernels/x86/avx512/bf16.h"
-#include "kernels/x86/avx512/transpose.h"
 
 #define BARRIER() __asm__ volatile("" : : : "memory")
 
@@ -150,28 +151,11 @@ static void pb_pads(const attn_ws *w, int64_t H, int64_t n)
 
 /* ---- packing ---------------------------------------------------------------------------------- */
 
-static inline __m512i cvt32(const float *src, int64_t left)
-{
-    /* 32 floats (fewer when left < 32: the rest read as zero) to 32 bf16, nearest even */
-    __m512 lo, hi;
-    if (left >= 32) {
-        lo = _mm512_loadu_ps(src);
-        hi = _mm512_loadu_ps(src + 16);
-    } else {
-        const __mmask16 ml = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-        const __mmask16 mh = left > 16 ? (__mmask16)((1u << (left - 16)) - 1u) : (__mmask16)0;
-        lo = _mm512_maskz_loadu_ps(ml, src);
-        hi = _mm512_maskz_loadu_ps(mh, src + 16);
-    }
-    return bf16_round32(lo, hi);
-}
-
 /* dst [cp] bf16 = src [c] rounded, zero padded; src NULL: zeros. */
 static void cvt_row(uint16_t *dst, const float *src, int64_t c, int64_t cp)
 {
     for (int64_t k = 0; k < cp; k += 32) {
-        const __m512i v = (src && k < c) ? cvt32(src + k, c - k) : _mm512_setzero_si512();
-        _mm512_storeu_si512((void *)(dst + k), v);
+        w16_store(dst + k, (src && k < c) ? w16_bf16(src + k, c - k) : w16_zero());
     }
 }
 
@@ -193,31 +177,13 @@ static void pack_xt_vnni(uint16_t *dst, const uint16_t *X, int64_t ld, int64_t R
     for (int64_t hg = 0; hg < Rp / 16; hg++) {
         const uint16_t *x = X + hg * 16 * ld;
         for (int64_t s = 0; s < cp / 32; s++, d += 512) {
-            __m512i r[16];
+            wide16 r[16];
             for (int h = 0; h < 16; h++)
-                r[h] = _mm512_loadu_si512((const void *)(x + h * ld + 32 * s));
-            transpose16(r);
+                r[h] = w16_load(x + h * ld + 32 * s);
+            w16_transpose(r);
             for (int kp = 0; kp < 16; kp++)
-                _mm512_storeu_si512((void *)(d + 32 * kp), r[kp]);
+                w16_store(d + 32 * kp, r[kp]);
         }
-    }
-}
-
-/* Two bf16 rows r0, r1 of cp into VNNI pair rows: for each 16-dim chunk j, 32 bf16 (r0[16j + i],
- * r1[16j + i]) for i < 16, written at dst + j * jstride (in bf16). */
-static void interleave_pair(uint16_t *dst, int64_t jstride, const uint16_t *r0, const uint16_t *r1,
-                            int64_t cp)
-{
-    static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i ilo = _mm512_loadu_si512((const void *)lo_idx);
-    const __m512i ihi = _mm512_add_epi16(ilo, _mm512_set1_epi16(16));
-    for (int64_t k = 0; k < cp; k += 32) {
-        const __m512i a = _mm512_loadu_si512((const void *)(r0 + k));
-        const __m512i b = _mm512_loadu_si512((const void *)(r1 + k));
-        _mm512_storeu_si512((void *)(dst + (k / 16) * jstride), _mm512_permutex2var_epi16(a, ilo, b));
-        _mm512_storeu_si512((void *)(dst + (k / 16 + 1) * jstride),
-                            _mm512_permutex2var_epi16(a, ihi, b));
     }
 }
 
@@ -310,7 +276,7 @@ static void pack_entries(const attn_ws *w, const float *const *V, const uint16_t
     memset(w->zr, 0, (size_t)cp * 2);
     for (int64_t r = 0; r < w->npb - w->kw; r += 2) {
         const int64_t e = w->nw + r, b = r / 32, kp = (r % 32) / 2;
-        interleave_pair(w->vv + (b * nj) * 512 + kp * 32, 512,
+        w16_interleave(w->vv + (b * nj) * 512 + kp * 32, 512,
                         e < n ? entry_row(w, Vb, n, e, c) : w->zr,
                         e + 1 < n ? entry_row(w, Vb, n, e + 1, c) : w->zr, cp);
     }
@@ -471,37 +437,10 @@ static void pv_out(const attn_ws *w, float *out, int64_t H, int64_t c, float mul
         float *o = out + h * c;
         int64_t k = 0;
         for (; k + 16 <= c; k += 16)
-            _mm512_storeu_ps(o + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), _mm512_set1_ps(mul)));
+            v16_store(o + k, v16_mul(v16_load(src + k), v16_set1(mul)));
         for (; k < c; k++)
             o[k] = src[k] * mul;
     }
-}
-
-/* exp of 16 floats: Cody-Waite reduction by ln 2 and a degree-7 polynomial; within 1.3 ulp of the
- * exact exp on [-87, 10] (checked on every 97th float), inputs clamped to [-88, 88] (exp(-88) is
- * 6e-39: such probabilities round to bf16 subnormals, which the bf16 instructions read as zero and the
- * avx512f level's FMAs take as they are, below 1e-37 in any sum). */
-static inline __m512 exp16(__m512 x)
-{
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-88.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);
-}
-
-/* 16 floats to 16 bf16 (nearest even) */
-static inline __m256i bf16x16(__m512 x)
-{
-    return bf16_round16(x);
 }
 
 /* P (dZ) into pb by runs: the bf16 values (one 16-head vector per entry) of up to 32 entries whose
@@ -516,17 +455,13 @@ static void pb_flush(const attn_ws *w, pb_run *r, int64_t row0, int64_t hn)
 {
     if (r->m == 0)
         return;
-    __m512i x[16];
-    for (int64_t k = 0; k < 16; k++) {
-        const __m512i lo = 2 * k < r->m ? _mm512_cvtepu16_epi32(r->v[2 * k]) : _mm512_setzero_si512();
-        const __m512i hi =
-            2 * k + 1 < r->m ? _mm512_cvtepu16_epi32(r->v[2 * k + 1]) : _mm512_setzero_si512();
-        x[k] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-    }
-    transpose16(x); /* x[h], word k: head h of entries 2k, 2k + 1 */
-    const __mmask32 mk = r->m == 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << r->m) - 1u);
+    const __m256i z = _mm256_setzero_si256();
+    wide16 x[16];
+    for (int64_t k = 0; k < 16; k++)
+        x[k] = w16_zip(2 * k < r->m ? r->v[2 * k] : z, 2 * k + 1 < r->m ? r->v[2 * k + 1] : z);
+    w16_transpose(x); /* x[h], word k: head h of entries 2k, 2k + 1 */
     for (int64_t h = 0; h < hn; h++)
-        _mm512_mask_storeu_epi16(w->pb + (row0 + h) * w->npb + r->col, mk, x[h]);
+        w16_store_u16(w->pb + (row0 + h) * w->npb + r->col, x[h], r->m);
     r->m = 0;
 }
 
@@ -543,31 +478,30 @@ static inline void pb_push(const attn_ws *w, pb_run *r, int64_t row0, int64_t hn
 
 /* The forward's softmax numerators of head group hg over entries [e0, e1): exp(s - mx) over the scores
  * in w->st (in place); returns den plus their sum, entry by entry. */
-static inline __m512 exp_entries(const attn_ws *w, int64_t hg, int64_t e0, int64_t e1, __m512 mx, __m512 den)
+static inline vec16 exp_entries(const attn_ws *w, int64_t hg, int64_t e0, int64_t e1, vec16 mx, vec16 den)
 {
     for (int64_t e = e0; e < e1; e++) {
         float *sr = w->st + e * w->Hp + 16 * hg;
-        const __m512 ex = exp16(_mm512_sub_ps(_mm512_loadu_ps(sr), mx));
-        _mm512_storeu_ps(sr, ex);
-        den = _mm512_add_ps(den, ex);
+        const vec16 ex = v16_exp(v16_sub(v16_load(sr), mx));
+        v16_store(sr, ex);
+        den = v16_add(den, ex);
     }
     return den;
 }
 
 /* lse[h] = mx_h + log(den_h) for the hn heads of a group. */
-static inline void store_lse(float *lse, __m512 mx, __m512 den, int64_t hn)
+static inline void store_lse(float *lse, vec16 mx, vec16 den, int64_t hn)
 {
     float mxs[16] __attribute__((aligned(64))), dens[16] __attribute__((aligned(64)));
-    _mm512_store_ps(mxs, mx);
-    _mm512_store_ps(dens, den);
+    v16_store(mxs, mx);
+    v16_store(dens, den);
     for (int64_t h = 0; h < hn; h++)
         lse[h] = mxs[h] + logf(dens[h]);
 }
 
-static inline __mmask16 head_mask(int64_t H, int64_t hg)
+static inline mask16 head_mask(int64_t H, int64_t hg)
 {
-    const int64_t k = H - 16 * hg;
-    return k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1u);
+    return m16_first(H - 16 * hg);
 }
 
 /* ---- entries ---------------------------------------------------------------------------------- */
@@ -594,36 +528,36 @@ void ATTN_LEAF(sattn_fwd_bf16)(float *o, float *lse, float *z, float *P, float *
     TILES_BEGIN(); /* the GEMM's tile configuration: 8 tiles of 16 rows x 64 bytes */
     scores_t(&w, Vb, n, c);
     /* softmax, 16 heads at a time (a row of S^T), exp and the divide vectorised */
-    const __m512 vs = _mm512_set1_ps(scale);
+    const vec16 vs = v16_set1(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
-        const __mmask16 hm = head_mask(H, hg);
+        const mask16 hm = head_mask(H, hg);
         const int64_t hn = H - 16 * hg < 16 ? H - 16 * hg : 16;
-        const __m512 sk = _mm512_maskz_loadu_ps(hm, sink + 16 * hg);
-        __m512 mx = sk;
+        const vec16 sk = v16_loadz(hm, sink + 16 * hg);
+        vec16 mx = sk;
         float zt[16] __attribute__((aligned(64)));
         for (int64_t e = 0; e < n; e++) {
             float *sr = w.st + e * Hp + 16 * hg;
-            const __m512 zv = _mm512_mul_ps(vs, _mm512_loadu_ps(sr));
-            _mm512_storeu_ps(sr, zv);
+            const vec16 zv = v16_mul(vs, v16_load(sr));
+            v16_store(sr, zv);
             if (z) {
-                _mm512_store_ps(zt, zv);
+                v16_store(zt, zv);
                 for (int64_t h = 0; h < hn; h++)
                     z[(16 * hg + h) * n + e] = zt[h];
             }
-            mx = _mm512_max_ps(mx, zv);
+            mx = v16_max(mx, zv);
         }
-        const __m512 den = exp_entries(&w, hg, 0, n, mx, exp16(_mm512_sub_ps(sk, mx)));
+        const vec16 den = exp_entries(&w, hg, 0, n, mx, v16_exp(v16_sub(sk, mx)));
         store_lse(lse + 16 * hg, mx, den, hn);
         pb_run run;
         run.m = 0;
         for (int64_t e = 0; e < n; e++) {
-            const __m512 p = _mm512_div_ps(_mm512_loadu_ps(w.st + e * Hp + 16 * hg), den);
+            const vec16 p = v16_div(v16_load(w.st + e * Hp + 16 * hg), den);
             if (P) {
-                _mm512_store_ps(zt, p);
+                v16_store(zt, p);
                 for (int64_t h = 0; h < hn; h++)
                     P[(16 * hg + h) * n + e] = zt[h];
             }
-            pb_push(&w, &run, 16 * hg, hn, e, bf16x16(p));
+            pb_push(&w, &run, 16 * hg, hn, e, v16_bf16(p));
         }
         pb_flush(&w, &run, 16 * hg, hn);
     }
@@ -646,14 +580,14 @@ static void block_scores(attn_ws *w, const uint16_t *const *Vb, int64_t n, int64
 /* Rows 16 hg .. 16 hg + 15 of a block call (Hq rows per query): their query b, its first head h0 there,
  * the hn real heads and their mask; false where the group holds padding rows only. */
 static bool block_group(int64_t hg, int64_t Hq, int64_t H, int64_t *b, int64_t *h0, int64_t *hn,
-                        __mmask16 *hm)
+                        mask16 *hm)
 {
     *b = 16 * hg / Hq;
     *h0 = 16 * hg - *b * Hq;
     if (*h0 >= H)
         return false;
     *hn = H - *h0 < 16 ? H - *h0 : 16;
-    *hm = (__mmask16)(*hn >= 16 ? 0xffffu : (1u << *hn) - 1u);
+    *hm = m16_first(*hn);
     return true;
 }
 
@@ -685,23 +619,23 @@ void ATTN_LEAF(sattn_fwd_block_bf16)(float *o, float *lse, float *ws, const uint
         query_rows(w.qb + b * Hq * cp, NULL, qb + b * H * c, H, Hq, c, cp);
     pack_xt_vnni(w.qv, w.qb, cp, Hp, cp);
     block_scores(&w, Vb, n, c);
-    const __m512 vs = _mm512_set1_ps(scale);
+    const vec16 vs = v16_set1(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
         int64_t b, h0, hn;
-        __mmask16 hm;
+        mask16 hm;
         if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
             continue; /* padding rows only: P stays zero */
         const int64_t *rg = vis + 4 * b;
-        const __m512 sk = _mm512_maskz_loadu_ps(hm, sink + h0);
-        __m512 mx = sk;
+        const vec16 sk = v16_loadz(hm, sink + h0);
+        vec16 mx = sk;
         for (int r = 0; r < 2; r++)
             for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
                 float *sr = w.st + e * Hp + 16 * hg;
-                const __m512 zv = _mm512_mul_ps(vs, _mm512_loadu_ps(sr));
-                _mm512_storeu_ps(sr, zv);
-                mx = _mm512_max_ps(mx, zv);
+                const vec16 zv = v16_mul(vs, v16_load(sr));
+                v16_store(sr, zv);
+                mx = v16_max(mx, zv);
             }
-        __m512 den = exp16(_mm512_sub_ps(sk, mx));
+        vec16 den = v16_exp(v16_sub(sk, mx));
         for (int r = 0; r < 2; r++)
             den = exp_entries(&w, hg, rg[2 * r], rg[2 * r + 1], mx, den);
         store_lse(lse + b * H + h0, mx, den, hn);
@@ -709,8 +643,8 @@ void ATTN_LEAF(sattn_fwd_block_bf16)(float *o, float *lse, float *ws, const uint
         run.m = 0;
         for (int r = 0; r < 2; r++)
             for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
-                const __m512 p = _mm512_div_ps(_mm512_loadu_ps(w.st + e * Hp + 16 * hg), den);
-                pb_push(&w, &run, 16 * hg, hn, e, bf16x16(p));
+                const vec16 p = v16_div(v16_load(w.st + e * Hp + 16 * hg), den);
+                pb_push(&w, &run, 16 * hg, hn, e, v16_bf16(p));
             }
         pb_flush(&w, &run, 16 * hg, hn);
     }
@@ -755,36 +689,36 @@ static void query_dz(attn_ws *w, float *P, int64_t n, int64_t H, float scale, co
                      const float *D, const key_rows *kr)
 {
     const int64_t Hp = w->Hp;
-    const __m512 vs = _mm512_set1_ps(scale);
+    const vec16 vs = v16_set1(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
-        const __mmask16 hm = head_mask(H, hg);
+        const mask16 hm = head_mask(H, hg);
         const int64_t hn = H - 16 * hg < 16 ? H - 16 * hg : 16;
-        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
-        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
+        const vec16 vl = v16_loadz(hm, lse + 16 * hg);
+        const vec16 vd = v16_loadz(hm, D + 16 * hg);
         float pt[16] __attribute__((aligned(64)));
         pb_run run;
         run.m = 0;
         for (int64_t e = 0; e < n; e++) {
             const int64_t i = e * Hp + 16 * hg;
-            const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w->st + i)), vl));
-            const __m512 dz = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd));
-            pb_push(w, &run, 16 * hg, hn, e, bf16x16(dz));
+            const vec16 p = v16_exp(v16_sub(v16_mul(vs, v16_load(w->st + i)), vl));
+            const vec16 dz = v16_mul(p, v16_sub(v16_load(w->dt + i), vd));
+            pb_push(w, &run, 16 * hg, hn, e, v16_bf16(dz));
             if (P) {
-                _mm512_store_ps(pt, p);
+                v16_store(pt, p);
                 for (int64_t h = 0; h < hn; h++)
                     P[(16 * hg + h) * n + e] = pt[h];
             }
             if (kr && (e >= kr->n0 || kr->wk)) {
-                const __m512 pk = _mm512_maskz_mov_ps(hm, p);
-                const __m512 sdz =
-                    _mm512_mul_ps(vs, _mm512_mul_ps(pk, _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd)));
+                const vec16 pk = v16_keep(hm, p);
+                const vec16 sdz =
+                    v16_mul(vs, v16_mul(pk, v16_sub(v16_load(w->dt + i), vd)));
                 uint16_t *row = e >= kr->n0 ? kr->a2 + (e - kr->n0) * kr->K
                                             : kr->wk->a2 + (kr->wk->row + e) * kr->wk->K + kr->wk->col;
-                _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(pk));
-                _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
+                _mm256_storeu_si256((__m256i *)(row + 16 * hg), v16_bf16(pk));
+                _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), v16_bf16(sdz));
                 if (e >= kr->n0) {
                     float *ps = kr->psv + 16 * (e - kr->n0);
-                    _mm512_storeu_ps(ps, _mm512_add_ps(hg ? _mm512_loadu_ps(ps) : _mm512_setzero_ps(), pk));
+                    v16_store(ps, v16_add(hg ? v16_load(ps) : v16_zero(), pk));
                 }
             }
         }
@@ -853,29 +787,29 @@ static void block_dz(attn_ws *w, const int64_t *vis, int64_t H, int64_t Hq, floa
                      const float *lse, const float *D, uint16_t *a2, int64_t K)
 {
     const int64_t Hp = w->Hp;
-    const __m512 vs = _mm512_set1_ps(scale);
+    const vec16 vs = v16_set1(scale);
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
         int64_t b, h0, hn;
-        __mmask16 hm;
+        mask16 hm;
         if (!block_group(hg, Hq, H, &b, &h0, &hn, &hm))
             continue; /* padding rows only: dZ and the coefficients stay zero */
         const int64_t *rg = vis + 4 * b;
-        const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + b * H + h0);
-        const __m512 vd = _mm512_maskz_loadu_ps(hm, D + b * H + h0);
+        const vec16 vl = v16_loadz(hm, lse + b * H + h0);
+        const vec16 vd = v16_loadz(hm, D + b * H + h0);
         uint16_t *ap = a2 ? a2 + 2 * Hq * b + h0 : NULL;
         pb_run run;
         run.m = 0;
         for (int r = 0; r < 2; r++)
             for (int64_t e = rg[2 * r]; e < rg[2 * r + 1]; e++) {
                 const int64_t i = e * Hp + 16 * hg;
-                const __m512 p = exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w->st + i)), vl));
-                const __m512 dt = _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd);
-                pb_push(w, &run, 16 * hg, hn, e, bf16x16(_mm512_mul_ps(p, dt)));
+                const vec16 p = v16_exp(v16_sub(v16_mul(vs, v16_load(w->st + i)), vl));
+                const vec16 dt = v16_sub(v16_load(w->dt + i), vd);
+                pb_push(w, &run, 16 * hg, hn, e, v16_bf16(v16_mul(p, dt)));
                 if (ap) {
-                    const __m512 pk = _mm512_maskz_mov_ps(hm, p);
-                    _mm256_storeu_si256((__m256i *)(ap + e * K), bf16x16(pk));
+                    const vec16 pk = v16_keep(hm, p);
+                    _mm256_storeu_si256((__m256i *)(ap + e * K), v16_bf16(pk));
                     _mm256_storeu_si256((__m256i *)(ap + Hq + e * K),
-                                        bf16x16(_mm512_mul_ps(vs, _mm512_mul_ps(pk, dt))));
+                                        v16_bf16(v16_mul(vs, v16_mul(pk, dt))));
                 }
             }
         pb_flush(w, &run, 16 * hg, hn);
@@ -891,14 +825,14 @@ static void block_dq(attn_ws *w, float *dq, int64_t nq, int64_t H, int64_t Hq, i
         return;
     }
     pv_product(w, w->ot, cp);
-    const __m512 sc = _mm512_set1_ps(scale);
+    const vec16 sc = v16_set1(scale);
     for (int64_t b = 0; b < nq; b++)
         for (int64_t h = 0; h < H; h++) { /* as pv_out: a multiply per element */
             const float *src = w->ot + (b * Hq + h) * cp;
             float *d = dq + (b * H + h) * c;
             int64_t k = 0;
             for (; k + 16 <= c; k += 16)
-                _mm512_storeu_ps(d + k, _mm512_mul_ps(_mm512_loadu_ps(src + k), sc));
+                v16_store(d + k, v16_mul(v16_load(src + k), sc));
             for (; k < c; k++)
                 d[k] = src[k] * scale;
         }
@@ -934,30 +868,30 @@ static void key_coefs(const attn_ws *w, uint16_t *a2, int64_t K, float *psum, in
                       const float *D)
 {
     const int64_t Hp = w->Hp;
-    const __m512 vs = _mm512_set1_ps(scale);
+    const vec16 vs = v16_set1(scale);
     for (int64_t e = 0; e < n; e++) {
         uint16_t *row = a2 + e * K + col0;
         if (e < lo || e >= hi) {
             memset(row, 0, (size_t)(2 * Hp) * 2);
             continue;
         }
-        __m512 ps = _mm512_setzero_ps();
+        vec16 ps = v16_zero();
         for (int64_t hg = 0; hg < Hp / 16; hg++) {
-            const __mmask16 hm = head_mask(H, hg);
+            const mask16 hm = head_mask(H, hg);
             const int64_t i = e * Hp + 16 * hg;
-            const __m512 vl = _mm512_maskz_loadu_ps(hm, lse + 16 * hg);
-            const __m512 vd = _mm512_maskz_loadu_ps(hm, D + 16 * hg);
+            const vec16 vl = v16_loadz(hm, lse + 16 * hg);
+            const vec16 vd = v16_loadz(hm, D + 16 * hg);
             /* padded heads: p = 0 */
-            const __m512 p = _mm512_maskz_mov_ps(
-                hm, exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(w->st + i)), vl)));
-            const __m512 sdz =
-                _mm512_mul_ps(vs, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(w->dt + i), vd)));
-            _mm256_storeu_si256((__m256i *)(row + 16 * hg), bf16x16(p));
-            _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), bf16x16(sdz));
-            ps = _mm512_add_ps(ps, p);
+            const vec16 p = v16_keep(
+                hm, v16_exp(v16_sub(v16_mul(vs, v16_load(w->st + i)), vl)));
+            const vec16 sdz =
+                v16_mul(vs, v16_mul(p, v16_sub(v16_load(w->dt + i), vd)));
+            _mm256_storeu_si256((__m256i *)(row + 16 * hg), v16_bf16(p));
+            _mm256_storeu_si256((__m256i *)(row + Hp + 16 * hg), v16_bf16(sdz));
+            ps = v16_add(ps, p);
         }
         if (psum)
-            psum[e] = _mm512_reduce_add_ps(ps);
+            psum[e] = v16_sum(ps);
     }
 }
 
@@ -969,7 +903,7 @@ static void key_stack(const attn_ws *w, uint16_t *b2, int64_t r0)
     for (int64_t r = 0; r < 2 * Hp; r += 2) {
         const uint16_t *x0 = r < Hp ? w->gr + r * cp : w->qr + (r - Hp) * cp;
         const int64_t s = (r0 + r) / 32, kp = ((r0 + r) % 32) / 2;
-        interleave_pair(b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
+        w16_interleave(b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
     }
 }
 
@@ -1028,8 +962,8 @@ static void key_product(const attn_ws *w, float *const *dV, const uint16_t *a2, 
             float *dv = dV[e];
             int64_t k = 0;
             for (; k + 16 <= c; k += 16)
-                _mm512_storeu_ps(dv + k,
-                                 _mm512_add_ps(_mm512_loadu_ps(dv + k), _mm512_loadu_ps(src + k)));
+                v16_store(dv + k,
+                                 v16_add(v16_load(dv + k), v16_load(src + k)));
             for (; k < c; k++)
                 dv[k] += src[k];
         }
@@ -1103,7 +1037,7 @@ void ATTN_LEAF(sattn_bwd_query_keys_bf16)(float *dq, float *dsink, float *P, flo
     pv_out(&w, dq, H, c, scale);
     if (nk > 0) {
         for (int64_t e = 0; e < nk; e++)
-            psum[e] = _mm512_reduce_add_ps(_mm512_loadu_ps(psv + 16 * e));
+            psum[e] = v16_sum(v16_load(psv + 16 * e));
         for (int64_t e = nk; e < nk16; e++)
             memset(a2 + e * K, 0, (size_t)K * 2);
         BARRIER();
@@ -1137,7 +1071,7 @@ static void key_stack_block(const attn_ws *w, uint16_t *b2, int64_t r0, int64_t 
     for (int64_t r = 0; r < 2 * Hq; r += 2) {
         const uint16_t *x0 = r < Hq ? gr + r * cp : qr + (r - Hq) * cp;
         const int64_t s = (r0 + r) / 32, kp = ((r0 + r) % 32) / 2;
-        interleave_pair(b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
+        w16_interleave(b2 + (s * nj) * 512 + kp * 32, 512, x0, x0 + cp, cp);
     }
 }
 
@@ -1244,9 +1178,7 @@ void ATTN_LEAF(dots_bf16)(float *out, float *ws, const float *A, int64_t lda, in
     for (int64_t r = 0; r < Hp; r++) {
         uint16_t *d = qb + r * cp;
         for (int64_t k = 0; k < cp; k += 32) {
-            const __m512i v =
-                (r < R && k < c) ? cvt32(A + r * lda + k, c - k) : _mm512_setzero_si512();
-            _mm512_storeu_si512((void *)(d + k), v);
+            w16_store(d + k, (r < R && k < c) ? w16_bf16(A + r * lda + k, c - k) : w16_zero());
         }
     }
     pack_xt_vnni(qv, qb, cp, Hp, cp);
@@ -1296,14 +1228,13 @@ void ATTN_LEAF(dots_bf16)(float *out, float *ws, const float *A, int64_t lda, in
     for (int64_t hg = 0; hg < Hp / 16; hg++) {
         const int64_t rn = R - 16 * hg < 16 ? R - 16 * hg : 16;
         for (int64_t e0 = 0; e0 < n; e0 += 16) {
-            __m512i x[16];
+            wide16 x[16];
             for (int64_t k = 0; k < 16; k++) /* st has n16 rows */
-                x[k] = _mm512_loadu_si512((const void *)(st + (e0 + k) * Hp + 16 * hg));
-            transpose16(x); /* x[r], word k: row 16 hg + r of entry e0 + k */
+                x[k] = w16_load(st + (e0 + k) * Hp + 16 * hg);
+            w16_transpose(x); /* x[r], word k: row 16 hg + r of entry e0 + k */
             const int64_t m = n - e0 < 16 ? n - e0 : 16;
-            const __mmask16 mk = m == 16 ? (__mmask16)0xffffu : (__mmask16)((1u << m) - 1u);
             for (int64_t r = 0; r < rn; r++)
-                _mm512_mask_storeu_epi32((void *)(out + (16 * hg + r) * n + e0), mk, x[r]);
+                w16_store_u32(out + (16 * hg + r) * n + e0, x[r], m);
         }
     }
 }

@@ -8,6 +8,7 @@
 
 #include "kernels/fused.h"
 #include "kernels/gemm_panels.h"
+#include "kernels/x86/avx512/vec16.h"
 
 #define TILES_DECL ((void)0)
 #define TILE_ZERO(t) _tile_zero(t)

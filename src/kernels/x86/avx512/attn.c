@@ -1,7 +1,7 @@
 /* kernels/x86/avx512/attn.c — the bf16 attention entries on AVX-512: kernels/x86/attn_tiles.h with its
  * 16 x 16 tile products done by VDPBF16PS, for machines with AVX512_BF16 and no AMX.
  *
- * The tile state and operations are kernels/x86/avx512/tile_frame.h's (C tiles in the stack frame, A and
+ * The tile state and operations are kernels/x86/tile_frame.h's (C tiles in the stack frame, A and
  * B tiles where their rows are). TILE_DP holds the C tile in 16 registers, one
  * row each, and walks the 16 k-pairs: a 64-byte load of B's pair row, then per row of C one VDPBF16PS
  * with that row's pair of A broadcast by the instruction itself (dp_bcast). Each element is then
@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "kernels/fused.h"
-#include "kernels/x86/avx512/tile_frame.h"
+#include "kernels/x86/avx512/vec16.h"
+#include "kernels/x86/tile_frame.h"
 
 /* acc + VDPBF16PS(b, the pair at p broadcast): the broadcast is the instruction's memory operand
  * ({1to16}), which GCC 12 does not fold for this intrinsic, so one instruction replaces a VPBROADCASTD

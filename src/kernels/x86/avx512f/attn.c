@@ -1,7 +1,7 @@
 /* kernels/x86/avx512f/attn.c — the bf16 attention entries on AVX-512 without AVX512_BF16:
  * kernels/x86/attn_tiles.h with its 16 x 16 tile products done by fp32 FMAs on the tiles' bf16 values.
  *
- * The tile state is the avx512 level's (kernels/x86/avx512/tile_frame.h: C tiles in the frame, A and B
+ * The tile state is the avx512 level's (kernels/x86/tile_frame.h: C tiles in the frame, A and B
  * tiles where their rows are) plus, per A tile, its 16 rows of 32 bf16 widened into 2 KiB of floats
  * (pairs.h) by its first product after its load, which the next products on it reuse (the tile body
  * runs two to four per A tile; docs/kernels.md). Like the avx512 back-end, this relies on the body not
@@ -19,7 +19,8 @@
 #include <string.h>
 
 #include "kernels/fused.h"
-#include "kernels/x86/avx512/tile_frame.h"
+#include "kernels/x86/avx512/vec16.h"
+#include "kernels/x86/tile_frame.h"
 #include "kernels/x86/avx512f/pairs.h"
 
 /* The tile frame's state, and each A tile's rows widened to floats by its first product after its load

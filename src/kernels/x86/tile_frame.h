@@ -1,18 +1,19 @@
-/* kernels/x86/avx512/tile_frame.h — the tile state and operations of kernels/x86/attn_tiles.h for the
+/* kernels/x86/tile_frame.h — the tile state and operations of kernels/x86/attn_tiles.h for the
  * back-ends that keep tiles in memory (kernels/x86/avx512/attn.c with VDPBF16PS, kernels/x86/avx512f/
- * attn.c with fp32 FMAs). A product function's tile state (TILES_DECL) lives in its stack frame: four C
- * tiles of 16 x 16 floats and, for the A and B tiles, only where their rows are (an A or B tile is read
- * by the product right after its load, from the same memory, so nothing is copied). The includer
+ * attn.c and kernels/x86/avx2/attn.c with fp32 FMAs). A product function's tile state (TILES_DECL)
+ * lives in its stack frame: four C tiles of 16 x 16 floats and, for the A and B tiles, only where their
+ * rows are (an A or B tile is read by the product right after its load, from the same memory, so
+ * nothing is copied). The includer
  * defines the state's type, tile_set (with at least float c[4][16][16] and tile_rows ab[4]; a back-end
  * may keep more per tile), and its operations on slot t = tile - 4 of the A and B tiles:
  *   tile_load(s, t, p, ld)   A or B tile t's rows are at p, ld bytes apart
  *   tile_dp(s, c, a, b)      C tile c += A tile a (16 rows x 16 bf16 pairs) times B tile b (16 pair rows
  *                            x 16 columns)
- * and ATTN_LEAF, then includes attn_tiles.h. Only for files of the AVX-512 folders. */
-#ifndef TREX_KERNELS_X86_AVX512_TILE_FRAME_H
-#define TREX_KERNELS_X86_AVX512_TILE_FRAME_H
+ * and ATTN_LEAF, then includes attn_tiles.h. The includer's level's vec16.h comes first (tile_store's
+ * rows are its 16-float vectors). */
+#ifndef TREX_KERNELS_X86_TILE_FRAME_H
+#define TREX_KERNELS_X86_TILE_FRAME_H
 
-#include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -24,7 +25,7 @@ typedef struct tile_rows {
 static inline void tile_store(const float c[16][16], void *p, size_t ld)
 {
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
-        _mm512_storeu_ps((float *)((char *)p + m * ld), _mm512_loadu_ps(c[m]));
+        v16_store((float *)(void *)((char *)p + m * ld), v16_load(c[m]));
 }
 
 #define TILES_DECL tile_set tiles_
