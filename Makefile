@@ -63,9 +63,6 @@ $(BUILD)/obj/src/kernels/x86/amx/%.o: override CFLAGS += $(AMX_FLAGS) $(AVX512_F
 # sanitizers' checks in every build (its own memory is the bounded tile file; ASan still checks the bytes
 # a tile load or store touches, in its memcpy).
 $(BUILD)/obj/src/kernels/x86/amx/emu.o: override CFLAGS += -O3 -fno-sanitize=all
-# the reference attention compiled for the avx2 level: GCC 12 vectorizes its loops at -O3 only; its bits
-# are the reference's as long as no multiply and add is contracted (ISO C's default, said explicitly)
-$(BUILD)/obj/src/kernels/x86/avx2/attn_ref.o: override CFLAGS += -O3 -ffp-contract=off
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

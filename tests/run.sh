@@ -2,8 +2,8 @@
 # Runs the test suite and prints one closing line, `N passed, N failed`, summed over every test.
 #   tests/run.sh BUILD [ASAN_BUILD]
 # C tests (BUILD/tests/test_*) and script tests (tests/test_*.sh, run with TREX=BUILD/trex) run from
-# BUILD, test_attention and test_model also with TREX_ISA=avx512 and avx512f, test_precision.sh with avx512f.
-# With ASAN_BUILD, the tree is rebuilt
+# BUILD, test_attention and test_model also with TREX_ISA=avx512, avx512f and avx2, test_precision.sh
+# with avx512f. With ASAN_BUILD, the tree is rebuilt
 # there with ASan+UBSan and AMX emulated (make SAN=1 AMX_EMU=1: on a machine with AVX-512 BF16 the amx
 # level runs its tile instructions in C, kernels/x86/amx/emu.h, so its leaves are tested everywhere and
 # ASan checks the bytes each tile load and store touches, which it cannot see in the real instructions),
@@ -49,12 +49,12 @@ run_tree() {   # run_tree BUILD ASAN(0|1)
     [ -x "$t" ] || continue
     run_test "$prefix$(basename "$t")" "$t"
   done
-  # The model's bf16 tests again with the kernel level capped at avx512 and at avx512f: on a machine
+  # The model's bf16 tests again with the kernel level capped at avx512, avx512f and avx2: on a machine
   # with AMX they otherwise run only the AMX leaves, and the other tile leaves of the attention core (the
-  # same body, kernels/x86/attn_tiles.h) and avx512f's products only in the kernel tests. A cap above
-  # what the machine has is a repeat, and cheap.
+  # same body, kernels/x86/attn_tiles.h) and the FMA levels' products only in the kernel tests. A cap
+  # above what the machine has is a repeat, and cheap.
   for t in test_attention test_model; do
-    for isa in avx512f avx512; do
+    for isa in avx2 avx512f avx512; do
       if [ -x "$b/tests/$t" ]; then run_test "$prefix$t@$isa" env TREX_ISA=$isa "$b/tests/$t"; fi
     done
   done

@@ -234,11 +234,17 @@ static float from_bf16(uint16_t b)
 
 static const float GUARD = -12345.678f;
 
-/* The levels whose bf16 attention is the reference compiled for their ISA (kernels/x86/avx2/attn_ref.c,
- * with a hand-written key product in the reference's order): they must give the reference's bits. */
-static bool ref_bits(const trex_fused_table *t)
+/* The index in lv of the level whose bits level l must give, -1 for none (or where this CPU does not
+ * run it): avx2's tile products and 16-lane vectors are the avx512f level's operations in its order
+ * (kernels/x86/avx2/attn.c). */
+static int twin(const trex_fused_table *const *lv, int nl, int l)
 {
-    return t->isa == TREX_ISA_AVX2;
+    if (lv[l]->isa != TREX_ISA_AVX2)
+        return -1;
+    for (int j = 0; j < nl; j++)
+        if (lv[j]->isa == TREX_ISA_AVX512F)
+            return j;
+    return -1;
 }
 
 static bool outs_same(const outs *x, const outs *r, int64_t n, int64_t H, int64_t c)
@@ -557,9 +563,15 @@ static void dots_case(const trex_fused_table *const *lv, int nl, int64_t n, int6
         CHECK(bad == 0 && bad_ref == 0, "dots_bf16 %s n=%lld R=%lld c=%lld idx=%d: %d scores out of "
               "the bound, %d out of a quarter of it against the reference", t->name, (long long)n,
               (long long)R, (long long)c, use_idx, bad, bad_ref);
-        if (l > 0 && ref_bits(t))
-            CHECK(same_bits(out, out0, R * n), "dots_bf16 %s n=%lld R=%lld c=%lld idx=%d: not the "
-                  "reference's bits", t->name, (long long)n, (long long)R, (long long)c, use_idx);
+        const int tw = twin(lv, nl, l);
+        if (tw >= 0) {
+            float *o2 = xmalloc_f(R * n);
+            lv[tw]->dots_bf16(o2, wsm, A, lda, R, Kb, use_idx ? idx : NULL, n, c);
+            CHECK(same_bits(out, o2, R * n), "dots_bf16 %s n=%lld R=%lld c=%lld idx=%d: not the %s "
+                  "level's bits", t->name, (long long)n, (long long)R, (long long)c, use_idx,
+                  lv[tw]->name);
+            free(o2);
+        }
         if (l == 0)
             memcpy(out0, out, (size_t)(R * n) * sizeof(float));
     }
@@ -743,10 +755,6 @@ static void window_case(const trex_fused_table *const *lv, int nl, int64_t n, in
                   (long long)n, (long long)nq, (long long)H, (long long)c);
             win_worst[1] = y.worst > win_worst[1] ? y.worst : win_worst[1];
             free(b4);
-            if (ref_bits(t))
-                CHECK(same_bits(out[l], out[0], n * c), "%s window key side: not the reference's "
-                      "bits n=%lld nq=%lld H=%lld c=%lld", t->sattn_bf16_name, (long long)n,
-                      (long long)nq, (long long)H, (long long)c);
         }
         /* the same entries in two calls, split at s */
         const int64_t sp = n / 3 + 1 < n ? n / 3 + 1 : n;
@@ -773,6 +781,13 @@ static void window_case(const trex_fused_table *const *lv, int nl, int64_t n, in
             guard_ok &= ws[wsn + i] == GUARD;
         CHECK(guard_ok, "%s window key side: scratch overrun n=%lld nq=%lld H=%lld c=%lld",
               t->sattn_bf16_name, (long long)n, (long long)nq, (long long)H, (long long)c);
+    }
+    for (int l = 0; l < nl; l++) {
+        const int tw = twin(lv, nl, l);
+        if (tw >= 0 && out[l] && out[tw])
+            CHECK(same_bits(out[l], out[tw], n * c), "%s window key side: not the %s level's bits "
+                  "n=%lld nq=%lld H=%lld c=%lld", lv[l]->sattn_bf16_name, lv[tw]->sattn_bf16_name,
+                  (long long)n, (long long)nq, (long long)H, (long long)c);
     }
     for (int l = 0; l < TREX_ISA_COUNT; l++)
         free(out[l]);
@@ -1129,10 +1144,9 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
     free(ds1), free(P1), free(dVm), free(dVs), free(dV0), free(ps), free(ps1), free(pm), free(pv);
 }
 
-/* A level with the reference's bits (ref_bits: avx2) must give the reference key product's bits on any
- * operands: random a2 (zero past n, up to a multiple of 16) and b2, awkward n and c, K from 0; and
- * operands near 1e-30 and 1e-9, whose products fall below fp32's normal range and round (where a fused
- * multiply-add would differ). */
+/* A level with a twin (twin: avx2 and avx512f) must give its twin's key product bits on any operands:
+ * random a2 (zero past n, up to a multiple of 16) and b2, awkward n and c, K from 0; and operands near
+ * 1e-30 and 1e-9, whose products fall below fp32's normal range. */
 static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
 {
     static const int64_t cases[][4] = {{1, 32, 0, 0}, {1, 32, 32, 0}, {5, 17, 64, 0}, {16, 48, 96, 0},
@@ -1140,7 +1154,8 @@ static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
     int runs = 0;
     for (int l = 1; l < nl; l++) {
         const trex_fused_table *t = lv[l];
-        if (!ref_bits(t))
+        const int tw = twin(lv, nl, l);
+        if (tw < 0)
             continue;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             const int64_t n = cases[i][0], c = cases[i][1], K = cases[i][2];
@@ -1161,15 +1176,15 @@ static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
             memcpy(x, r, (size_t)(n * c) * sizeof *r);
             for (int64_t e = 0; e < n; e++)
                 pr[e] = r + e * c, px[e] = x + e * c;
-            trex_fused_sattn_key_product_bf16_ref(pr, ws, a2, b2, K, n, c);
+            lv[tw]->sattn_key_product_bf16(pr, ws, a2, b2, K, n, c);
             t->sattn_key_product_bf16(px, ws, a2, b2, K, n, c);
-            CHECK(same_bits(r, x, n * c), "%s key product: the reference's bits, n=%lld c=%lld K=%lld",
-                  t->sattn_bf16_name, (long long)n, (long long)c, (long long)K);
+            CHECK(same_bits(r, x, n * c), "%s key product: the %s level's bits, n=%lld c=%lld K=%lld",
+                  t->sattn_bf16_name, lv[tw]->sattn_bf16_name, (long long)n, (long long)c, (long long)K);
             runs++;
             free(a2), free(b2), free(r), free(x), free(ws), free(pr), free(px), free(tmp);
         }
     }
-    printf("key product, bit for bit with the reference's: %d runs\n", runs);
+    printf("key product, avx2 bit for bit with avx512f: %d runs\n", runs);
 }
 
 static void test_qkeys_bf16(const trex_fused_table *const *lv, int nl)
@@ -1249,13 +1264,16 @@ int main(int argc, char **argv)
                         check_outputs(name, "vs fp32", &s, xl, &f32, 1.0, 0.0, 0);
                         if (l > 0)
                             check_outputs(name, "vs bf16 ref", &s, xl, &x[0], 0.25, 2e-3, 1);
-                        if (l > 0 && ref_bits(lv[l]))
-                            CHECK(outs_same(xl, &x[0], n, H, c), "%s: not the reference's bits "
-                                  "n=%lld H=%lld c=%lld", name, (long long)n, (long long)H,
-                                  (long long)c);
                         if (pw)
                             outs_free(&xp);
                     }
+                }
+                for (int l = 0; l < nl; l++) {
+                    const int tw = twin(lv, nl, l);
+                    if (tw >= 0)
+                        CHECK(outs_same(&x[l], &x[tw], n, H, c), "%s: not the %s level's bits "
+                              "n=%lld H=%lld c=%lld", lv[l]->sattn_bf16_name, lv[tw]->sattn_bf16_name,
+                              (long long)n, (long long)H, (long long)c);
                 }
                 for (int l = 0; l < nl; l++)
                     outs_free(&x[l]);

@@ -633,10 +633,10 @@ void trex_fused_rmsnorm_bwd_avx512(float *dx, const float *dy, const float *x, c
 void trex_fused_rmsnorm_dw_avx512(float *dw, const float *dy, const float *x, const float *rstd,
                                   int64_t n, int64_t dim, int64_t j0, int64_t j1);
 
-/* The bf16 attention leaves of a level, trex_fused_<name>_<isa>: the reference (kernels/ref/attn_bf16.c),
- * the same source compiled with AVX2 flags (kernels/x86/avx2/attn_ref.c, with the key product of
- * kernels/x86/avx2/attn.c), and the tile leaves (kernels/x86/attn_tiles.h, one body) for AMX tiles
- * (kernels/x86/amx/attn.c) and AVX-512 VDPBF16PS (kernels/x86/avx512/attn.c). */
+/* The bf16 attention leaves of a level, trex_fused_<name>_<isa>: the reference (kernels/ref/attn_bf16.c)
+ * and the tile leaves (kernels/x86/attn_tiles.h, one body) for AMX tiles (kernels/x86/amx/attn.c),
+ * AVX-512 VDPBF16PS (kernels/x86/avx512/attn.c) and fp32 FMAs on AVX-512 (kernels/x86/avx512f/attn.c)
+ * or AVX2 registers (kernels/x86/avx2/attn.c). */
 #define TREX_FUSED_ATTN_BF16_LEAVES(isa)                                                            \
     void trex_fused_sattn_fwd_block_bf16_##isa(float *o, float *lse, float *ws,                     \
         const uint16_t *qb, int64_t nq, const int64_t *vis, const uint16_t *const *Vb,              \

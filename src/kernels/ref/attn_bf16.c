@@ -19,17 +19,10 @@
  * side); one entry's dot products with the heads of q and g [2H]; the forward's bf(p) [H*n], and the
  * scores [H*n] when the caller passes no z, and its mx, den [2H]; the query side's bf(dz) [H*n]; the key
  * side's coefficients [2H]. TREX_FUSED_SATTN_BF16_WS covers it.
- *
- * The avx2 level compiles this file a second time (kernels/x86/avx2/attn_ref.c), with AVX2 flags and
- * -O3, under its own names: ATTN_LEAF(name) is trex_fused_<name>_ref unless the includer defines it,
- * ATTN_LEAF_KEY_PRODUCT_ELSEWHERE leaves out the key product and ATTN_ROW_PRODUCTS_ELSEWHERE the three
- * row products below (that level has hand-written ones, with these bits). The build is ISO C, so the
- * compiler contracts no multiply and add and reorders no sum: the vectorized copy gives these bits. */
+ */
 #include "kernels/fused.h"
 
-#ifndef ATTN_LEAF
 #define ATTN_LEAF(name) trex_fused_##name##_ref
-#endif
 
 #include <math.h>
 #include <string.h>
@@ -96,10 +89,7 @@ static void entry_into(float *dst, const float *const *V, const uint16_t *const 
     }
 }
 
-/* The row products every entry below is made of. Plain C here; the avx2 level's copy of this file
- * (kernels/x86/avx2/attn_ref.c) defines ATTN_ROW_PRODUCTS_ELSEWHERE and its own, on AVX2 registers,
- * with these bits. */
-#ifndef ATTN_ROW_PRODUCTS_ELSEWHERE
+/* The row products every entry below is made of. */
 /* out[r] = am_dot_f(A + r c, v, c) for r < R */
 static void dots_rows(float *out, const float *A, int64_t R, const float *v, int64_t c)
 {
@@ -139,7 +129,6 @@ static void combine_rows(float *acc, bool first, const float *a, const float *G,
                 acc[i] += ak * x[i];
     }
 }
-#endif
 
 void ATTN_LEAF(sattn_fwd_bf16)(float *o, float *lse, float *z, float *P, float *ws,
                                const float *q, const uint16_t *qb, const float *const *V,
@@ -421,7 +410,6 @@ void ATTN_LEAF(sattn_bwd_query_keys_bf16)(float *dq, float *dsink, float *P, flo
         keys_out(wk, ws, gb, qb, Vb, n0, H, c, scale, lse, D);
 }
 
-#ifndef ATTN_LEAF_KEY_PRODUCT_ELSEWHERE
 /* sattn_key_product_bf16 (kernels/fused.h): per entry and column one fp32 sum over k ascending from
  * the first term, then one add. The sums of an entry's c columns advance together, k by k (ws holds
  * them), so that B is read along its rows: 16 columns of a row k are 16 values two apart. */
@@ -446,7 +434,6 @@ void ATTN_LEAF(sattn_key_product_bf16)(float *const *dV, float *ws, const uint16
             dV[e][i] += K ? acc[i] : 0.0f;
     }
 }
-#endif
 
 /* sattn_bwd_query_block_keys_bf16 (kernels/fused.h): its definition, the three calls (nq <= 16). The
  * key side's scratch fits in the query side's, free once that call has returned. */

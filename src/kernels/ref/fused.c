@@ -196,9 +196,8 @@ static const trex_fused_table table_ref = {
 };
 
 #if defined(__x86_64__) || defined(__i386__)
-/* AVX2: the reference entries, and the bf16 attention core of kernels/x86/avx2 (the reference compiled
- * for AVX2, with a hand-written key product) and its cross-entropy entries, which give the reference's
- * bits. */
+/* AVX2: the reference entries, the cross-entropy's of kernels/x86/avx2 (the reference's bits) and the
+ * bf16 attention core on tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the avx512f level's bits). */
 static const trex_fused_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .name = "avx2",

@@ -1,71 +1,69 @@
-/* kernels/x86/avx2/attn.c — the bf16 attention's key-side product on AVX2 (sattn_key_product_bf16 of
- * kernels/fused.h), the one hand-written entry of the avx2 level's attention core; the others are the
- * reference's C compiled for AVX2 (attn_ref.c).
+/* kernels/x86/avx2/attn.c — the bf16 attention entries on AVX2: kernels/x86/attn_tiles.h with its
+ * 16-lane vectors as pairs of AVX2 registers (vec16.h) and its 16 x 16 tile products done by fp32 FMAs
+ * on the tiles' bf16 values, as at the avx512f level (kernels/x86/avx512f/attn.c), on 8-lane registers.
  *
- * dV[e][i] += sum over k of a2[e][k] B(k, i), with the reference's operations in its order: each product
- * rounded, then added, k ascending from the first term, then one add into dV. (A product of two bf16
- * values is exact in fp32 unless it falls below fp32's normal range, where a fused multiply-add would
- * round differently: a review found 36 501 of 51 200 sums different with operands near 1e-30 and 1e-9,
- * so there is none here.) So this leaf gives the reference's bits, which the level's window pass (the
- * reference's C) must match. As in the GEMM's AVX2 micro-kernel (gemm_bf16.c), a dword of B's VNNI rows
- * holds the pair (k, k+1) of one column, widened by one shift and one mask (pairs.h); pieces of 4 entries x 16
- * columns keep eight sums in registers over the whole K. a2's rows past n up to a multiple of 16 are
- * zero (the contract), so a piece may read them. Compiled with AVX2 flags; reached only through the
- * fused table. */
+ * The tile state is kernels/x86/tile_frame.h's (C tiles in the frame, A and B tiles where their rows
+ * are) plus, per A tile, its 16 rows of 32 bf16 widened into 2 KiB of floats by its first product after
+ * its load, which the next products on the same A tile reuse. AVX2 has 16 registers, too few for a
+ * C tile's 32 halves of rows, so TILE_DP walks the tile in four 8 x 8 quarters: eight sums in registers,
+ * and for each of the 16 k-pairs one 32-byte load of B's pair row (its even values by a shift, its odd
+ * ones by a mask: pairs.h), then per row two FMAs with A's values broadcast from the widened rows. Each
+ * element is summed in k order, even then odd, one rounding per product added: the avx512f level's
+ * order, and with vec16.h's bits the same results as that level (tests/test_attn_bf16.c checks both
+ * against the reference within its bounds). Like the avx512f level it takes bf16 subnormals as they
+ * are. Compiled with AVX2 and FMA flags; reached only through the fused table. */
 #include <immintrin.h>
+#include <stdalign.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/fused.h"
 #include "kernels/x86/avx2/pairs.h"
+#include "kernels/x86/avx2/vec16.h"
+#include "kernels/x86/tile_frame.h"
 
-enum { ROWS = 4, COLS = 16 };
+typedef struct tile_set {
+    float c[4][16][16]; /* C tiles 0..3 */
+    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
+    alignas(32) float aw[4][16][32];
+    bool wide[4];
+} tile_set;
 
-/* B's 16 columns i0.. of the pair (k, k+1) (i0 a multiple of 16): 32 consecutive bf16 of b2. */
-static inline const uint16_t *b_pair(const uint16_t *b2, int64_t k, int64_t i0, int64_t cp)
+static inline void tile_load(tile_set *s, int t, const void *p, size_t ld)
 {
-    return b2 + ((k / 32) * (cp / 16) + i0 / 16) * 512 + ((k % 32) / 2) * 32;
+    s->ab[t] = (tile_rows){(const char *)p, ld};
+    s->wide[t] = false;
 }
 
-void trex_fused_sattn_key_product_bf16_avx2(float *const *dV, float *ws, const uint16_t *a2,
-                                            const uint16_t *b2, int64_t K, int64_t n, int64_t c)
+/* C tile tc += A tile ta (16 rows x 16 bf16 pairs, widened first unless it is) times B tile tb (16 pair
+ * rows x 16 columns) */
+static inline void tile_dp(tile_set *s, int tc, int ta, int tb)
 {
-    (void)ws;
-    const int64_t cp = TREX_FUSED_SATTN_CP(c);
-    for (int64_t e0 = 0; e0 < n; e0 += ROWS)
-        for (int64_t i0 = 0; i0 < c; i0 += COLS) {
-            __m256 s[ROWS][2];
-            _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)
-                s[r][0] = s[r][1] = _mm256_setzero_ps();
-            for (int64_t k = 0; k < K; k += 2) {
-                const bool odd_too = k + 1 < K;
-                const uint16_t *bk = b_pair(b2, k, i0, cp);
-                const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
-                const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
-                const __m256 ev0 = pair_even(b0), ev1 = pair_even(b1), od0 = pair_odd(b0), od1 = pair_odd(b1);
-                _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {
-                    const __m256i p = pair_bcast(a2 + (e0 + r) * K + k, !odd_too);
-                    const __m256 a0 = pair_even(p), a1 = pair_odd(p);
-                    if (k == 0) { /* the first term is the sum, not 0 + it (the sign of a zero) */
-                        s[r][0] = _mm256_mul_ps(a0, ev0);
-                        s[r][1] = _mm256_mul_ps(a0, ev1);
-                    } else {
-                        s[r][0] = _mm256_add_ps(s[r][0], _mm256_mul_ps(a0, ev0));
-                        s[r][1] = _mm256_add_ps(s[r][1], _mm256_mul_ps(a0, ev1));
-                    }
-                    if (odd_too) {
-                        s[r][0] = _mm256_add_ps(s[r][0], _mm256_mul_ps(a1, od0));
-                        s[r][1] = _mm256_add_ps(s[r][1], _mm256_mul_ps(a1, od1));
-                    }
-                }
+    float(*c)[16] = s->c[tc], (*aw)[32] = s->aw[ta];
+    const tile_rows *a = &s->ab[ta], *b = &s->ab[tb];
+    if (!s->wide[ta]) {
+        for (int m = 0; m < 16; m++)
+            widen32(aw[m], (const uint16_t *)(const void *)(a->p + m * a->ld));
+        s->wide[ta] = true;
+    }
+    for (int r0 = 0; r0 < 16; r0 += 8)
+        for (int c0 = 0; c0 < 16; c0 += 8) {
+            __m256 acc[8];
+            _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++)
+                acc[m] = _mm256_loadu_ps(c[r0 + m] + c0);
+            for (int k = 0; k < 16; k++) {
+                const __m256i bk = _mm256_loadu_si256((const __m256i *)(const void *)(b->p + k * b->ld + 4 * c0));
+                const __m256 e = pair_even(bk), o = pair_odd(bk);
+                _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++)
+                    acc[m] = _mm256_fmadd_ps(_mm256_broadcast_ss(&aw[r0 + m][2 * k + 1]), o,
+                                             _mm256_fmadd_ps(_mm256_broadcast_ss(&aw[r0 + m][2 * k]), e, acc[m]));
             }
-            const int64_t m = c - i0 < COLS ? c - i0 : COLS;
-            for (int r = 0; r < ROWS && e0 + r < n; r++) {
-                float sum[COLS];
-                _mm256_storeu_ps(sum, s[r][0]);
-                _mm256_storeu_ps(sum + 8, s[r][1]);
-                float *d = dV[e0 + r] + i0;
-                for (int64_t i = 0; i < m; i++)
-                    d[i] += sum[i];
-            }
+            _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++)
+                _mm256_storeu_ps(c[r0 + m] + c0, acc[m]);
         }
 }
+
+#define ATTN_LEAF(name) trex_fused_##name##_avx2
+
+#include "kernels/x86/attn_tiles.h"
