@@ -13,40 +13,21 @@
  * against the reference within its bounds). Like the avx512f level it takes bf16 subnormals as they
  * are. Compiled with AVX2 and FMA flags; reached only through the fused table. */
 #include <immintrin.h>
-#include <stdalign.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/fused.h"
-#include "kernels/x86/avx2/pairs.h"
 #include "kernels/x86/avx2/vec16.h"
+#include "kernels/x86/avx2/pairs.h"
+#define TILE_FRAME_WIDE
 #include "kernels/x86/tile_frame.h"
-
-typedef struct tile_set {
-    float c[4][16][16]; /* C tiles 0..3 */
-    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
-    alignas(32) float aw[4][16][32];
-    bool wide[4];
-} tile_set;
-
-static inline void tile_load(tile_set *s, int t, const void *p, size_t ld)
-{
-    s->ab[t] = (tile_rows){(const char *)p, ld};
-    s->wide[t] = false;
-}
 
 /* C tile tc += A tile ta (16 rows x 16 bf16 pairs, widened first unless it is) times B tile tb (16 pair
  * rows x 16 columns) */
 static inline void tile_dp(tile_set *s, int tc, int ta, int tb)
 {
-    float(*c)[16] = s->c[tc], (*aw)[32] = s->aw[ta];
-    const tile_rows *a = &s->ab[ta], *b = &s->ab[tb];
-    if (!s->wide[ta]) {
-        for (int m = 0; m < 16; m++)
-            widen32(aw[m], (const uint16_t *)(const void *)(a->p + m * a->ld));
-        s->wide[ta] = true;
-    }
+    float(*c)[16] = s->c[tc], (*aw)[32] = tile_wide(s, ta);
+    const tile_rows *b = &s->ab[tb];
     for (int r0 = 0; r0 < 16; r0 += 8)
         for (int c0 = 0; c0 < 16; c0 += 8) {
             __m256 acc[8];

@@ -18,6 +18,7 @@
 
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/avx2/bf16.h"
+#include "kernels/x86/avx2/transpose.h"
 #include "trex/tensor.h"
 
 enum { TR = 8, TK = 16 }; /* a tile's rows and k */
@@ -53,26 +54,6 @@ static inline uint16_t elem(const view *x, int64_t r, int64_t k)
 static inline const char *at(const view *x, int64_t r, int64_t k)
 {
     return x->src + (size_t)(r * x->rs + k * x->ks) * x->esz;
-}
-
-/* 8 x 8 transpose of dwords. */
-static inline void transpose8(__m256i v[TR])
-{
-    __m256i t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 4; i++) {
-        v[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
-        v[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
-    }
 }
 
 /* The tile at rows rr.., k kk.. of the view, by rows (want_rows) or by pairs. */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/x86/avx2/bf16.h"
+#include "kernels/x86/avx2/transpose.h"
 
 typedef struct vec16 {
     __m256 lo, hi;
@@ -161,26 +162,6 @@ static inline void w16_store_u32(void *p, wide16 x, int64_t m)
     int *q = (int *)p;
     _mm256_maskstore_epi32(q, lanes8(m), x.lo);
     _mm256_maskstore_epi32(q + 8, lanes8(m - 8), x.hi);
-}
-
-/* r[i] word j -> r[j] word i for 8 rows of 8 words: pairs, 64-bit pairs, then 128-bit halves */
-static inline void transpose8(__m256i r[8])
-{
-    __m256i a[8], b[8];
-    for (int i = 0; i < 8; i += 2) {
-        a[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-        a[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
-        b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
-        b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
-        b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm256_permute2x128_si256(b[j], b[4 + j], 0x20);
-        r[4 + j] = _mm256_permute2x128_si256(b[j], b[4 + j], 0x31);
-    }
 }
 
 /* r[i] word j -> r[j] word i: the four 8 x 8 blocks transposed, the off-diagonal two trading places */

@@ -13,42 +13,21 @@
  * tests/test_attn_bf16.c), and in taking bf16 subnormals as they are where the bf16 instructions read
  * them as zero. Compiled with AVX-512 F/BW/VL flags. */
 #include <immintrin.h>
-#include <stdalign.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/fused.h"
 #include "kernels/x86/avx512/vec16.h"
-#include "kernels/x86/tile_frame.h"
 #include "kernels/x86/avx512f/pairs.h"
-
-/* The tile frame's state, and each A tile's rows widened to floats by its first product after its load
- * (a product function runs two to four products on one A tile in a row): aw[t], valid while wide[t]. */
-typedef struct tile_set {
-    float c[4][16][16]; /* C tiles 0..3 */
-    tile_rows ab[4];    /* A and B tiles 4..7, at ab[t - 4] */
-    alignas(64) float aw[4][16][32];
-    bool wide[4];
-} tile_set;
-
-static inline void tile_load(tile_set *s, int t, const void *p, size_t ld)
-{
-    s->ab[t] = (tile_rows){(const char *)p, ld};
-    s->wide[t] = false;
-}
+#define TILE_FRAME_WIDE
+#include "kernels/x86/tile_frame.h"
 
 /* C tile tc += A tile ta (16 rows x 16 bf16 pairs, widened first unless it is) times B tile tb (16 pair
  * rows x 16 columns) */
 static inline void tile_dp(tile_set *s, int tc, int ta, int tb)
 {
-    float(*c)[16] = s->c[tc], (*aw)[32] = s->aw[ta];
-    const tile_rows *a = &s->ab[ta], *b = &s->ab[tb];
-    if (!s->wide[ta]) {
-        for (int m = 0; m < 16; m++)
-            widen32(aw[m], (const uint16_t *)(const void *)(a->p + m * a->ld));
-        s->wide[ta] = true;
-    }
+    float(*c)[16] = s->c[tc], (*aw)[32] = tile_wide(s, ta);
+    const tile_rows *b = &s->ab[tb];
     __m512 acc[16];
     _Pragma("GCC unroll 16") for (int m = 0; m < 16; m++)
         acc[m] = _mm512_loadu_ps(c[m]);
