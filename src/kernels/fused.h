@@ -681,6 +681,18 @@ TREX_FUSED_ATTN_BF16_LEAVES(avx2)
 void trex_fused_ce_fwd_avx2(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx, double *sum);
 void trex_fused_ce_grad_avx2(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n, int64_t cols,
                              const float *c);
+/* and its SwiGLU and mHC entries (kernels/x86/avx2/swiglu.c, mhc.c; the reference's bits) */
+void trex_fused_swiglu_fwd_bf16_avx2(uint16_t *h, const float *a, const float *u, int64_t n, float g, float L);
+float trex_fused_swiglu_bwd_bf16_avx2(uint16_t *h, uint16_t *da, uint16_t *du, const float *a, const float *u,
+                                      const float *dh, int64_t n, float g, float L);
+void trex_fused_mhc_post_fwd_avx2(int n, int64_t d, const float *post, const float *comb, const float *y,
+                                  const float *X, float *Xo);
+void trex_fused_mhc_post_bwd_avx2(int n, int64_t d, const float *post, const float *comb, const float *y,
+                                  const float *X, const float *dXo, float *dy, float *dX, float *dpost,
+                                  float *dcomb);
+void trex_fused_mhc_collapse_avx2(int n, int64_t d, const float *w, const float *X, float *x);
+void trex_fused_mhc_collapse_bwd_avx2(int n, int64_t d, const float *w, const float *X, const float *dx,
+                                      float *dw, float *dX);
 TREX_FUSED_ATTN_BF16_LEAVES(amx)
 TREX_FUSED_ATTN_BF16_LEAVES(avx512)
 TREX_FUSED_ATTN_BF16_LEAVES(avx512f)

@@ -148,8 +148,8 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
     .sattn_bf16_name = #isa,                                                                  \
     .dots_bf16 = trex_fused_dots_bf16_##isa
 
-/* The reference entries but the bf16 attention core's and the cross-entropy's ce_fwd and ce_grad (the
- * avx2 level shares them). */
+/* The reference entries but the bf16 attention core's, the cross-entropy's ce_fwd and ce_grad, the
+ * SwiGLU's and mHC's (the avx2 level shares them). */
 #define REF_ENTRIES_SHARED                                      \
     .dot = dot_ref,                                             \
     .dots = dots_ref,                                           \
@@ -164,12 +164,6 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
     .sattn_fwd = sattn_fwd_ref,                                 \
     .sattn_bwd_query = sattn_bwd_query_ref,                     \
     .sattn_bwd_entries = sattn_bwd_entries_ref,                 \
-    .mhc_post_fwd = mhc_post_fwd_ref,                           \
-    .mhc_post_bwd = mhc_post_bwd_ref,                           \
-    .mhc_collapse = mhc_collapse_ref,                           \
-    .mhc_collapse_bwd = mhc_collapse_bwd_ref,                   \
-    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_ref,          \
-    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_ref,          \
     .gate_fwd = trex_fused_gate_fwd_ref,                        \
     .gate_bwd_dx = trex_fused_gate_bwd_dx_ref,                  \
     .gate_bwd_dw = trex_fused_gate_bwd_dw_ref,                  \
@@ -192,18 +186,31 @@ static const trex_fused_table table_ref = {
     REF_ENTRIES_SHARED,
     .ce_fwd = trex_fused_ce_fwd_ref,
     .ce_grad = trex_fused_ce_grad_ref,
+    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_ref,
+    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_ref,
+    .mhc_post_fwd = mhc_post_fwd_ref,
+    .mhc_post_bwd = mhc_post_bwd_ref,
+    .mhc_collapse = mhc_collapse_ref,
+    .mhc_collapse_bwd = mhc_collapse_bwd_ref,
     ATTN_BF16_ENTRIES(ref),
 };
 
 #if defined(__x86_64__) || defined(__i386__)
-/* AVX2: the reference entries, the cross-entropy's of kernels/x86/avx2 (the reference's bits) and the
- * bf16 attention core on tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the avx512f level's bits). */
+/* AVX2: the reference entries, the cross-entropy's, SwiGLU's and mHC's of kernels/x86/avx2 (the
+ * reference's bits) and the bf16 attention core on tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the
+ * avx512f level's bits). */
 static const trex_fused_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .name = "avx2",
     REF_ENTRIES_SHARED,
     .ce_fwd = trex_fused_ce_fwd_avx2,
     .ce_grad = trex_fused_ce_grad_avx2,
+    .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_avx2,
+    .swiglu_bwd_bf16 = trex_fused_swiglu_bwd_bf16_avx2,
+    .mhc_post_fwd = trex_fused_mhc_post_fwd_avx2,
+    .mhc_post_bwd = trex_fused_mhc_post_bwd_avx2,
+    .mhc_collapse = trex_fused_mhc_collapse_avx2,
+    .mhc_collapse_bwd = trex_fused_mhc_collapse_bwd_avx2,
     ATTN_BF16_ENTRIES(avx2),
 };
 

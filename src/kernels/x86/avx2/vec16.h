@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/x86/avx2/bf16.h"
+#include "kernels/x86/avx2/mask.h"
 #include "kernels/x86/avx2/transpose.h"
 
 typedef struct vec16 {
@@ -28,13 +29,6 @@ typedef struct mask16 {
 typedef struct wide16 {
     __m256i lo, hi;
 } wide16;
-
-/* all-ones in lanes i < k of 8 (k may be negative or past 8) */
-static inline __m256i lanes8(int64_t k)
-{
-    const int32_t n = k < 0 ? 0 : k > 8 ? 8 : (int32_t)k;
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 /* the lanes below k (k >= 16: all) */
 static inline mask16 m16_first(int64_t k)
