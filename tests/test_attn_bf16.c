@@ -1230,11 +1230,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < nl; i++)
         printf("bf16 attention core at level %s: %s\n", lv[i]->name, lv[i]->sattn_bf16_name);
     if (nl == 1)
-        printf("note: neither AVX-512 BF16 nor AMX on this machine: only the reference bf16 entries "
-               "are checked\n");
+        printf("note: no AVX2 on this machine: only the reference bf16 entries are checked\n");
 
-    /* c = 20: dims that are not a whole number of 16-float registers; H = 2: heads not a multiple of
-     * four (the avx2 level's row products take four at a time) */
+    /* c = 20: dims that are not a whole number of 16-float registers; H = 2: a group of two real heads */
     const int64_t ns[] = {0, 1, 2, 3, 7, 16, 17, 129, 257}, Hs[] = {1, 2, 3, 16, 20},
                   cs[] = {20, 32, 48, 512};
     for (size_t ic = 0; ic < sizeof cs / sizeof cs[0]; ic++)

@@ -7,8 +7,9 @@
  * leaves (kernels/x86/avx512/fused.c, reached only through this table); the amx level is the AVX-512
  * table plus the bf16 attention core on AMX tiles (sattn_*_bf16 below, bf16 compute mode only), the
  * avx512f level the AVX-512 leaves compiled without AVX512_BF16 and a bf16 attention core on tiles of
- * fp32 FMAs (kernels/x86/avx512f/), and the avx2 level the reference with a bf16 attention core and
- * cross-entropy entries of its own (kernels/x86/avx2/: the reference's bits).
+ * fp32 FMAs (kernels/x86/avx512f/), and the avx2 level the reference with cross-entropy, SwiGLU and
+ * mHC entries of its own (kernels/x86/avx2/: the reference's bits) and the bf16 attention core on
+ * tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the avx512f level's bits).
  *
  * Every fp32 variant gives the reference's bits. The leaves vectorise across the independent sums (16
  * partial sums of a dot product are one 512-bit register; several dot products run at once) and keep,
@@ -458,7 +459,7 @@ typedef struct trex_fused_table {
     trex_fused_sattn_bwd_query_fn sattn_bwd_query;
     trex_fused_sattn_bwd_entries_fn sattn_bwd_entries;
     /* bf16 variants (ws of TREX_FUSED_SATTN_BF16_WS floats, 64-byte alignment not required): the
-     * reference in the ref table (the ref and avx2 levels), the tile leaves at avx512 and amx
+     * reference in the ref table, the tile leaves at avx2, avx512f, avx512 and amx
      * (kernels/x86/attn_tiles.h); NULL in a table whose level keeps the fp32 entries in bf16 mode */
     trex_fused_sattn_fwd_bf16_fn sattn_fwd_bf16;
     trex_fused_sattn_bwd_query_bf16_fn sattn_bwd_query_bf16;
@@ -470,8 +471,8 @@ typedef struct trex_fused_table {
     trex_fused_sattn_bwd_query_block_keys_bf16_fn sattn_bwd_query_block_keys_bf16; /* likewise */
     trex_fused_sattn_key_product_bf16_fn sattn_key_product_bf16;                   /* likewise */
     const char *sattn_bf16_name;
-    /* bf16 indexer scores: the reference in the ref table (the ref and avx2 levels), the tile leaves
-     * at avx512 and amx; NULL where the bf16 attention entries are (bf16 mode then keeps the fp32
+    /* bf16 indexer scores: the reference in the ref table, the tile leaves at avx2, avx512f, avx512
+     * and amx; NULL where the bf16 attention entries are (bf16 mode then keeps the fp32
      * dots, as it keeps the fp32 attention core) */
     trex_fused_dots_bf16_fn dots_bf16;
     trex_fused_mhc_post_fwd_fn mhc_post_fwd;

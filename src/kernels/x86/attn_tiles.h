@@ -42,7 +42,7 @@
  * table (kernels/ref/fused.c), after the dispatch has checked the CPU and the OS (and, for AMX, Linux's
  * tile permission). */
 #ifndef TILE_DP
-#error "define the tile operations (kernels/x86/amx/attn.c, kernels/x86/avx512/attn.c) before including"
+#error "define the tile operations (kernels/x86/<level>/attn.c) before including"
 #endif
 #include <immintrin.h>
 #include <math.h>

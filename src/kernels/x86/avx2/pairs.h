@@ -1,5 +1,5 @@
 /* kernels/x86/avx2/pairs.h — bf16 pairs as fp32 on AVX2, shared by the level's bf16 products (the GEMM
- * micro-kernel, the attention's key-side product). AVX2 has no bf16 arithmetic; a bf16 value is the
+ * micro-kernel, the attention's tile products). AVX2 has no bf16 arithmetic; a bf16 value is the
  * upper half of an fp32 one, so a dword holding the pair (k, k+1) gives k's value with one shift (the
  * low half moved up) and k+1's with one mask (the upper half kept). Only for files of this folder (AVX2
  * flags). */
@@ -7,9 +7,7 @@
 #define TREX_KERNELS_X86_AVX2_PAIRS_H
 
 #include <immintrin.h>
-#include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
 /* The even (first) and the odd (second) bf16 of each dword of v, as fp32. */
 static inline __m256 pair_even(__m256i v)
@@ -29,14 +27,6 @@ static inline void widen32(float *dst, const uint16_t *src)
         const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 8 * j));
         _mm256_store_ps(dst + 8 * j, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
     }
-}
-
-/* The pair at p (4 bytes, any alignment; with only_first, 2 bytes and a zero second) in every dword. */
-static inline __m256i pair_bcast(const uint16_t *p, bool only_first)
-{
-    int32_t v = 0;
-    memcpy(&v, p, only_first ? 2 : 4);
-    return _mm256_set1_epi32(v);
 }
 
 #endif

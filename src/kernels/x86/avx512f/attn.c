@@ -1,10 +1,10 @@
 /* kernels/x86/avx512f/attn.c — the bf16 attention entries on AVX-512 without AVX512_BF16:
  * kernels/x86/attn_tiles.h with its 16 x 16 tile products done by fp32 FMAs on the tiles' bf16 values.
  *
- * The tile state is the avx512 level's (kernels/x86/tile_frame.h: C tiles in the frame, A and B
- * tiles where their rows are) plus, per A tile, its 16 rows of 32 bf16 widened into 2 KiB of floats
- * (pairs.h) by its first product after its load, which the next products on it reuse (the tile body
- * runs two to four per A tile; docs/kernels.md). Like the avx512 back-end, this relies on the body not
+ * The tile state is kernels/x86/tile_frame.h's with TILE_FRAME_WIDE (C tiles in the frame, A and B
+ * tiles where their rows are, and per A tile its 16 rows of 32 bf16 widened into 2 KiB of floats by
+ * pairs.h's widen32 at its first product after its load), which the next products on it reuse (the
+ * tile body runs two to four per A tile; docs/kernels.md). Like the avx512 back-end, this relies on the body not
  * writing a tile's rows between its load and its products. TILE_DP holds C in 16 registers and walks the
  * 16 k-pairs: a 64-byte load of B's pair row gives its even and odd values (a shift, a mask), then per
  * row of C two FMAs whose A values are broadcast from the widened rows. Each element is summed in
