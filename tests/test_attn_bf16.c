@@ -1,7 +1,11 @@
 /* tests/test_attn_bf16.c — the bf16 attention entries of kernels/fused.h (sattn_*_bf16) at every level
  * of the fused-kernel table, on awkward shapes (n = 0, 1, 2, 3, 7, 16, 17, 129, 257 entries scattered
- * in memory; H = 1, 2, 3, 16, 20 heads; c = 20, 32, 48, 512 dims; a misaligned scratch with a guard
- * after it; n = 2 and 3 straddle the AMX key side's switch from its few-entries path to the tiles).
+ * in memory; H = 1, 2, 3, 13, 16, 20 heads; c = 20, 32, 48, 512 dims; a misaligned scratch with a guard
+ * after it; n = 2 and 3 straddle the AMX key side's switch from its few-entries path to the tiles; and
+ * four shapes with q scaled by 40, whose scores spread over hundreds: p underflows, the exp clamps).
+ * A level with a twin (the avx2 level, whose operations are the avx512f level's in its order) must
+ * give its twin's bits in every section: each output of sections 1, 4, 5, 7 and 8, with and without the
+ * window in the pair layout, and the key product on its own.
  *
  * 1. Every level against the fp32 reference (model/attention_math.h) within first-order bounds of bf16
  *    rounding, element by element. With u = 2^-8 (the relative error of one product of two operands
@@ -111,7 +115,7 @@ static double *xmalloc_d(int64_t n)
     return p;
 }
 
-static void shape_init(shape_data *s, int64_t n, int64_t H, int64_t c)
+static void shape_init(shape_data *s, int64_t n, int64_t H, int64_t c, float qamp)
 {
     const trex_fused_table *r = trex_fused_for(TREX_ISA_REF);
     s->n = n, s->H = H, s->c = c;
@@ -123,7 +127,7 @@ static void shape_init(shape_data *s, int64_t n, int64_t H, int64_t c)
     if (!s->V)
         exit(2);
     fill(s->pool, rows * c, 2.0f);
-    fill(s->q, H * c, 1.5f);
+    fill(s->q, H * c, 1.5f * qamp);
     fill(s->g, H * c, 1.0f);
     fill(s->sink, H, 1.0f);
     fill(s->dpool0, n * c, 0.5f);
@@ -167,7 +171,7 @@ static void shape_init(shape_data *s, int64_t n, int64_t H, int64_t c)
             const double tz = (u + es) * sc * za * m;
             const double p = s->P[h * n + e];
             s->bz[h * n + e] = tz + 1e-6 * fabs(s->z[h * n + e]);
-            s->bP[h * n + e] = p * tz * m + 1e-7 * p;
+            s->bP[h * n + e] = p * tz * m + 1e-7 * p + 1e-37; /* exp's clamp at -88 */
             tzmax = tz > tzmax ? tz : tzmax;
             dz[h * n + e] = p * (dp - s->D[h]);
             dd[h * n + e] = p * (fabs(dp - s->D[h]) * (tz + u / 2) + (u + es) * ga) * m;
@@ -913,16 +917,26 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
     float *ds = xmalloc_f(nq * H), *o1 = xmalloc_f(nq * hc), *lse1 = xmalloc_f(nq * H);
     float *dq1 = xmalloc_f(nq * hc), *ds1 = xmalloc_f(nq * H), *P = xmalloc_f(H * (n + 1));
     double *bo = xmalloc_d(nq * hc), *bq = xmalloc_d(nq * hc);
+    /* each level's o, lse, dq, dsink and (with the keys entry) dV, for the twin check */
+    const int64_t nkeep = 2 * nq * hc + 2 * nq * H + n * c;
+    float *keep[TREX_ISA_COUNT] = {0};
+    const uint64_t rng0 = rng_state; /* every level draws the same dV starting values */
     for (int l = 0; l < nl; l++) {
         const trex_fused_table *t = lv[l];
         if (!t->sattn_fwd_block_bf16 || !t->sattn_bwd_query_block_bf16)
             continue;
+        rng_state = rng0;
         for (int64_t i = 0; i < 64; i++)
             ws[wsn + i] = GUARD;
         const trex_fused_pairs *wp = pairs ? &win : NULL;
         t->sattn_fwd_block_bf16(o, lse, ws, qb, nq, vis, Vb, wp, n, H, c, sink, scale);
         t->sattn_bwd_query_block_bf16(dq, ds, ws, gb, qb, nq, vis, Vb, wp, n, H, c, sink, scale, lse,
                                       D);
+        keep[l] = xmalloc_f(nkeep);
+        memcpy(keep[l], o, (size_t)(nq * hc) * sizeof *o);
+        memcpy(keep[l] + nq * hc, dq, (size_t)(nq * hc) * sizeof *o);
+        memcpy(keep[l] + 2 * nq * hc, lse, (size_t)(nq * H) * sizeof *o);
+        memcpy(keep[l] + 2 * nq * hc + nq * H, ds, (size_t)(nq * H) * sizeof *o);
         for (int64_t b = 0; b < nq; b++) { /* query by query, the same level */
             int64_t k = 0;
             for (int r = 0; r < 2; r++)
@@ -998,6 +1012,7 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
                   what);
             CHECK(same_bits(dVm, dVs, n * c), "%s block query side with keys: dV differs from the "
                   "window key side, %s", t->sattn_bf16_name, what);
+            memcpy(keep[l] + 2 * nq * hc + 2 * nq * H, dVm, (size_t)(n * c) * sizeof *dVm);
             guard_ok = 1;
             for (int64_t i = 0; i < 64; i++)
                 guard_ok &= wk[wsk + i] == GUARD;
@@ -1008,6 +1023,16 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
         memset(bo, 0, (size_t)(nq * hc) * sizeof *bo);
         memset(bq, 0, (size_t)(nq * hc) * sizeof *bq);
     }
+    for (int l = 0; l < nl; l++) {
+        const int tw = twin(lv, nl, l);
+        if (tw >= 0 && keep[l] && keep[tw])
+            CHECK(same_bits(keep[l], keep[tw], nkeep), "%s blocks: not the %s level's bits (o, dq, lse, "
+                  "dsink, dV), nw=%lld ncs=%lld nq=%lld H=%lld c=%lld%s", lv[l]->sattn_bf16_name,
+                  lv[tw]->sattn_bf16_name, (long long)nw, (long long)ncs, (long long)nq, (long long)H,
+                  (long long)c, pairs ? " pairs" : "");
+    }
+    for (int l = 0; l < nl; l++)
+        free(keep[l]);
     free(V), free(q), free(g), free(sink), free(D), free(wrows), free(crows), free(qb), free(gb);
     free(Vb), free(list), free(vis), free(pbuf), free(wbuf), free(wq), free(o), free(lse);
     free(dq), free(ds), free(o1), free(lse1), free(dq1), free(ds1), free(P), free(bo), free(bq);
@@ -1019,7 +1044,7 @@ static void test_block_bf16(const trex_fused_table *const *lv, int nl)
         /* nw, ncs, nq, H, c, W */
         {1, 0, 1, 1, 32, 4},     {4, 0, 4, 3, 48, 2},    {19, 2, 4, 16, 32, 16},
         {40, 5, 3, 20, 48, 38},  {131, 0, 4, 16, 512, 128}, {131, 31, 4, 16, 512, 128},
-        {36, 70, 4, 16, 64, 33}, {8, 3, 2, 3, 32, 1},
+        {36, 70, 4, 16, 64, 33}, {8, 3, 2, 3, 32, 1},     {23, 4, 3, 13, 48, 20},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int pw = 0; pw < 2; pw++)
@@ -1077,10 +1102,15 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
     fill(dV0, nk * c, 0.25f);
     for (int64_t e = 0; e < nk; e++) /* the rows in reverse order */
         pm[e] = dVm + (nk - 1 - e) * c, pv[e] = dVs + (nk - 1 - e) * c;
+    /* each level's dq, dsink, P, dV, psum and window key side, for the twin check */
+    const int64_t nkeep = hc + H + H * n + nk * c + nk + n0 * c;
+    float *keep[TREX_ISA_COUNT] = {0};
+    const uint64_t rng0 = rng_state; /* every level draws the same window dV starting values */
     for (int l = 0; l < nl; l++) {
         const trex_fused_table *t = lv[l];
         if (!t->sattn_bwd_query_keys_bf16)
             continue;
+        rng_state = rng0;
         const trex_fused_pairs *wp = pairs && n0 > 0 ? &win : NULL;
         t->sattn_fwd_bf16(o, lse, NULL, NULL, wq, NULL, qb, NULL, Vb, NULL, n, H, c, sink, scale);
         for (int64_t i = 0; i < 64; i++)
@@ -1117,6 +1147,13 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
         CHECK(wsame, "%s query and keys in one call: the window's key-side operands do not give "
               "the window key side (by value), n=%lld n0=%lld H=%lld c=%lld", t->sattn_bf16_name,
               (long long)n, (long long)n0, (long long)H, (long long)c);
+        float *kp = keep[l] = xmalloc_f(nkeep);
+        const struct {
+            const float *x;
+            int64_t len;
+        } parts[] = {{dq, hc}, {ds, H}, {P, H * n}, {dVm, nk * c}, {ps, nk}, {dW, n0 * c}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; kp += parts[i].len, i++)
+            memcpy(kp, parts[i].x, (size_t)parts[i].len * sizeof *kp);
         free(a2), free(b2), free(dW), free(dW1), free(pw), free(pw1), free(wsk), free(wwin);
         t->sattn_bwd_query_bf16(dq1, ds1, P1, wq, NULL, gb, NULL, qb, NULL, Vb, wp, n, H, c, sink,
                                 scale, lse, D);
@@ -1139,6 +1176,16 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
             guard_ok &= ws[wsn + i] == GUARD;
         CHECK(guard_ok, "%s query and keys: scratch overrun, %s", t->sattn_bf16_name, what);
     }
+    for (int l = 0; l < nl; l++) {
+        const int tw = twin(lv, nl, l);
+        if (tw >= 0 && keep[l] && keep[tw])
+            CHECK(same_bits(keep[l], keep[tw], nkeep), "%s query and keys: not the %s level's bits (dq, "
+                  "dsink, P, dV, psum, window dV), n=%lld n0=%lld H=%lld c=%lld%s", lv[l]->sattn_bf16_name,
+                  lv[tw]->sattn_bf16_name, (long long)n, (long long)n0, (long long)H, (long long)c,
+                  pairs ? " pairs" : "");
+    }
+    for (int l = 0; l < nl; l++)
+        free(keep[l]);
     free(V), free(sink), free(D), free(lse), free(o), free(q), free(g), free(rows), free(qb);
     free(gb), free(Vb), free(pbuf), free(wbuf), free(wq), free(dq), free(ds), free(P), free(dq1);
     free(ds1), free(P1), free(dVm), free(dVs), free(dV0), free(ps), free(ps1), free(pm), free(pv);
@@ -1187,12 +1234,52 @@ static void test_key_product_bits(const trex_fused_table *const *lv, int nl)
     printf("key product, avx2 bit for bit with avx512f: %d runs\n", runs);
 }
 
+/* Sections 1-3 on one shape at every level, each optimised level also with the window in the pair
+ * layout, and a level with a twin against its twin's bits in both runs. qamp scales q: at 40 the
+ * scores spread over hundreds, p underflows and the exp meets its clamps. */
+static void shape_case(const trex_fused_table *const *lv, int nl, int64_t n, int64_t H, int64_t c,
+                       float qamp)
+{
+    shape_data s;
+    shape_init(&s, n, H, c, qamp);
+    const outs f32 = {s.o, s.lse, s.z, s.dq, s.ds, s.P, s.ps, s.dpool};
+    outs x[2][TREX_ISA_COUNT]; /* [the pair-layout window][level] */
+    for (int l = 0; l < nl; l++) {
+        for (int pw = 0; pw < (l > 0 ? 2 : 1); pw++) {
+            outs *xl = &x[pw][l];
+            char name[80];
+            snprintf(name, sizeof name, "%s%s%s", lv[l]->sattn_bf16_name,
+                     pw ? " (pair-layout window)" : "", qamp != 1.0f ? " (large scores)" : "");
+            int guard_ok, repeat_ok;
+            run_level(lv[l], &s, xl, &guard_ok, &repeat_ok, pw == 1);
+            CHECK(guard_ok, "%s scratch overrun n=%lld H=%lld c=%lld", name, (long long)n, (long long)H,
+                  (long long)c);
+            CHECK(repeat_ok, "%s repeated calls differ n=%lld H=%lld c=%lld", name, (long long)n,
+                  (long long)H, (long long)c);
+            check_outputs(name, "vs fp32", &s, xl, &f32, 1.0, 0.0, 0);
+            if (l > 0)
+                check_outputs(name, "vs bf16 ref", &s, xl, &x[0][0], 0.25, 2e-3, 1);
+        }
+    }
+    for (int l = 0; l < nl; l++) {
+        const int tw = twin(lv, nl, l);
+        for (int pw = 0; tw >= 0 && pw < 2; pw++)
+            CHECK(outs_same(&x[pw][l], &x[pw][tw], n, H, c), "%s%s: not the %s level's bits n=%lld H=%lld "
+                  "c=%lld amp=%g", lv[l]->sattn_bf16_name, pw ? " (pair-layout window)" : "",
+                  lv[tw]->sattn_bf16_name, (long long)n, (long long)H, (long long)c, (double)qamp);
+    }
+    for (int l = 0; l < nl; l++)
+        for (int pw = 0; pw < (l > 0 ? 2 : 1); pw++)
+            outs_free(&x[pw][l]);
+    shape_free(&s);
+}
+
 static void test_qkeys_bf16(const trex_fused_table *const *lv, int nl)
 {
     static const int64_t cases[][4] = {
         /* n, n0, H, c */
         {1, 0, 1, 32},    {1, 1, 3, 48},     {17, 5, 16, 32},  {40, 40, 20, 48},
-        {259, 131, 16, 512}, {200, 70, 3, 64}, {33, 0, 16, 512}, {7, 3, 20, 48},
+        {259, 131, 16, 512}, {200, 70, 3, 64}, {33, 0, 16, 512}, {7, 3, 20, 48}, {45, 20, 13, 48},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int pw = 0; pw < 2; pw++)
@@ -1232,8 +1319,9 @@ int main(int argc, char **argv)
     if (nl == 1)
         printf("note: no AVX2 on this machine: only the reference bf16 entries are checked\n");
 
-    /* c = 20: dims that are not a whole number of 16-float registers; H = 2: a group of two real heads */
-    const int64_t ns[] = {0, 1, 2, 3, 7, 16, 17, 129, 257}, Hs[] = {1, 2, 3, 16, 20},
+    /* c = 20: dims that are not a whole number of 16-float registers; H = 2: a group of two real heads,
+     * H = 13: a group with more than half its heads real */
+    const int64_t ns[] = {0, 1, 2, 3, 7, 16, 17, 129, 257}, Hs[] = {1, 2, 3, 13, 16, 20},
                   cs[] = {20, 32, 48, 512};
     for (size_t ic = 0; ic < sizeof cs / sizeof cs[0]; ic++)
         for (size_t ih = 0; ih < sizeof Hs / sizeof Hs[0]; ih++)
@@ -1241,42 +1329,11 @@ int main(int argc, char **argv)
                 const int64_t n = ns[in], H = Hs[ih], c = cs[ic];
                 if (c == 512 && ((H == 20 && n == 257) || H == 2))
                     continue; /* the largest cases add seconds and no new path */
-                shape_data s;
-                shape_init(&s, n, H, c);
-                const outs f32 = {s.o, s.lse, s.z, s.dq, s.ds, s.P, s.ps, s.dpool};
-                outs x[TREX_ISA_COUNT];
-                for (int l = 0; l < nl; l++) {
-                    /* the optimised levels twice: also with the window in the pair layout */
-                    for (int pw = 0; pw < (l > 0 ? 2 : 1); pw++) {
-                        outs xp;
-                        outs *xl = pw ? &xp : &x[l];
-                        char name[64];
-                        snprintf(name, sizeof name, "%s%s", lv[l]->sattn_bf16_name,
-                                 pw ? " (pair-layout window)" : "");
-                        int guard_ok, repeat_ok;
-                        run_level(lv[l], &s, xl, &guard_ok, &repeat_ok, pw == 1);
-                        CHECK(guard_ok, "%s scratch overrun n=%lld H=%lld c=%lld", name,
-                              (long long)n, (long long)H, (long long)c);
-                        CHECK(repeat_ok, "%s repeated calls differ n=%lld H=%lld c=%lld", name,
-                              (long long)n, (long long)H, (long long)c);
-                        check_outputs(name, "vs fp32", &s, xl, &f32, 1.0, 0.0, 0);
-                        if (l > 0)
-                            check_outputs(name, "vs bf16 ref", &s, xl, &x[0], 0.25, 2e-3, 1);
-                        if (pw)
-                            outs_free(&xp);
-                    }
-                }
-                for (int l = 0; l < nl; l++) {
-                    const int tw = twin(lv, nl, l);
-                    if (tw >= 0)
-                        CHECK(outs_same(&x[l], &x[tw], n, H, c), "%s: not the %s level's bits "
-                              "n=%lld H=%lld c=%lld", lv[l]->sattn_bf16_name, lv[tw]->sattn_bf16_name,
-                              (long long)n, (long long)H, (long long)c);
-                }
-                for (int l = 0; l < nl; l++)
-                    outs_free(&x[l]);
-                shape_free(&s);
+                shape_case(lv, nl, n, H, c, 1.0f);
             }
+    static const int64_t big[][3] = {{7, 3, 32}, {129, 13, 48}, {257, 16, 20}, {40, 20, 512}};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        shape_case(lv, nl, big[i][0], big[i][1], big[i][2], 40.0f);
     printf("largest error / bound: %.3f against fp32, %.3f (of the quarter bound) against the bf16 "
            "reference\n", worst_seen[0], worst_seen[1]);
     test_dots_bf16(lv, nl);
