@@ -1,16 +1,21 @@
 /* kernels/x86/avx2/gemm_bf16.c — the bf16 GEMM micro-kernel on AVX2 + FMA, for x86-64 machines without
  * AVX-512 (with AVX-512 but not its bf16 instructions they run kernels/x86/avx512f), which otherwise run
- * the plain-C reference (17-19 GFLOP/s per core on the AMD VM, against about 90 for this kernel with its
- * operands in L1; docs/kernels.md "Micro-kernels").
+ * the plain-C reference (17-19 GFLOP/s per core on the AMD VM, against about 100 for this kernel with
+ * its operands in L1; docs/kernels.md "Micro-kernels").
  *
  * AVX2 has no bf16 arithmetic: a dword holding a pair (k, k+1) of B gives both as fp32 with one shift
  * and one mask (pairs.h), and the products are fp32 FMAs: exact (bf16 x bf16 fits fp32's mantissa), one
- * rounding per sum, even k then odd k, as in every level. The 32x32 block is done in sixteen 4-row x
- * 16-column pieces (eight accumulators, four B vectors and two A broadcasts: 14 of the 16 registers),
- * each over the whole kp. Per 32-k panel step a piece first widens its A (4 rows x 32 k, contiguous in
- * the panel) into 512 bytes of floats, so that each A value is one broadcast load for two FMAs, with no
- * shift or mask per row; a piece's B (16 columns x kp, 16 KiB for kp = 512) stays in L1 across the eight
- * row groups that read it. Unlike the reference and the bf16 instructions, bf16 subnormal inputs are
+ * rounding per sum, even k then odd k, as in every level. Each sum is a chain of two dependent FMAs per
+ * k-pair, so the FMA units stay busy only with at least as many chains as their latency times their
+ * number (4 cycles x 2 units on the cores measured: pieces of 4 rows x 16 columns had exactly 8, and
+ * ran at 80-83% of the peak in L1, 86-90% now): the 32x32 block is done in pieces of 6 rows x 16 columns
+ * (twelve accumulators, two B vectors and one A broadcast: 15 of the 16 registers), five per 16
+ * columns, and one of the last 2 rows x 32 columns (eight), each over the whole kp. Per k-pair a piece
+ * does the even k's products of all its rows, then the odd k's, loading B's pair row again for those
+ * rather than holding it. Per 32-k panel step a piece first widens its A (its rows x 32 k, contiguous
+ * in the panel) into floats, so that each A value is one broadcast load for two FMAs, with no shift or
+ * mask per row; a piece's B (16 columns x kp, 16 KiB for kp = 512) stays in L1 across the five row
+ * groups that read it. Unlike the reference and the bf16 instructions, bf16 subnormal inputs are
  * not read as zero and products below fp32's normal range are not rounded apart from the sum (an FMA
  * takes them as they are): differences below 1e-38 per product. TREX_UKR_STREAM and the prefetch hint
  * are not taken (measured: nothing to gain at this level's rate, docs/kernels.md). A second kernel
@@ -24,122 +29,189 @@
 #include "kernels/gemm_panels.h"
 #include "kernels/x86/avx2/pairs.h"
 
-enum { ROWS = 4, COLS = 16 };
+/* A piece of the block: 6 rows x 16 columns (12 accumulators), or the block's last 2 rows x 32 columns
+ * (8). Accumulator s<i><j> holds row r0 + i, columns c0 + 8j .. c0 + 8j + 7. */
+enum { ROWS = 6, COLS = 16, TAIL = TREX_GEMM_MR - TREX_GEMM_MR / ROWS * ROWS };
 
-/* Row i of a piece: its accumulators, set up from C; one k-pair; stored to C (rows below nrows). */
-#define ROW_INIT(i)                                                                                \
-    __m256 s##i##a = _mm256_setzero_ps(), s##i##b = _mm256_setzero_ps();                           \
-    if (acc && r0 + i < nrows) {                                                                   \
-        s##i##a = _mm256_loadu_ps(c->in + (r0 + i) * c->ldi + c0);                                 \
-        s##i##b = _mm256_loadu_ps(c->in + (r0 + i) * c->ldi + c0 + 8);                             \
-    }
-#define ROW_STEP(i)                                                                                \
+#define ACC_INIT(i, j)                                                                             \
+    __m256 s##i##j = _mm256_setzero_ps();                                                          \
+    if (acc && r0 + i < nrows)                                                                     \
+        s##i##j = _mm256_loadu_ps(c->in + (r0 + i) * c->ldi + c0 + 8 * j);
+#define ACC_STORE(i, j)                                                                            \
+    if (r0 + i < nrows)                                                                            \
+        _mm256_storeu_ps(c->out + (r0 + i) * c->ldo + c0 + 8 * j, s##i##j);
+#define ACC_FMA(i, j, a, x) s##i##j = _mm256_fmadd_ps(a, x, s##i##j)
+/* row i times A's value aw[i][k] into its two (x0, x1) or four (.. x3) column groups */
+#define ROW2(i, k)                                                                                 \
     do {                                                                                           \
-        const __m256 a0 = _mm256_broadcast_ss(&aw[i][2 * q]);                                      \
-        const __m256 a1 = _mm256_broadcast_ss(&aw[i][2 * q + 1]);                                  \
-        s##i##a = _mm256_fmadd_ps(a1, o0, _mm256_fmadd_ps(a0, e0, s##i##a));                       \
-        s##i##b = _mm256_fmadd_ps(a1, o1, _mm256_fmadd_ps(a0, e1, s##i##b));                       \
+        const __m256 a = _mm256_broadcast_ss(&aw[i][k]);                                           \
+        ACC_FMA(i, 0, a, x0);                                                                      \
+        ACC_FMA(i, 1, a, x1);                                                                      \
     } while (0)
-#define ROW_STORE(i)                                                                               \
-    if (r0 + i < nrows) {                                                                          \
-        _mm256_storeu_ps(c->out + (r0 + i) * c->ldo + c0, s##i##a);                                \
-        _mm256_storeu_ps(c->out + (r0 + i) * c->ldo + c0 + 8, s##i##b);                            \
-    }
-/* The piece's four rows: set up, one k-pair (the includer's ROW_STEP), stored. */
-#define PIECE_INIT() ROW_INIT(0) ROW_INIT(1) ROW_INIT(2) ROW_INIT(3)
-#define PIECE_STEP() \
-    do {             \
-        ROW_STEP(0); \
-        ROW_STEP(1); \
-        ROW_STEP(2); \
-        ROW_STEP(3); \
+#define ROW4(i, k)                                                                                 \
+    do {                                                                                           \
+        const __m256 a = _mm256_broadcast_ss(&aw[i][k]);                                           \
+        ACC_FMA(i, 0, a, x0);                                                                      \
+        ACC_FMA(i, 1, a, x1);                                                                      \
+        ACC_FMA(i, 2, a, x2);                                                                      \
+        ACC_FMA(i, 3, a, x3);                                                                      \
     } while (0)
-#define PIECE_STORE() ROW_STORE(0) ROW_STORE(1) ROW_STORE(2) ROW_STORE(3)
+#define PIECE_INIT()                                                                               \
+    ACC_INIT(0, 0) ACC_INIT(0, 1) ACC_INIT(1, 0) ACC_INIT(1, 1) ACC_INIT(2, 0) ACC_INIT(2, 1)      \
+    ACC_INIT(3, 0) ACC_INIT(3, 1) ACC_INIT(4, 0) ACC_INIT(4, 1) ACC_INIT(5, 0) ACC_INIT(5, 1)
+#define PIECE_STORE()                                                                              \
+    ACC_STORE(0, 0) ACC_STORE(0, 1) ACC_STORE(1, 0) ACC_STORE(1, 1) ACC_STORE(2, 0) ACC_STORE(2, 1) \
+    ACC_STORE(3, 0) ACC_STORE(3, 1) ACC_STORE(4, 0) ACC_STORE(4, 1) ACC_STORE(5, 0) ACC_STORE(5, 1)
+#define PIECE_ROWS(k)                                                                              \
+    do {                                                                                           \
+        ROW2(0, k);                                                                                \
+        ROW2(1, k);                                                                                \
+        ROW2(2, k);                                                                                \
+        ROW2(3, k);                                                                                \
+        ROW2(4, k);                                                                                \
+        ROW2(5, k);                                                                                \
+    } while (0)
+#define TAIL_INIT()                                                                                \
+    ACC_INIT(0, 0) ACC_INIT(0, 1) ACC_INIT(0, 2) ACC_INIT(0, 3)                                    \
+    ACC_INIT(1, 0) ACC_INIT(1, 1) ACC_INIT(1, 2) ACC_INIT(1, 3)
+#define TAIL_STORE()                                                                               \
+    ACC_STORE(0, 0) ACC_STORE(0, 1) ACC_STORE(0, 2) ACC_STORE(0, 3)                                \
+    ACC_STORE(1, 0) ACC_STORE(1, 1) ACC_STORE(1, 2) ACC_STORE(1, 3)
 
 typedef void piece_fn(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc, int r0,
                       int c0, int nrows);
 
-/* The 32x32 block as pieces, those of rows below c->rows only (always inlined: piece is a constant). */
-static inline void block(piece_fn *piece, int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
-                         unsigned flags)
+/* The 32x32 block: for each 16 columns, five 6-row pieces (those with a row below c->rows), then the
+ * last 2 rows x 32 columns (always inlined: piece and tail are constants). */
+static inline void block(piece_fn *piece, piece_fn *tail, int64_t kp, const uint16_t *ap, const uint16_t *bp,
+                         const trex_ukr_c *c, unsigned flags)
 {
     const bool acc = flags & TREX_UKR_ACCUMULATE;
     const int nrows = c->rows > 0 && c->rows < TREX_GEMM_MR ? (int)c->rows : TREX_GEMM_MR;
     for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
-        for (int r0 = 0; r0 < nrows; r0 += ROWS)
+        for (int r0 = 0; r0 < nrows && r0 + ROWS <= TREX_GEMM_MR; r0 += ROWS)
             piece(kp, ap, bp, c, acc, r0, c0, nrows);
+    if (nrows > TREX_GEMM_MR - TAIL)
+        tail(kp, ap, bp, c, acc, TREX_GEMM_MR - TAIL, 0, nrows);
 }
 
-/* Rows r0 .. r0+3 (those below nrows) x columns c0 .. c0+15 of the block, over kp k. The accumulators
- * are named variables, not an array, so that GCC keeps them in registers. */
+/* rows rows of A from r0, over the panel step at k0, widened to floats */
+static inline void widen_rows(float (*aw)[32], const uint16_t *ap, int64_t k0, int r0, int rows)
+{
+    const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32; /* 32 contiguous k per row */
+    for (int i = 0; i < rows; i++)
+        widen32(aw[i], ar + i * 32);
+}
+
+/* Rows r0 .. r0+5 (those below nrows) x columns c0 .. c0+15 of the block, over kp k. Per k-pair the even
+ * k's products, then the odd k's: each sum in k order. The accumulators are named variables, not an
+ * array, so that GCC keeps them in registers; B's pair row is loaded again for the odd values rather
+ * than held, which would leave too few of the 16 registers. */
 static inline void piece(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
                          int r0, int c0, int nrows)
 {
     PIECE_INIT()
     alignas(32) float aw[ROWS][32]; /* the piece's A over one panel step, as floats */
     for (int64_t k0 = 0; k0 < kp; k0 += 32) {
-        /* A's rows r0 .. r0+3 of the panel step k0/32 (32 contiguous k each) */
-        const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32;
-        for (int i = 0; i < ROWS; i++)
-            widen32(aw[i], ar + i * 32);
+        widen_rows(aw, ap, k0, r0, ROWS);
         /* B's pairs (k, k+1) of columns c0 .. c0+15: 16 dwords of the VNNI panel's row k/2 */
-        const uint16_t *bb = bp + k0 * TREX_GEMM_NR + 2 * c0;
+        const __m256i *bb = (const __m256i *)(const void *)(bp + k0 * TREX_GEMM_NR + 2 * c0);
         for (int q = 0; q < 16; q++) {
-            const uint16_t *bk = bb + q * (2 * TREX_GEMM_NR);
-            const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)bk);
-            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 16));
-            const __m256 e0 = pair_even(b0), o0 = pair_odd(b0), e1 = pair_even(b1), o1 = pair_odd(b1);
-            PIECE_STEP();
+            const __m256i *bk = bb + q * (2 * TREX_GEMM_NR / 16);
+            __m256 x0 = pair_even(_mm256_loadu_si256(bk)), x1 = pair_even(_mm256_loadu_si256(bk + 1));
+            PIECE_ROWS(2 * q);
+            x0 = pair_odd(_mm256_loadu_si256(bk)), x1 = pair_odd(_mm256_loadu_si256(bk + 1));
+            PIECE_ROWS(2 * q + 1);
         }
     }
     PIECE_STORE()
 }
 
+/* Rows r0, r0+1 (those below nrows) x all 32 columns, as piece does. */
+static inline void tail(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
+                        int r0, int c0, int nrows)
+{
+    TAIL_INIT()
+    alignas(32) float aw[TAIL][32];
+    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+        widen_rows(aw, ap, k0, r0, TAIL);
+        const __m256i *bb = (const __m256i *)(const void *)(bp + k0 * TREX_GEMM_NR);
+        for (int q = 0; q < 16; q++) {
+            const __m256i *bk = bb + q * (2 * TREX_GEMM_NR / 16);
+            __m256 x0 = pair_even(_mm256_loadu_si256(bk)), x1 = pair_even(_mm256_loadu_si256(bk + 1));
+            __m256 x2 = pair_even(_mm256_loadu_si256(bk + 2)), x3 = pair_even(_mm256_loadu_si256(bk + 3));
+            ROW4(0, 2 * q);
+            ROW4(1, 2 * q);
+            x0 = pair_odd(_mm256_loadu_si256(bk)), x1 = pair_odd(_mm256_loadu_si256(bk + 1));
+            x2 = pair_odd(_mm256_loadu_si256(bk + 2)), x3 = pair_odd(_mm256_loadu_si256(bk + 3));
+            ROW4(0, 2 * q + 1);
+            ROW4(1, 2 * q + 1);
+        }
+    }
+    TAIL_STORE()
+}
+
 void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, unsigned flags)
 {
-    block(piece, kp, ap, bp, c, flags);
+    block(piece, tail, kp, ap, bp, c, flags);
 }
 
 /* The fp32-pair kernel (trex_gemm_bf16_f32b; kernels/gemm_panels.h "fp32-pair format"): each k-pair of
  * B is one fp32 value, met by the first of A's pair in one FMA: half the FMAs of the kernel above, and
- * B needs no widening. The same pieces; a piece's A goes to floats once per panel step, only the first
- * of each pair (16 per row and step). */
-#undef ROW_STEP
-#define ROW_STEP(i)                                                                                \
-    do {                                                                                           \
-        const __m256 a = _mm256_broadcast_ss(&aw[i][q]);                                           \
-        s##i##a = _mm256_fmadd_ps(a, b0, s##i##a);                                                 \
-        s##i##b = _mm256_fmadd_ps(a, b1, s##i##b);                                                 \
-    } while (0)
+ * B needs no widening. The same pieces; A goes to floats once per panel step, only the first of each
+ * pair (aw[i][q], q < 16, of row i's 32 k). */
+static inline void widen_firsts(float (*aw)[32], const uint16_t *ap, int64_t k0, int r0, int rows)
+{
+    const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32;
+    for (int i = 0; i < rows; i++) {
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32));
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32 + 16));
+        _mm256_store_ps(aw[i], pair_even(lo));
+        _mm256_store_ps(aw[i] + 8, pair_even(hi));
+    }
+}
 
 static inline void piece_f32b(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
                               int r0, int c0, int nrows)
 {
     PIECE_INIT()
-    alignas(32) float aw[ROWS][16]; /* the first of each of the piece's A pairs over one panel step */
+    alignas(32) float aw[ROWS][32];
     for (int64_t k0 = 0; k0 < kp; k0 += 32) {
-        const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32;
-        for (int i = 0; i < ROWS; i++) {
-            const __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32));
-            const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32 + 16));
-            _mm256_store_ps(aw[i], pair_even(lo));
-            _mm256_store_ps(aw[i] + 8, pair_even(hi));
-        }
+        widen_firsts(aw, ap, k0, r0, ROWS);
         /* B's values of columns c0 .. c0+15: 16 floats of the panel's row of k-pair q */
         const float *bb = (const float *)(const void *)(bp + k0 * TREX_GEMM_NR) + c0;
         for (int q = 0; q < 16; q++) {
-            const __m256 b0 = _mm256_loadu_ps(bb + q * TREX_GEMM_NR);
-            const __m256 b1 = _mm256_loadu_ps(bb + q * TREX_GEMM_NR + 8);
-            PIECE_STEP();
+            const float *bk = bb + q * TREX_GEMM_NR;
+            const __m256 x0 = _mm256_loadu_ps(bk), x1 = _mm256_loadu_ps(bk + 8);
+            PIECE_ROWS(q);
         }
     }
     PIECE_STORE()
 }
 
+static inline void tail_f32b(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
+                             int r0, int c0, int nrows)
+{
+    TAIL_INIT()
+    alignas(32) float aw[TAIL][32];
+    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+        widen_firsts(aw, ap, k0, r0, TAIL);
+        const float *bb = (const float *)(const void *)(bp + k0 * TREX_GEMM_NR);
+        for (int q = 0; q < 16; q++) {
+            const float *bk = bb + q * TREX_GEMM_NR;
+            const __m256 x0 = _mm256_loadu_ps(bk), x1 = _mm256_loadu_ps(bk + 8);
+            const __m256 x2 = _mm256_loadu_ps(bk + 16), x3 = _mm256_loadu_ps(bk + 24);
+            ROW4(0, q);
+            ROW4(1, q);
+        }
+    }
+    TAIL_STORE()
+}
+
 void trex_gemm_ukr_f32b_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                              unsigned flags)
 {
-    block(piece_f32b, kp, ap, bp, c, flags);
+    block(piece_f32b, tail_f32b, kp, ap, bp, c, flags);
 }
 
 /* The level's peak: 256-bit fp32 FMAs, the unit its bf16 products run on (`trex bench peak`, and the
