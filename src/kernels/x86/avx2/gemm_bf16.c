@@ -78,92 +78,16 @@ enum { ROWS = 6, COLS = 16, TAIL = TREX_GEMM_MR - TREX_GEMM_MR / ROWS * ROWS };
     ACC_STORE(0, 0) ACC_STORE(0, 1) ACC_STORE(0, 2) ACC_STORE(0, 3)                                \
     ACC_STORE(1, 0) ACC_STORE(1, 1) ACC_STORE(1, 2) ACC_STORE(1, 3)
 
-typedef void piece_fn(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc, int r0,
-                      int c0, int nrows);
-
-/* The 32x32 block: for each 16 columns, five 6-row pieces (those with a row below c->rows), then the
- * last 2 rows x 32 columns (always inlined: piece and tail are constants). */
-static inline void block(piece_fn *piece, piece_fn *tail, int64_t kp, const uint16_t *ap, const uint16_t *bp,
-                         const trex_ukr_c *c, unsigned flags)
-{
-    const bool acc = flags & TREX_UKR_ACCUMULATE;
-    const int nrows = c->rows > 0 && c->rows < TREX_GEMM_MR ? (int)c->rows : TREX_GEMM_MR;
-    for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
-        for (int r0 = 0; r0 < nrows && r0 + ROWS <= TREX_GEMM_MR; r0 += ROWS)
-            piece(kp, ap, bp, c, acc, r0, c0, nrows);
-    if (nrows > TREX_GEMM_MR - TAIL)
-        tail(kp, ap, bp, c, acc, TREX_GEMM_MR - TAIL, 0, nrows);
-}
-
-/* rows rows of A from r0, over the panel step at k0, widened to floats */
-static inline void widen_rows(float (*aw)[32], const uint16_t *ap, int64_t k0, int r0, int rows)
-{
-    const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32; /* 32 contiguous k per row */
-    for (int i = 0; i < rows; i++)
-        widen32(aw[i], ar + i * 32);
-}
-
-/* Rows r0 .. r0+5 (those below nrows) x columns c0 .. c0+15 of the block, over kp k. Per k-pair the even
- * k's products, then the odd k's: each sum in k order. The accumulators are named variables, not an
- * array, so that GCC keeps them in registers; B's pair row is loaded again for the odd values rather
- * than held, which would leave too few of the 16 registers. */
-static inline void piece(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
-                         int r0, int c0, int nrows)
-{
-    PIECE_INIT()
-    alignas(32) float aw[ROWS][32]; /* the piece's A over one panel step, as floats */
-    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
-        widen_rows(aw, ap, k0, r0, ROWS);
-        /* B's pairs (k, k+1) of columns c0 .. c0+15: 16 dwords of the VNNI panel's row k/2 */
-        const __m256i *bb = (const __m256i *)(const void *)(bp + k0 * TREX_GEMM_NR + 2 * c0);
-        for (int q = 0; q < 16; q++) {
-            const __m256i *bk = bb + q * (2 * TREX_GEMM_NR / 16);
-            __m256 x0 = pair_even(_mm256_loadu_si256(bk)), x1 = pair_even(_mm256_loadu_si256(bk + 1));
-            PIECE_ROWS(2 * q);
-            x0 = pair_odd(_mm256_loadu_si256(bk)), x1 = pair_odd(_mm256_loadu_si256(bk + 1));
-            PIECE_ROWS(2 * q + 1);
-        }
-    }
-    PIECE_STORE()
-}
-
-/* Rows r0, r0+1 (those below nrows) x all 32 columns, as piece does. */
-static inline void tail(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
-                        int r0, int c0, int nrows)
-{
-    TAIL_INIT()
-    alignas(32) float aw[TAIL][32];
-    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
-        widen_rows(aw, ap, k0, r0, TAIL);
-        const __m256i *bb = (const __m256i *)(const void *)(bp + k0 * TREX_GEMM_NR);
-        for (int q = 0; q < 16; q++) {
-            const __m256i *bk = bb + q * (2 * TREX_GEMM_NR / 16);
-            __m256 x0 = pair_even(_mm256_loadu_si256(bk)), x1 = pair_even(_mm256_loadu_si256(bk + 1));
-            __m256 x2 = pair_even(_mm256_loadu_si256(bk + 2)), x3 = pair_even(_mm256_loadu_si256(bk + 3));
-            ROW4(0, 2 * q);
-            ROW4(1, 2 * q);
-            x0 = pair_odd(_mm256_loadu_si256(bk)), x1 = pair_odd(_mm256_loadu_si256(bk + 1));
-            x2 = pair_odd(_mm256_loadu_si256(bk + 2)), x3 = pair_odd(_mm256_loadu_si256(bk + 3));
-            ROW4(0, 2 * q + 1);
-            ROW4(1, 2 * q + 1);
-        }
-    }
-    TAIL_STORE()
-}
-
-void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, unsigned flags)
-{
-    block(piece, tail, kp, ap, bp, c, flags);
-}
-
-/* The fp32-pair kernel (trex_gemm_bf16_f32b; kernels/gemm_panels.h "fp32-pair format"): each k-pair of
- * B is one fp32 value, met by the first of A's pair in one FMA: half the FMAs of the kernel above, and
- * B needs no widening. The same pieces; A goes to floats once per panel step, only the first of each
- * pair (aw[i][q], q < 16, of row i's 32 k). */
-static inline void widen_firsts(float (*aw)[32], const uint16_t *ap, int64_t k0, int r0, int rows)
+/* A's rows r0 .. r0 + rows - 1 over the panel step at k0 (32 contiguous k each) as floats: all 32
+ * values, or with f32b the first of each pair (aw[i][q], q < 16) */
+static inline void widen_a(float (*aw)[32], const uint16_t *ap, int64_t k0, int r0, int rows, bool f32b)
 {
     const uint16_t *ar = ap + k0 * TREX_GEMM_MR + r0 * 32;
     for (int i = 0; i < rows; i++) {
+        if (!f32b) {
+            widen32(aw[i], ar + i * 32);
+            continue;
+        }
         const __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32));
         const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(ar + i * 32 + 16));
         _mm256_store_ps(aw[i], pair_even(lo));
@@ -171,47 +95,106 @@ static inline void widen_firsts(float (*aw)[32], const uint16_t *ap, int64_t k0,
     }
 }
 
-static inline void piece_f32b(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
-                              int r0, int c0, int nrows)
+/* 8 columns of B's row of k-pair q at p: the even values of its pairs, the odd ones, or with f32b its
+ * fp32 values */
+static inline __m256 b_even(const char *p, bool f32b)
+{
+    return f32b ? _mm256_loadu_ps((const float *)(const void *)p)
+                : pair_even(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+
+static inline __m256 b_odd(const char *p)
+{
+    return pair_odd(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+
+/* Rows r0 .. r0+5 (those below nrows) x columns c0 .. c0+15 of the block, over kp k. Per k-pair the even
+ * k's products, then the odd k's: each sum in k order (with f32b one product per pair). The
+ * accumulators are named variables, not an array, so that GCC keeps them in registers; B's pair row is
+ * loaded again for the odd values rather than held, which would leave too few of the 16 registers. */
+static inline __attribute__((always_inline)) void piece(bool f32b, int64_t kp, const uint16_t *ap,
+                                                        const uint16_t *bp, const trex_ukr_c *c, bool acc,
+                                                        int r0, int c0, int nrows)
 {
     PIECE_INIT()
-    alignas(32) float aw[ROWS][32];
+    alignas(32) float aw[ROWS][32]; /* the piece's A over one panel step, as floats */
     for (int64_t k0 = 0; k0 < kp; k0 += 32) {
-        widen_firsts(aw, ap, k0, r0, ROWS);
-        /* B's values of columns c0 .. c0+15: 16 floats of the panel's row of k-pair q */
-        const float *bb = (const float *)(const void *)(bp + k0 * TREX_GEMM_NR) + c0;
+        widen_a(aw, ap, k0, r0, ROWS, f32b);
+        /* the VNNI panel's row of k-pair q: 32 dwords, those of columns c0 .. c0+15 from byte 4 c0 */
+        const char *bb = (const char *)(const void *)(bp + k0 * TREX_GEMM_NR) + 4 * c0;
         for (int q = 0; q < 16; q++) {
-            const float *bk = bb + q * TREX_GEMM_NR;
-            const __m256 x0 = _mm256_loadu_ps(bk), x1 = _mm256_loadu_ps(bk + 8);
-            PIECE_ROWS(q);
+            const char *bk = bb + q * 4 * TREX_GEMM_NR;
+            __m256 x0 = b_even(bk, f32b), x1 = b_even(bk + 32, f32b);
+            if (f32b) {
+                PIECE_ROWS(q);
+                continue;
+            }
+            PIECE_ROWS(2 * q);
+            x0 = b_odd(bk), x1 = b_odd(bk + 32);
+            PIECE_ROWS(2 * q + 1);
         }
     }
     PIECE_STORE()
 }
 
-static inline void tail_f32b(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, bool acc,
-                             int r0, int c0, int nrows)
+/* Rows r0, r0+1 (those below nrows) x all 32 columns, as piece does. */
+static inline __attribute__((always_inline)) void tail(bool f32b, int64_t kp, const uint16_t *ap,
+                                                       const uint16_t *bp, const trex_ukr_c *c, bool acc,
+                                                       int r0, int nrows)
 {
+    const int c0 = 0;
     TAIL_INIT()
     alignas(32) float aw[TAIL][32];
     for (int64_t k0 = 0; k0 < kp; k0 += 32) {
-        widen_firsts(aw, ap, k0, r0, TAIL);
-        const float *bb = (const float *)(const void *)(bp + k0 * TREX_GEMM_NR);
+        widen_a(aw, ap, k0, r0, TAIL, f32b);
+        const char *bb = (const char *)(const void *)(bp + k0 * TREX_GEMM_NR);
         for (int q = 0; q < 16; q++) {
-            const float *bk = bb + q * TREX_GEMM_NR;
-            const __m256 x0 = _mm256_loadu_ps(bk), x1 = _mm256_loadu_ps(bk + 8);
-            const __m256 x2 = _mm256_loadu_ps(bk + 16), x3 = _mm256_loadu_ps(bk + 24);
-            ROW4(0, q);
-            ROW4(1, q);
+            const char *bk = bb + q * 4 * TREX_GEMM_NR;
+            __m256 x0 = b_even(bk, f32b), x1 = b_even(bk + 32, f32b);
+            __m256 x2 = b_even(bk + 64, f32b), x3 = b_even(bk + 96, f32b);
+            if (f32b) {
+                ROW4(0, q);
+                ROW4(1, q);
+                continue;
+            }
+            ROW4(0, 2 * q);
+            ROW4(1, 2 * q);
+            x0 = b_odd(bk), x1 = b_odd(bk + 32), x2 = b_odd(bk + 64), x3 = b_odd(bk + 96);
+            ROW4(0, 2 * q + 1);
+            ROW4(1, 2 * q + 1);
         }
     }
     TAIL_STORE()
 }
 
+/* The 32x32 block: for each 16 columns, five 6-row pieces (those with a row below c->rows), then the
+ * last 2 rows x 32 columns. f32b: B in the fp32-pair format (below). The pieces are inlined into each
+ * entry, so that f32b is a constant in them. */
+static inline __attribute__((always_inline)) void block(bool f32b, int64_t kp, const uint16_t *ap,
+                                                        const uint16_t *bp, const trex_ukr_c *c, unsigned flags)
+{
+    const bool acc = flags & TREX_UKR_ACCUMULATE;
+    const int nrows = c->rows > 0 && c->rows < TREX_GEMM_MR ? (int)c->rows : TREX_GEMM_MR;
+    for (int c0 = 0; c0 < TREX_GEMM_NR; c0 += COLS)
+        for (int r0 = 0; r0 < nrows && r0 + ROWS <= TREX_GEMM_MR; r0 += ROWS)
+            piece(f32b, kp, ap, bp, c, acc, r0, c0, nrows);
+    if (nrows > TREX_GEMM_MR - TAIL)
+        tail(f32b, kp, ap, bp, c, acc, TREX_GEMM_MR - TAIL, nrows);
+}
+
+void trex_gemm_ukr_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c, unsigned flags)
+{
+    block(false, kp, ap, bp, c, flags);
+}
+
+/* The fp32-pair kernel (trex_gemm_bf16_f32b; kernels/gemm_panels.h "fp32-pair format"): each k-pair of
+ * B is one fp32 value, met by the first of A's pair in one FMA: half the FMAs of the kernel above, and
+ * B needs no widening. The same pieces; A goes to floats once per panel step, only the first of each
+ * pair. */
 void trex_gemm_ukr_f32b_avx2(int64_t kp, const uint16_t *ap, const uint16_t *bp, const trex_ukr_c *c,
                              unsigned flags)
 {
-    block(piece_f32b, tail_f32b, kp, ap, bp, c, flags);
+    block(true, kp, ap, bp, c, flags);
 }
 
 /* The level's peak: 256-bit fp32 FMAs, the unit its bf16 products run on (`trex bench peak`, and the
