@@ -2,7 +2,7 @@
  *
  * The MoE experts of bf16 mode (model/moe.c) run SwiGLU through these entries: fp32 pre-activations in,
  * bf16 out (the operands of the next products, rounded as trex_f32_to_bf16, exactly what the GEMM's
- * packers would do to fp32 values), with an exp of our own (trex_swiglu_exp_ref below) instead of libm's
+ * packers would do to fp32 values), with an exp of our own (swiglu_exp_ref below) instead of libm's
  * expf so that the AVX-512 leaves (kernels/x86/avx512/swiglu.c) can give the same bits: every operation
  * here is one IEEE-rounded float operation (the build is ISO C: no contraction into fused
  * multiply-adds), and the leaves do the same operations in the same order, 16 elements at a time.

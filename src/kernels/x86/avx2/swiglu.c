@@ -17,7 +17,8 @@
 #include "kernels/x86/avx2/bf16.h"
 #include "kernels/x86/avx2/exp_poly.h"
 
-static inline __m256 exp8(__m256 x)
+/* kernels/ref/swiglu.c's swiglu_exp_ref in 8 lanes (x clamped to [-87, 88]) */
+static inline __m256 swiglu_exp8(__m256 x)
 {
     x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));  /* x < 88 ? x : 88 (NaN -> 88) */
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f)); /* x > -87 ? x : -87 */
@@ -61,7 +62,7 @@ void trex_fused_swiglu_fwd_bf16_avx2(uint16_t *h, const float *a, const float *u
         __m256 ac = _mm256_maskload_ps(a + j, m), uc = _mm256_maskload_ps(u + j, m), ka, ku;
         if (L > 0.0f)
             clamp(&ac, &uc, &ka, &ku, L);
-        const __m256 ex = exp8(_mm256_xor_ps(ac, sign));
+        const __m256 ex = swiglu_exp8(_mm256_xor_ps(ac, sign));
         const __m256 s = _mm256_div_ps(ac, _mm256_add_ps(one, ex));
         store8(h + j, round8v(_mm256_mul_ps(_mm256_mul_ps(s, uc), vg)), n - j);
     }
@@ -80,7 +81,7 @@ float trex_fused_swiglu_bwd_bf16_avx2(uint16_t *h, uint16_t *da, uint16_t *du, c
         __m256 ka = one, ku = one;
         if (L > 0.0f)
             clamp(&ac, &uc, &ka, &ku, L);
-        const __m256 ex = exp8(_mm256_xor_ps(ac, sign));
+        const __m256 ex = swiglu_exp8(_mm256_xor_ps(ac, sign));
         const __m256 den = _mm256_add_ps(one, ex);
         const __m256 sig = _mm256_div_ps(one, den);
         const __m256 sl = _mm256_mul_ps(ac, sig);

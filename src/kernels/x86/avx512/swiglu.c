@@ -16,7 +16,8 @@
 #include "kernels/x86/avx512/exp_poly.h"
 #include "kernels/x86/avx512/mask.h"
 
-static inline __m512 exp16(__m512 x)
+/* kernels/ref/swiglu.c's swiglu_exp_ref in 16 lanes (x clamped to [-87, 88]) */
+static inline __m512 swiglu_exp16(__m512 x)
 {
     x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));  /* x < 88 ? x : 88 (NaN -> 88) */
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f)); /* x > -87 ? x : -87 */
@@ -43,7 +44,7 @@ void AVX512_LEAF(trex_fused_swiglu_fwd_bf16)(uint16_t *h, const float *a, const 
             const __mmask16 lo = _mm512_cmp_ps_mask(uc, vnL, _CMP_LT_OQ);
             uc = _mm512_mask_blend_ps(lo & (__mmask16)~hi, _mm512_mask_blend_ps(hi, uc, vL), vnL);
         }
-        const __m512 ex = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ac), sign)));
+        const __m512 ex = swiglu_exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ac), sign)));
         const __m512 s = _mm512_div_ps(ac, _mm512_add_ps(one, ex));
         _mm256_mask_storeu_epi16(h + j, m, bf16_round16(_mm512_mul_ps(_mm512_mul_ps(s, uc), vg)));
     }
@@ -82,7 +83,7 @@ float AVX512_LEAF(trex_fused_swiglu_bwd_bf16)(uint16_t *h, uint16_t *da, uint16_
             uc = _mm512_mask_blend_ps(lo, _mm512_mask_blend_ps(hi, uc, vL), vnL);
             ku = _mm512_mask_blend_ps(hi | lo, one, zero);
         }
-        const __m512 ex = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ac), sign)));
+        const __m512 ex = swiglu_exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ac), sign)));
         const __m512 den = _mm512_add_ps(one, ex);
         const __m512 sig = _mm512_div_ps(one, den);
         const __m512 sl = _mm512_mul_ps(ac, sig);
