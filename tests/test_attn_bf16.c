@@ -258,6 +258,27 @@ static bool outs_same(const outs *x, const outs *r, int64_t n, int64_t H, int64_
            same_bits(x->ps, r->ps, n) && same_bits(x->dpool, r->dpool, n * c);
 }
 
+/* len floats of x at *dst, which moves past them (a level's outputs kept one after another) */
+static void keep_append(float **dst, const float *x, int64_t len)
+{
+    memcpy(*dst, x, (size_t)len * sizeof *x);
+    *dst += len;
+}
+
+/* Each level with a twin whose kept outputs (len floats; NULL where a level has none) are its twin's
+ * bits; then frees them. what: the entry and the shape. */
+static void check_twins(const trex_fused_table *const *lv, int nl, float **keep, int64_t len, const char *what)
+{
+    for (int l = 0; l < nl; l++) {
+        const int tw = twin(lv, nl, l);
+        if (tw >= 0 && keep[l] && keep[tw])
+            CHECK(same_bits(keep[l], keep[tw], len), "%s %s: not the %s level's bits", lv[l]->sattn_bf16_name,
+                  what, lv[tw]->sattn_bf16_name);
+    }
+    for (int l = 0; l < nl; l++)
+        free(keep[l]);
+}
+
 /* One level's outputs into x; with `pairs`, the forward and the query side also get the first
  * entries as a window in the pair layout (their output products then read it in place). */
 static void run_level(const trex_fused_table *t, const shape_data *s, outs *x, int *guard_ok,
@@ -786,15 +807,10 @@ static void window_case(const trex_fused_table *const *lv, int nl, int64_t n, in
         CHECK(guard_ok, "%s window key side: scratch overrun n=%lld nq=%lld H=%lld c=%lld",
               t->sattn_bf16_name, (long long)n, (long long)nq, (long long)H, (long long)c);
     }
-    for (int l = 0; l < nl; l++) {
-        const int tw = twin(lv, nl, l);
-        if (tw >= 0 && out[l] && out[tw])
-            CHECK(same_bits(out[l], out[tw], n * c), "%s window key side: not the %s level's bits "
-                  "n=%lld nq=%lld H=%lld c=%lld", lv[l]->sattn_bf16_name, lv[tw]->sattn_bf16_name,
-                  (long long)n, (long long)nq, (long long)H, (long long)c);
-    }
-    for (int l = 0; l < TREX_ISA_COUNT; l++)
-        free(out[l]);
+    char what[96];
+    snprintf(what, sizeof what, "window key side n=%lld nq=%lld H=%lld c=%lld", (long long)n,
+             (long long)nq, (long long)H, (long long)c);
+    check_twins(lv, nl, out, n * c, what);
     free(split), free(wbuf);
     free(V), free(q), free(g), free(sink), free(lse), free(D), free(dp0), free(dref), free(o);
     free(ps), free(zs), free(wsr), free(M), free(bound), free(vrows), free(qb), free(gb);
@@ -932,11 +948,11 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
         t->sattn_fwd_block_bf16(o, lse, ws, qb, nq, vis, Vb, wp, n, H, c, sink, scale);
         t->sattn_bwd_query_block_bf16(dq, ds, ws, gb, qb, nq, vis, Vb, wp, n, H, c, sink, scale, lse,
                                       D);
-        keep[l] = xmalloc_f(nkeep);
-        memcpy(keep[l], o, (size_t)(nq * hc) * sizeof *o);
-        memcpy(keep[l] + nq * hc, dq, (size_t)(nq * hc) * sizeof *o);
-        memcpy(keep[l] + 2 * nq * hc, lse, (size_t)(nq * H) * sizeof *o);
-        memcpy(keep[l] + 2 * nq * hc + nq * H, ds, (size_t)(nq * H) * sizeof *o);
+        float *kp = keep[l] = xmalloc_f(nkeep);
+        keep_append(&kp, o, nq * hc);
+        keep_append(&kp, dq, nq * hc);
+        keep_append(&kp, lse, nq * H);
+        keep_append(&kp, ds, nq * H);
         for (int64_t b = 0; b < nq; b++) { /* query by query, the same level */
             int64_t k = 0;
             for (int r = 0; r < 2; r++)
@@ -1012,7 +1028,7 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
                   what);
             CHECK(same_bits(dVm, dVs, n * c), "%s block query side with keys: dV differs from the "
                   "window key side, %s", t->sattn_bf16_name, what);
-            memcpy(keep[l] + 2 * nq * hc + 2 * nq * H, dVm, (size_t)(n * c) * sizeof *dVm);
+            keep_append(&kp, dVm, n * c);
             guard_ok = 1;
             for (int64_t i = 0; i < 64; i++)
                 guard_ok &= wk[wsk + i] == GUARD;
@@ -1023,16 +1039,10 @@ static void block_case(const trex_fused_table *const *lv, int nl, int64_t nw, in
         memset(bo, 0, (size_t)(nq * hc) * sizeof *bo);
         memset(bq, 0, (size_t)(nq * hc) * sizeof *bq);
     }
-    for (int l = 0; l < nl; l++) {
-        const int tw = twin(lv, nl, l);
-        if (tw >= 0 && keep[l] && keep[tw])
-            CHECK(same_bits(keep[l], keep[tw], nkeep), "%s blocks: not the %s level's bits (o, dq, lse, "
-                  "dsink, dV), nw=%lld ncs=%lld nq=%lld H=%lld c=%lld%s", lv[l]->sattn_bf16_name,
-                  lv[tw]->sattn_bf16_name, (long long)nw, (long long)ncs, (long long)nq, (long long)H,
-                  (long long)c, pairs ? " pairs" : "");
-    }
-    for (int l = 0; l < nl; l++)
-        free(keep[l]);
+    char what[128];
+    snprintf(what, sizeof what, "blocks (o, dq, lse, dsink, dV) nw=%lld ncs=%lld nq=%lld H=%lld c=%lld%s",
+             (long long)nw, (long long)ncs, (long long)nq, (long long)H, (long long)c, pairs ? " pairs" : "");
+    check_twins(lv, nl, keep, nkeep, what);
     free(V), free(q), free(g), free(sink), free(D), free(wrows), free(crows), free(qb), free(gb);
     free(Vb), free(list), free(vis), free(pbuf), free(wbuf), free(wq), free(o), free(lse);
     free(dq), free(ds), free(o1), free(lse1), free(dq1), free(ds1), free(P), free(bo), free(bq);
@@ -1148,12 +1158,12 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
               "the window key side (by value), n=%lld n0=%lld H=%lld c=%lld", t->sattn_bf16_name,
               (long long)n, (long long)n0, (long long)H, (long long)c);
         float *kp = keep[l] = xmalloc_f(nkeep);
-        const struct {
-            const float *x;
-            int64_t len;
-        } parts[] = {{dq, hc}, {ds, H}, {P, H * n}, {dVm, nk * c}, {ps, nk}, {dW, n0 * c}};
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; kp += parts[i].len, i++)
-            memcpy(kp, parts[i].x, (size_t)parts[i].len * sizeof *kp);
+        keep_append(&kp, dq, hc);
+        keep_append(&kp, ds, H);
+        keep_append(&kp, P, H * n);
+        keep_append(&kp, dVm, nk * c);
+        keep_append(&kp, ps, nk);
+        keep_append(&kp, dW, n0 * c);
         free(a2), free(b2), free(dW), free(dW1), free(pw), free(pw1), free(wsk), free(wwin);
         t->sattn_bwd_query_bf16(dq1, ds1, P1, wq, NULL, gb, NULL, qb, NULL, Vb, wp, n, H, c, sink,
                                 scale, lse, D);
@@ -1176,16 +1186,10 @@ static void qkeys_case(const trex_fused_table *const *lv, int nl, int64_t n, int
             guard_ok &= ws[wsn + i] == GUARD;
         CHECK(guard_ok, "%s query and keys: scratch overrun, %s", t->sattn_bf16_name, what);
     }
-    for (int l = 0; l < nl; l++) {
-        const int tw = twin(lv, nl, l);
-        if (tw >= 0 && keep[l] && keep[tw])
-            CHECK(same_bits(keep[l], keep[tw], nkeep), "%s query and keys: not the %s level's bits (dq, "
-                  "dsink, P, dV, psum, window dV), n=%lld n0=%lld H=%lld c=%lld%s", lv[l]->sattn_bf16_name,
-                  lv[tw]->sattn_bf16_name, (long long)n, (long long)n0, (long long)H, (long long)c,
-                  pairs ? " pairs" : "");
-    }
-    for (int l = 0; l < nl; l++)
-        free(keep[l]);
+    char what[128];
+    snprintf(what, sizeof what, "query and keys (dq, dsink, P, dV, psum, window dV) n=%lld n0=%lld H=%lld "
+             "c=%lld%s", (long long)n, (long long)n0, (long long)H, (long long)c, pairs ? " pairs" : "");
+    check_twins(lv, nl, keep, nkeep, what);
     free(V), free(sink), free(D), free(lse), free(o), free(q), free(g), free(rows), free(qb);
     free(gb), free(Vb), free(pbuf), free(wbuf), free(wq), free(dq), free(ds), free(P), free(dq1);
     free(ds1), free(P1), free(dVm), free(dVs), free(dV0), free(ps), free(ps1), free(pm), free(pv);
