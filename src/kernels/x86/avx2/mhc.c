@@ -52,7 +52,7 @@ void trex_fused_mhc_post_fwd_avx2(int n, int64_t d, const float *post, const flo
             __m256 s = _mm256_mul_ps(_mm256_set1_ps(post[k]), yv);
             for (int j = 0; j < n; j++)
                 s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(comb[j * n + k]), xj[j]));
-            _mm256_maskstore_ps(Xo + (int64_t)k * d + i, m, s);
+            store_first8(Xo + (int64_t)k * d + i, s, d - i);
         }
     }
 }
@@ -65,7 +65,7 @@ void trex_fused_mhc_collapse_avx2(int n, int64_t d, const float *w, const float 
         for (int k = 0; k < n; k++)
             s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(w[k]),
                                                _mm256_maskload_ps(X + (int64_t)k * d + i, m)));
-        _mm256_maskstore_ps(x + i, m, s);
+        store_first8(x + i, s, d - i);
     }
 }
 
@@ -83,12 +83,12 @@ void trex_fused_mhc_post_bwd_avx2(int n, int64_t d, const float *post, const flo
         __m256 s = _mm256_setzero_ps();
         for (int k = 0; k < n; k++)
             s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(post[k]), g[k]));
-        _mm256_maskstore_ps(dy + i, m, s);
+        store_first8(dy + i, s, d - i);
         for (int j = 0; j < n; j++) {
             __m256 t = _mm256_setzero_ps();
             for (int k = 0; k < n; k++)
                 t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_set1_ps(comb[j * n + k]), g[k]));
-            _mm256_maskstore_ps(dX + (int64_t)j * d + i, m, t);
+            store_first8(dX + (int64_t)j * d + i, t, d - i);
         }
     }
     for (int k = 0; k < n; k++) {
@@ -109,8 +109,8 @@ void trex_fused_mhc_collapse_bwd_avx2(int n, int64_t d, const float *w, const fl
             const __m256 wk = _mm256_set1_ps(w[k]);
             for (int64_t i = 0; i < d; i += 8) {
                 const __m256i m = lanes8(d - i);
-                _mm256_maskstore_ps(o + i, m, _mm256_add_ps(_mm256_maskload_ps(o + i, m),
-                                                            _mm256_mul_ps(wk, _mm256_maskload_ps(dx + i, m))));
+                store_first8(o + i, _mm256_add_ps(_mm256_maskload_ps(o + i, m),
+                                                  _mm256_mul_ps(wk, _mm256_maskload_ps(dx + i, m))), d - i);
             }
         }
         dw[k] = (float)lane_dot(Xk, dx, d);

@@ -154,6 +154,10 @@ static inline void w16_store_u16(uint16_t *p, wide16 x, int64_t m)
 static inline void w16_store_u32(void *p, wide16 x, int64_t m)
 {
     int *q = (int *)p;
+    if (m >= 16) { /* whole: plain stores (mask.h store_first8) */
+        w16_store(p, x);
+        return;
+    }
     _mm256_maskstore_epi32(q, lanes8(m), x.lo);
     _mm256_maskstore_epi32(q + 8, lanes8(m - 8), x.hi);
 }
