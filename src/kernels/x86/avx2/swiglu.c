@@ -10,12 +10,12 @@
  * fused multiply-add: the reference's bits (tests/test_fused.c). */
 #include <immintrin.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/fused.h"
 #include "kernels/x86/avx2/mask.h"
 #include "kernels/x86/avx2/bf16.h"
 #include "kernels/x86/avx2/exp_poly.h"
+#include "kernels/x86/avx2/lanes.h"
 
 /* kernels/ref/swiglu.c's swiglu_exp_ref in 8 lanes (x clamped to [-87, 88]) */
 static inline __m256 swiglu_exp8(__m256 x)
@@ -26,18 +26,6 @@ static inline __m256 swiglu_exp8(__m256 x)
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(exp_reduced8(x, n), _mm256_castsi256_ps(e));
-}
-
-/* The first n (<= 8) bf16 of v to p. */
-static inline void store8(uint16_t *p, __m128i v, int64_t n)
-{
-    if (n >= 8) {
-        _mm_storeu_si128((__m128i *)(void *)p, v);
-        return;
-    }
-    uint16_t t[8];
-    _mm_storeu_si128((__m128i *)(void *)t, v);
-    memcpy(p, t, (size_t)n * sizeof *p);
 }
 
 /* x > L ? L : x, and for u also x < -L ? -L : x (where not above L); ka, ku: 0 where clamped, else 1 */
@@ -64,7 +52,7 @@ void trex_fused_swiglu_fwd_bf16_avx2(uint16_t *h, const float *a, const float *u
             clamp(&ac, &uc, &ka, &ku, L);
         const __m256 ex = swiglu_exp8(_mm256_xor_ps(ac, sign));
         const __m256 s = _mm256_div_ps(ac, _mm256_add_ps(one, ex));
-        store8(h + j, round8v(_mm256_mul_ps(_mm256_mul_ps(s, uc), vg)), n - j);
+        store_bf16x8(h + j, round8v(_mm256_mul_ps(_mm256_mul_ps(s, uc), vg)), n - j);
     }
 }
 
@@ -90,15 +78,10 @@ float trex_fused_swiglu_bwd_bf16_avx2(uint16_t *h, uint16_t *da, uint16_t *du, c
         __m256 *s = &dot[(j / 8) & 1];
         *s = _mm256_blendv_ps(*s, _mm256_add_ps(*s, _mm256_mul_ps(d, h0)), _mm256_castsi256_ps(m));
         if (h)
-            store8(h + j, round8v(_mm256_mul_ps(h0, vg)), n - j);
+            store_bf16x8(h + j, round8v(_mm256_mul_ps(h0, vg)), n - j);
         const __m256 d0 = _mm256_mul_ps(d, vg);
-        store8(du + j, round8v(_mm256_mul_ps(_mm256_mul_ps(ku, d0), sl)), n - j);
-        store8(da + j, round8v(_mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(ka, d0), uc), dsl)), n - j);
+        store_bf16x8(du + j, round8v(_mm256_mul_ps(_mm256_mul_ps(ku, d0), sl)), n - j);
+        store_bf16x8(da + j, round8v(_mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(ka, d0), uc), dsl)), n - j);
     }
-    /* ((b0 + b1) + (b2 + b3)) with b_k = (s_k + s_{k+8}) + (s_{k+4} + s_{k+12}) */
-    const __m256 t = _mm256_add_ps(dot[0], dot[1]);
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    float x[4];
-    _mm_storeu_ps(x, b);
-    return (x[0] + x[1]) + (x[2] + x[3]);
+    return am_tree16(dot[0], dot[1]);
 }
