@@ -682,6 +682,33 @@ TREX_FUSED_ATTN_BF16_LEAVES(avx2)
 void trex_fused_ce_fwd_avx2(float *L, int64_t ld, int64_t n, int64_t cols, int keep, float *mx, double *sum);
 void trex_fused_ce_grad_avx2(uint16_t *dst, int64_t ldd, const float *E, int64_t lde, int64_t n, int64_t cols,
                              const float *c);
+/* its vector and indexer KL entries (kernels/x86/avx2/fused.c), RMSNorm's (norm.c) and the pooling's
+ * (pool.c; the reference's bits) */
+float trex_fused_dot_avx2(const float *a, const float *b, int64_t n);
+void trex_fused_dots_avx2(float *out, const float *A, int64_t lda, int64_t R, const float *const *V, int64_t n,
+                          int64_t c);
+void trex_fused_axpy_avx2(float *y, float a, const float *x, int64_t n);
+void trex_fused_axpy_rows_avx2(float *Y, int64_t ldy, int64_t R, const float *A, const unsigned char *on,
+                               int64_t sr, int64_t sj, const float *const *X, int64_t J, int64_t c);
+void trex_fused_copy_nt_avx2(float *dst, const float *src, int64_t n);
+void trex_fused_cvt_bf16_nt_avx2(uint16_t *dst, const float *src, int64_t n);
+void trex_fused_rope_avx2(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn, int64_t half,
+                          int inverse);
+void trex_fused_rms_head_bwd_avx2(float *g, const float *q, const float *rs, int64_t H, int64_t c);
+double trex_fused_sumsq_avx2(const float *x, int64_t n);
+void trex_fused_rmsnorm_fwd_avx2(float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+                                 float eps);
+void trex_fused_rmsnorm_bwd_avx2(float *dx, const float *dy, const float *x, const float *w, const float *rstd,
+                                 int64_t n, int64_t dim, int acc);
+void trex_fused_rmsnorm_dw_avx2(float *dw, const float *dy, const float *x, const float *rstd, int64_t n,
+                                int64_t dim, int64_t j0, int64_t j1);
+void trex_fused_kl_qgrad_avx2(float *diq, float *dhw, const float *ia, const float *dI, const float *hw,
+                              const float *const *K, int64_t n, int64_t nI, int64_t cI);
+void trex_fused_kl_kgrad_avx2(float *const *dK, const float *ia, const float *dI, const float *hw, const float *X,
+                              int64_t n, int64_t nI, int64_t cI);
+void trex_fused_pool_fwd_avx2(float *C, const float *const *K, const float *const *Z, int64_t n, int64_t c);
+void trex_fused_pool_bwd_avx2(float *const *dK, float *const *dZ, const float *dC, const float *const *K,
+                              const float *const *Z, int64_t n, int64_t c);
 /* and its SwiGLU and mHC entries (kernels/x86/avx2/swiglu.c, mhc.c; the reference's bits) */
 void trex_fused_swiglu_fwd_bf16_avx2(uint16_t *h, const float *a, const float *u, int64_t n, float g, float L);
 float trex_fused_swiglu_bwd_bf16_avx2(uint16_t *h, uint16_t *da, uint16_t *du, const float *a, const float *u,

@@ -148,19 +148,9 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
     .sattn_bf16_name = #isa,                                                                  \
     .dots_bf16 = trex_fused_dots_bf16_##isa
 
-/* The reference entries but the bf16 attention core's, the cross-entropy's ce_fwd and ce_grad, the
- * SwiGLU's and mHC's (the avx2 level shares them). */
+/* The reference entries that the avx2 level shares: the fp32 attention core, the router's products, the
+ * cross-entropy's exp and the head's bf16x3 split. */
 #define REF_ENTRIES_SHARED                                      \
-    .dot = dot_ref,                                             \
-    .dots = dots_ref,                                           \
-    .axpy = axpy_ref,                                           \
-    .axpy_rows = axpy_rows_ref,                                 \
-    .kl_qgrad = trex_fused_kl_qgrad_ref,                        \
-    .kl_kgrad = trex_fused_kl_kgrad_ref,                        \
-    .copy_nt = copy_nt_ref,                                     \
-    .cvt_bf16_nt = cvt_bf16_nt_ref,                             \
-    .rope = rope_ref,                                           \
-    .rms_head_bwd = rms_head_bwd_ref,                           \
     .sattn_fwd = sattn_fwd_ref,                                 \
     .sattn_bwd_query = sattn_bwd_query_ref,                     \
     .sattn_bwd_entries = sattn_bwd_entries_ref,                 \
@@ -172,18 +162,28 @@ static void mhc_collapse_bwd_ref(int n, int64_t d, const float *w, const float *
     .gate_bwd_dw_fma = trex_fused_gate_bwd_dw_fma_ref,          \
     .gate_bwd_dx_mhc_fma = trex_fused_gate_bwd_dx_mhc_fma_ref,  \
     .ce_exp = trex_fused_ce_exp_ref,                            \
-    .pool_fwd = trex_fused_pool_fwd_ref,                        \
-    .pool_bwd = trex_fused_pool_bwd_ref,                        \
-    .split3 = trex_fused_split3_ref,                            \
-    .sumsq = trex_fused_sumsq_ref,                              \
-    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_ref,                  \
-    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_ref,                  \
-    .rmsnorm_dw = trex_fused_rmsnorm_dw_ref
+    .split3 = trex_fused_split3_ref
 
 static const trex_fused_table table_ref = {
     .isa = TREX_ISA_REF,
     .name = "ref",
     REF_ENTRIES_SHARED,
+    .dot = dot_ref,
+    .dots = dots_ref,
+    .axpy = axpy_ref,
+    .axpy_rows = axpy_rows_ref,
+    .copy_nt = copy_nt_ref,
+    .cvt_bf16_nt = cvt_bf16_nt_ref,
+    .rope = rope_ref,
+    .rms_head_bwd = rms_head_bwd_ref,
+    .kl_qgrad = trex_fused_kl_qgrad_ref,
+    .kl_kgrad = trex_fused_kl_kgrad_ref,
+    .pool_fwd = trex_fused_pool_fwd_ref,
+    .pool_bwd = trex_fused_pool_bwd_ref,
+    .sumsq = trex_fused_sumsq_ref,
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_ref,
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_ref,
+    .rmsnorm_dw = trex_fused_rmsnorm_dw_ref,
     .ce_fwd = trex_fused_ce_fwd_ref,
     .ce_grad = trex_fused_ce_grad_ref,
     .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_ref,
@@ -196,13 +196,29 @@ static const trex_fused_table table_ref = {
 };
 
 #if defined(__x86_64__) || defined(__i386__)
-/* AVX2: the reference entries, the cross-entropy's, SwiGLU's and mHC's of kernels/x86/avx2 (the
- * reference's bits) and the bf16 attention core on tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the
- * avx512f level's bits). */
+/* AVX2: the shared reference entries; the vector entries, the indexer KL's, RMSNorm's, the pooling's,
+ * the cross-entropy's, SwiGLU's and mHC's of kernels/x86/avx2 (the reference's bits); the bf16 attention
+ * core on tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the avx512f level's bits). */
 static const trex_fused_table table_avx2 = {
     .isa = TREX_ISA_AVX2,
     .name = "avx2",
     REF_ENTRIES_SHARED,
+    .dot = trex_fused_dot_avx2,
+    .dots = trex_fused_dots_avx2,
+    .axpy = trex_fused_axpy_avx2,
+    .axpy_rows = trex_fused_axpy_rows_avx2,
+    .copy_nt = trex_fused_copy_nt_avx2,
+    .cvt_bf16_nt = trex_fused_cvt_bf16_nt_avx2,
+    .rope = trex_fused_rope_avx2,
+    .rms_head_bwd = trex_fused_rms_head_bwd_avx2,
+    .kl_qgrad = trex_fused_kl_qgrad_avx2,
+    .kl_kgrad = trex_fused_kl_kgrad_avx2,
+    .pool_fwd = trex_fused_pool_fwd_avx2,
+    .pool_bwd = trex_fused_pool_bwd_avx2,
+    .sumsq = trex_fused_sumsq_avx2,
+    .rmsnorm_fwd = trex_fused_rmsnorm_fwd_avx2,
+    .rmsnorm_bwd = trex_fused_rmsnorm_bwd_avx2,
+    .rmsnorm_dw = trex_fused_rmsnorm_dw_avx2,
     .ce_fwd = trex_fused_ce_fwd_avx2,
     .ce_grad = trex_fused_ce_grad_avx2,
     .swiglu_fwd_bf16 = trex_fused_swiglu_fwd_bf16_avx2,
