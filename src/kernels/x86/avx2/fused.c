@@ -11,9 +11,9 @@
  *   - rope: 8 pairs per step, split into first and second members, rotated with the reference's
  *     multiplies, subtract and add, and interleaved back;
  *   - cvt_bf16_nt: the integer rounding of bf16.h (trex_f32_to_bf16's bits).
- * Partial last steps use masked loads and stores, whole ones plain stores (mask.h). Compiled with this folder's flags and ISO C,
- * so nothing is contracted into a fused multiply-add (tests/test_fused.c, test_attention.c and
- * test_attn_bf16.c compare every level with the reference). */
+ * Whole steps use plain loads and stores, a partial last one masked ones (mask.h). Compiled with this
+ * folder's flags and ISO C, so nothing is contracted into a fused multiply-add (tests/test_fused.c,
+ * test_attention.c and test_attn_bf16.c compare every level with the reference). */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -180,34 +180,46 @@ void trex_fused_cvt_bf16_nt_avx2(uint16_t *dst, const float *src, int64_t n)
     _mm_sfence();
 }
 
-/* the first members of 8 pairs from p (16 floats; the lanes of m0 and m1 read) and the second ones */
-static inline void split_pairs(const float *p, __m256i m0, __m256i m1, __m256 *a, __m256 *b)
+/* 8 pairs rotated: x0, x1 hold pairs 0-3 and 4-7 (first member, second member, ...); r0, r1 get them
+ * back in the same layout. The shuffles give, per 128-bit half, two members of x0 and then two of x1;
+ * the 64-bit permute 0xd8 orders them as pairs 0-3 and 4-7. */
+static inline void rotate8(__m256 x0, __m256 x1, __m256 c, __m256 s, __m256 *r0, __m256 *r1)
 {
-    const __m256 x0 = _mm256_maskload_ps(p, m0), x1 = _mm256_maskload_ps(p + 8, m1);
-    /* the shuffle gives, per 128-bit half, two members of x0 and then two of x1; the 64-bit permute
-     * 0xd8 orders them as pairs 0-3 (x0) and 4-7 (x1) */
-    *a = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0x88)), 0xd8));
-    *b = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0xdd)), 0xd8));
+    const __m256d ea = _mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0x88));
+    const __m256d eb = _mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0xdd));
+    const __m256 a = _mm256_castpd_ps(_mm256_permute4x64_pd(ea, 0xd8));
+    const __m256 b = _mm256_castpd_ps(_mm256_permute4x64_pd(eb, 0xd8));
+    const __m256 u = _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s));
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c));
+    const __m256 lo = _mm256_unpacklo_ps(u, v), hi = _mm256_unpackhi_ps(u, v);
+    *r0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *r1 = _mm256_permute2f128_ps(lo, hi, 0x31);
 }
 
+/* whole steps of 8 pairs with plain loads and stores, a partial last one under masks */
 void trex_fused_rope_avx2(float *v, int64_t nv, int64_t ld, const float *cs, const float *sn, int64_t half,
                           int inverse)
 {
     const __m256 flip = _mm256_castsi256_ps(_mm256_set1_epi32(inverse ? (int)0x80000000u : 0));
     for (int64_t k = 0; k < nv; k++) {
         float *x = v + k * ld;
-        for (int64_t i = 0; i < half; i += 8) {
+        int64_t i = 0;
+        __m256 r0, r1;
+        for (; i + 8 <= half; i += 8) {
+            const __m256 s = _mm256_xor_ps(_mm256_loadu_ps(sn + i), flip);
+            const __m256 c = _mm256_loadu_ps(cs + i);
+            rotate8(_mm256_loadu_ps(x + 2 * i), _mm256_loadu_ps(x + 2 * i + 8), c, s, &r0, &r1);
+            _mm256_storeu_ps(x + 2 * i, r0);
+            _mm256_storeu_ps(x + 2 * i + 8, r1);
+        }
+        if (i < half) {
             const int64_t np = half - i;
             const __m256i m = lanes8(np), m0 = lanes8(2 * np), m1 = lanes8(2 * np - 8);
-            __m256 a, b;
-            split_pairs(x + 2 * i, m0, m1, &a, &b);
-            const __m256 c = _mm256_maskload_ps(cs + i, m);
             const __m256 s = _mm256_xor_ps(_mm256_maskload_ps(sn + i, m), flip);
-            const __m256 r0 = _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s));
-            const __m256 r1 = _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c));
-            const __m256 lo = _mm256_unpacklo_ps(r0, r1), hi = _mm256_unpackhi_ps(r0, r1);
-            store_first8(x + 2 * i, _mm256_permute2f128_ps(lo, hi, 0x20), 2 * np);
-            store_first8(x + 2 * i + 8, _mm256_permute2f128_ps(lo, hi, 0x31), 2 * np - 8);
+            rotate8(_mm256_maskload_ps(x + 2 * i, m0), _mm256_maskload_ps(x + 2 * i + 8, m1),
+                    _mm256_maskload_ps(cs + i, m), s, &r0, &r1);
+            store_first8(x + 2 * i, r0, 2 * np);
+            store_first8(x + 2 * i + 8, r1, 2 * np - 8);
         }
     }
 }
