@@ -48,13 +48,13 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+double trex_bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static void today(char *buf, size_t size)
+void trex_bench_today(char *buf, size_t size)
 {
     time_t t = time(NULL);
     struct tm tm;
@@ -141,8 +141,8 @@ static double measure_peak(trex_pool *pool, int threads, trex_peak_fn fn, double
         v[r] = total / (trex_wall_s() - t0) / 1e12;
         u[r] = total / (trex_cpu_s() - c0) / 1e12;
     }
-    *per_cpu = median(u, reps);
-    return median(v, reps);
+    *per_cpu = trex_bench_median(u, reps);
+    return trex_bench_median(v, reps);
 }
 
 typedef struct copy_job {
@@ -163,7 +163,7 @@ static void copy_slots(void *arg, int64_t b, int64_t e, int tid)
 }
 
 /* memcpy bandwidth (bytes read + written per second) over two 256 MiB buffers, all threads. */
-static double measure_copy_gbs(trex_pool *pool, int threads, int reps)
+double trex_bench_copy_gbs(trex_pool *pool, int threads, int reps)
 {
     const size_t bytes = (size_t)256 << 20;
     char *a = malloc(bytes), *b = malloc(bytes);
@@ -183,7 +183,7 @@ static double measure_copy_gbs(trex_pool *pool, int threads, int reps)
     }
     free(a);
     free(b);
-    return median(v, reps);
+    return trex_bench_median(v, reps);
 }
 
 typedef struct peaks {
@@ -203,7 +203,7 @@ static void measure_peaks(const bench_common *c, double secs, peaks *p)
         out[k][0] = measure_peak(c->pool, 1, fns[k], secs, (int)c->reps, &out[k][2]);
         out[k][1] = measure_peak(c->pool, c->nthreads, fns[k], secs, (int)c->reps, &unused);
     }
-    p->copy_gbs = measure_copy_gbs(c->pool, c->nthreads, (int)c->reps);
+    p->copy_gbs = trex_bench_copy_gbs(c->pool, c->nthreads, (int)c->reps);
 }
 
 static int bench_peak(int argc, char **argv)
@@ -241,7 +241,7 @@ static int bench_peak(int argc, char **argv)
     peaks p;
     measure_peaks(&c, secs, &p);
     char date[32];
-    today(date, sizeof date);
+    trex_bench_today(date, sizeof date);
     const char *fma = c.t->peak_f32_fma_name ? c.t->peak_f32_fma_name : "fp32_fma";
     const char *names[3] = {"amx_bf16", "avx512_bf16", fma};
     const char *desc[3] = {"AMX bf16 (TDPBF16PS)", "AVX-512 bf16 (VDPBF16PS)",
@@ -601,7 +601,7 @@ static void bench_packing(const bench_common *c, const char *filter, bool huge, 
                 if (r >= 0)
                     u[r] = trex_cpu_s() - c0;
             }
-            gbs[cyc] = (double)nops * R * K * (double)esz / median(u, (int)c->reps) / 1e9;
+            gbs[cyc] = (double)nops * R * K * (double)esz / trex_bench_median(u, (int)c->reps) / 1e9;
         }
         if (c->json) {
             cJSON *o = cJSON_CreateObject();
@@ -791,7 +791,7 @@ static int bench_kernels(int argc, char **argv)
     expert_rows(T * topk, E, erows);
 
     char date[32];
-    today(date, sizeof date);
+    trex_bench_today(date, sizeof date);
     if (!c.json) {
         printf("trex bench kernels: %s, level %s (gemm %s, pack %s), %d threads, median of %lld runs; "
                "peak %s %.2f TFLOP/s (%d threads), copy %.1f GB/s; operands in %s pages; oneDNN %s\n",
@@ -935,9 +935,9 @@ static int bench_kernels(int argc, char **argv)
             }
             continue;
         }
-        res.ms = 1e3 * median(v, (int)c.reps);
+        res.ms = 1e3 * trex_bench_median(v, (int)c.reps);
         res.tflops = res.flops / (res.ms * 1e-3) / 1e12;
-        res.cpu_tflops = res.flops / median(u, (int)c.reps) / 1e12;
+        res.cpu_tflops = res.flops / trex_bench_median(u, (int)c.reps) / 1e12;
         res.roofline = peak;
         if (pk.copy_gbs > 0 && res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12 < res.roofline)
             res.roofline = res.flops / res.bytes * pk.copy_gbs * 1e9 / 1e12;
@@ -957,9 +957,9 @@ static int bench_kernels(int argc, char **argv)
                 }
             }
             if (ran) {
-                res.dnnl_ms = 1e3 * median(v, (int)c.reps);
+                res.dnnl_ms = 1e3 * trex_bench_median(v, (int)c.reps);
                 res.dnnl_tflops = res.flops / (res.dnnl_ms * 1e-3) / 1e12;
-                res.dnnl_cpu_tflops = res.flops / median(u, (int)c.reps) / 1e12;
+                res.dnnl_cpu_tflops = res.flops / trex_bench_median(u, (int)c.reps) / 1e12;
             }
             struct timespec pause = {0, 20 * 1000 * 1000};
             nanosleep(&pause, NULL);
@@ -986,11 +986,11 @@ static int bench_kernels(int argc, char **argv)
                 for (int g = 0; g < made; g++)
                     dnnl_mm_destroy(&dn, &mm[g]);
                 if (ran) {
-                    double ms = 1e3 * median(v, (int)c.reps);
+                    double ms = 1e3 * trex_bench_median(v, (int)c.reps);
                     *(packed ? &res.dnnlp_ms : &res.dnnl_ms) = ms;
                     *(packed ? &res.dnnlp_tflops : &res.dnnl_tflops) = res.flops / (ms * 1e-3) / 1e12;
                     *(packed ? &res.dnnlp_cpu_tflops : &res.dnnl_cpu_tflops) =
-                        res.flops / median(u, (int)c.reps) / 1e12;
+                        res.flops / trex_bench_median(u, (int)c.reps) / 1e12;
                 }
             }
             struct timespec pause = {0, 20 * 1000 * 1000}; /* let OpenMP's spinning threads sleep */
@@ -1104,9 +1104,10 @@ static int bench_kernels(int argc, char **argv)
 int trex_cmd_bench(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: trex bench <peak|kernels|step> [options]\n\n"
+        "usage: trex bench <peak|kernels|fused|step> [options]\n\n"
         "  peak     register-only AMX / AVX-512 peaks of one core and of all threads, copy bandwidth\n"
         "  kernels  bf16 GEMM and grouped expert GEMM against the roofline, oneDNN side by side\n"
+        "  fused    the memory-bound fused kernels and AdamW against the copy bandwidth, and the reference\n"
         "  step     full training steps: tokens/s, MFU, time per op class, memory (cmd_bench_step.c)\n\n"
         "`trex bench <sub> --help` lists the options. TREX_ISA caps the kernel level.\n";
     if (argc < 2) {
@@ -1121,6 +1122,8 @@ int trex_cmd_bench(int argc, char **argv)
         return bench_peak(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kernels"))
         return bench_kernels(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "fused"))
+        return trex_cmd_bench_fused(argc - 1, argv + 1);
     if (!strcmp(argv[1], "step"))
         return trex_cmd_bench_step(argc - 1, argv + 1);
     fprintf(stderr, "trex: error: unknown bench '%s'\n\n%s", argv[1], usage);
