@@ -8,8 +8,7 @@
  * in the run (memcpy over 256 MiB buffers, read + written bytes per second, as `trex bench peak`). A case
  * whose operands stay in the caches, or that writes around them, can pass 100% of it. For each: median
  * time, GB/s, % of the copy bandwidth, the reference's median and the speed-up over it. Operands are
- * random in [-1, 1) (RMSNorm's rstd, mHC's mixes and the rope tables in [0.5, 1.5)); a case that
- * accumulates keeps accumulating across runs. */
+ * filled again before each case (job_fill); a case that accumulates keeps accumulating across its runs. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -290,15 +289,24 @@ static bool job_init(fused_job *j, int64_t T)
     j->dK = malloc((size_t)nk * sizeof *j->dK), j->dZ = malloc((size_t)nk * sizeof *j->dZ);
     if (!j->h || !j->k || !j->par || !j->K || !j->Z || !j->dK || !j->dZ)
         return false;
-    for (int i = 0; i < 5; i++)
-        fill(*f[i], n, -1.0f, 1.0f, 0x51 + (uint64_t)i);
-    fill(j->par, par, 0.5f, 1.5f, 0x77); /* rstd, mixes, rope tables: positive, moderate */
-    memset(j->h, 0, (size_t)n * 2), memset(j->k, 0, (size_t)n * 2);
     for (int64_t r = 0; r < nk; r++) { /* candidates in c (K) and d (Z, scores), gradients in a and b */
         j->K[r] = j->c + r * HD, j->Z[r] = j->d + r * HD;
         j->dK[r] = j->a + r * HD, j->dZ[r] = j->b + r * HD;
     }
     return true;
+}
+
+/* The operands' values, the same before every case (so that a case's figure does not depend on the
+ * cases run before it, nor on --filter): random in [-1, 1); rstd, mHC's mixes and the rope tables in
+ * [0.5, 1.5); the bf16 outputs zero. */
+static void job_fill(fused_job *j)
+{
+    const int64_t n = j->T * H * HD, par = j->T * (NS + NS * NS) + 2 * j->T * HALF + j->T * H;
+    float *f[5] = {j->a, j->b, j->c, j->d, j->e};
+    for (int i = 0; i < 5; i++)
+        fill(f[i], n, -1.0f, 1.0f, 0x51 + (uint64_t)i);
+    fill(j->par, par, 0.5f, 1.5f, 0x77);
+    memset(j->h, 0, (size_t)n * 2), memset(j->k, 0, (size_t)n * 2);
 }
 
 /* Median wall seconds of reps runs of case k with table f (optimizer table o) after one warm-up. */
@@ -385,6 +393,7 @@ int trex_cmd_bench_fused(int argc, char **argv)
         if (filter && !strstr(k->name, filter))
             continue;
         ran++;
+        job_fill(&j);
         if (k->prep)
             k->prep(&j);
         const double s = time_case(pool, &j, k, f, o, (int)reps);
