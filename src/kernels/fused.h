@@ -554,6 +554,11 @@ const trex_fused_table *trex_fused_for(trex_isa cap);
 TREX_FUSED_AVX512_LEVEL_LEAVES(avx512)
 TREX_FUSED_AVX512_LEVEL_LEAVES(avx512f)
 
+/* kl_qgrad's reference loop with a given axpy (the reference's am_axpy_f, or a level's own axpy with
+ * the same bits) */
+void trex_fused_kl_qgrad_axpy(trex_fused_axpy_fn axpy, float *diq, float *dhw, const float *ia,
+                              const float *dI, const float *hw, const float *const *K, int64_t n,
+                              int64_t nI, int64_t cI);
 void trex_fused_kl_qgrad_ref(float *diq, float *dhw, const float *ia, const float *dI,
                              const float *hw, const float *const *K, int64_t n, int64_t nI,
                              int64_t cI);

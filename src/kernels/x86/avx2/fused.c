@@ -246,15 +246,7 @@ void trex_fused_rms_head_bwd_avx2(float *g, const float *q, const float *rs, int
 void trex_fused_kl_qgrad_avx2(float *diq, float *dhw, const float *ia, const float *dI, const float *hw,
                               const float *const *K, int64_t n, int64_t nI, int64_t cI)
 {
-    for (int64_t i = 0; i < n; i++) {
-        const float d = dI[i];
-        for (int64_t h = 0; h < nI; h++) {
-            const float a = ia[h * n + i];
-            dhw[h] += a > 0.0f ? d * a : 0.0f;
-            if (a > 0.0f)
-                trex_fused_axpy_avx2(diq + h * cI, d * hw[h], K[i], cI);
-        }
-    }
+    trex_fused_kl_qgrad_axpy(trex_fused_axpy_avx2, diq, dhw, ia, dI, hw, K, n, nI, cI);
 }
 
 void trex_fused_kl_kgrad_avx2(float *const *dK, const float *ia, const float *dI, const float *hw, const float *X,
