@@ -8,7 +8,7 @@
  * in the run (memcpy over 256 MiB buffers, read + written bytes per second, as `trex bench peak`). A case
  * whose operands stay in the caches, or that writes around them, can pass 100% of it. For each: median
  * time, GB/s, % of the copy bandwidth, the reference's median and the speed-up over it. Operands are
- * filled again before each case (job_fill); a case that accumulates keeps accumulating across its runs. */
+ * filled again before each timing (job_fill); a case that accumulates keeps accumulating across its runs. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -273,12 +273,19 @@ static void job_free(fused_job *j)
     free(j->K), free(j->Z), free(j->dK), free(j->dZ);
 }
 
-/* Allocates and fills the operands for T tokens; false when out of memory. */
+/* The per-token small operands: mHC's mixes, the rope tables, the per-head rstd (RMSNorm's rstd is
+ * their first T floats) */
+static int64_t par_floats(int64_t T)
+{
+    return T * (NS + NS * NS) + 2 * T * HALF + T * H;
+}
+
+/* Allocates the operands for T tokens (job_fill sets them); false when out of memory. */
 static bool job_init(fused_job *j, int64_t T)
 {
     memset(j, 0, sizeof *j);
     j->T = T;
-    const int64_t n = T * H * HD, par = T * (NS + NS * NS) + 2 * T * HALF + T * H;
+    const int64_t n = T * H * HD, par = par_floats(T);
     const int64_t nk = rows_blocks(T) * PN; /* the pooling's candidate rows, PN of its own per block */
     float **f[5] = {&j->a, &j->b, &j->c, &j->d, &j->e};
     for (int i = 0; i < 5; i++)
@@ -296,12 +303,12 @@ static bool job_init(fused_job *j, int64_t T)
     return true;
 }
 
-/* The operands' values, the same before every case (so that a case's figure does not depend on the
- * cases run before it, nor on --filter): random in [-1, 1); rstd, mHC's mixes and the rope tables in
+/* The operands' values, the same before every timing (so that a figure depends neither on the cases
+ * run before it nor on --filter, and the level and the reference start from the same values): random in [-1, 1); rstd, mHC's mixes and the rope tables in
  * [0.5, 1.5); the bf16 outputs zero. */
 static void job_fill(fused_job *j)
 {
-    const int64_t n = j->T * H * HD, par = j->T * (NS + NS * NS) + 2 * j->T * HALF + j->T * H;
+    const int64_t n = j->T * H * HD, par = par_floats(j->T);
     float *f[5] = {j->a, j->b, j->c, j->d, j->e};
     for (int i = 0; i < 5; i++)
         fill(f[i], n, -1.0f, 1.0f, 0x51 + (uint64_t)i);
@@ -309,11 +316,15 @@ static void job_fill(fused_job *j)
     memset(j->h, 0, (size_t)n * 2), memset(j->k, 0, (size_t)n * 2);
 }
 
-/* Median wall seconds of reps runs of case k with table f (optimizer table o) after one warm-up. */
+/* Median wall seconds of reps runs of case k with table f (optimizer table o) after one warm-up, from
+ * freshly filled operands. */
 static double time_case(trex_pool *pool, fused_job *j, const fused_case *k, const trex_fused_table *f,
                         const trex_optim_kernels *o, int reps)
 {
     double v[1000];
+    job_fill(j);
+    if (k->prep)
+        k->prep(j);
     j->f = f, j->o = o;
     const int64_t rows = k->rows(j->T);
     for (int r = -1; r < reps; r++) {
@@ -393,9 +404,6 @@ int trex_cmd_bench_fused(int argc, char **argv)
         if (filter && !strstr(k->name, filter))
             continue;
         ran++;
-        job_fill(&j);
-        if (k->prep)
-            k->prep(&j);
         const double s = time_case(pool, &j, k, f, o, (int)reps);
         const double sr = f == fr && o == orf ? s : time_case(pool, &j, k, fr, orf, (int)reps);
         const double bytes = k->bytes(tokens), gbs = bytes / s / 1e9;
