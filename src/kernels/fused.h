@@ -7,9 +7,10 @@
  * leaves (kernels/x86/avx512/fused.c, reached only through this table); the amx level is the AVX-512
  * table plus the bf16 attention core on AMX tiles (sattn_*_bf16 below, bf16 compute mode only), the
  * avx512f level the AVX-512 leaves compiled without AVX512_BF16 and a bf16 attention core on tiles of
- * fp32 FMAs (kernels/x86/avx512f/), and the avx2 level the reference with cross-entropy, SwiGLU and
- * mHC entries of its own (kernels/x86/avx2/: the reference's bits) and the bf16 attention core on
- * tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the avx512f level's bits).
+ * fp32 FMAs (kernels/x86/avx512f/), and the avx2 level leaves of its own (kernels/x86/avx2/: the
+ * reference's bits) but for the fp32 attention core, the router's and mHC's skinny products, the
+ * cross-entropy's scalar exp and the bf16x3 split, which are the reference's, and the bf16 attention
+ * core on tiles of fp32 FMAs (kernels/x86/avx2/attn.c: the avx512f level's bits).
  *
  * Every fp32 variant gives the reference's bits. The leaves vectorise across the independent sums (16
  * partial sums of a dot product are one 512-bit register; several dot products run at once) and keep,

@@ -11,7 +11,8 @@
  *   - rope: 8 pairs per step, split into first and second members, rotated with the reference's
  *     multiplies, subtract and add, and interleaved back;
  *   - cvt_bf16_nt: the integer rounding of bf16.h (trex_f32_to_bf16's bits).
- * Whole steps use plain loads and stores, a partial last one masked ones (mask.h). Compiled with this
+ * Whole steps store plainly, a partial last one under its mask (mask.h: masked loads cost no more than
+ * plain ones, so some whole steps load under a mask too). Compiled with this
  * folder's flags and ISO C, so nothing is contracted into a fused multiply-add (tests/test_fused.c,
  * test_attention.c and test_attn_bf16.c compare every level with the reference). */
 #include <immintrin.h>

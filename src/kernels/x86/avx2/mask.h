@@ -21,7 +21,7 @@ static inline void store_first8(float *p, __m256 v, int64_t k)
 {
     if (k >= 8)
         _mm256_storeu_ps(p, v);
-    else
+    else if (k > 0)
         _mm256_maskstore_ps(p, lanes8(k), v);
 }
 
