@@ -150,16 +150,12 @@ static inline void w16_store_u16(uint16_t *p, wide16 x, int64_t m)
     memcpy(p, t, (size_t)m * 2);
 }
 
-/* the first m (<= 16) words of x to p */
+/* the first m (<= 16) words of x to p: each half by mask.h's store_first8 (a plain store when whole) */
 static inline void w16_store_u32(void *p, wide16 x, int64_t m)
 {
-    int *q = (int *)p;
-    if (m >= 16) { /* whole: plain stores (mask.h store_first8) */
-        w16_store(p, x);
-        return;
-    }
-    _mm256_maskstore_epi32(q, lanes8(m), x.lo);
-    _mm256_maskstore_epi32(q + 8, lanes8(m - 8), x.hi);
+    float *q = (float *)p;
+    store_first8(q, _mm256_castsi256_ps(x.lo), m);
+    store_first8(q + 8, _mm256_castsi256_ps(x.hi), m - 8);
 }
 
 /* r[i] word j -> r[j] word i: the four 8 x 8 blocks transposed, the off-diagonal two trading places */
