@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_determinism.sh — `trex model run --backward` on dsv4-tiny gives byte-identical output files
 # (logits, losses, every gradient) with 1 thread, 2 threads and TREX_THREADS=2, in dense and sparse
-# mode; and bad batches are refused with exit status 1 and a message naming the file and the tensor.
+# mode, and with TREX_ISA=ref (the reference kernels) as at the best level; and bad batches and a bad
+# TREX_ISA are refused with exit status 1 and a message (for a batch, naming the file and the tensor).
 # Env: TREX (the trex binary, default build/trex), PYTHON (only to write the small batch files).
 . "$(dirname "$0")/lib.sh"
 CFG=configs/dsv4-tiny.json
@@ -40,6 +41,15 @@ for mode in dense sparse; do
   cmp -s "$tmp/$mode-t1.st" "$tmp/$mode-env.st" && ok || bad "$mode: --threads 1 and TREX_THREADS=2 outputs differ"
   grep -E "^loss " "$tmp/$mode-t1.st.log"
 done
+# fp32 mode gives the same bits at every kernel level (docs/precision.md): the reference kernels
+# (TREX_ISA=ref) against this machine's best level, so tests/test_ref_compare.sh, which runs at the
+# best level, holds for the reference kernels too
+for mode in dense sparse; do
+  [ -e "$tmp/$mode-t2.st" ] || continue
+  if TREX_ISA=ref run "$tmp/$mode-ref.st" $mode --threads 2; then ok; else bad "$mode TREX_ISA=ref"; continue; fi
+  grep -q "kernels ref" "$tmp/$mode-ref.st.log" && ok || bad "$mode: TREX_ISA=ref did not select the reference kernels"
+  cmp -s "$tmp/$mode-t2.st" "$tmp/$mode-ref.st" && ok || bad "$mode: TREX_ISA=ref and the best level's outputs differ"
+done
 # the two modes differ (top-k prunes at T = 128: 32 compressed blocks, k = 16)
 cmp -s "$tmp/dense-t1.st" "$tmp/sparse-t1.st" && bad "dense and sparse outputs are identical" || ok
 
@@ -60,5 +70,7 @@ expect_error bad_dtype.safetensors "trex: error:" "bad_dtype.safetensors" "token
 expect_error short.safetensors "trex: error:" "short.safetensors" "tokens" "T >= 2"
 expect_error no_tokens.safetensors "trex: error:" "no_tokens.safetensors" "tokens"
 expect_error bad_mask.safetensors "trex: error:" "bad_mask.safetensors" "loss_mask"
+# a TREX_ISA that is no kernel level: the same kind of error, not an abort
+TREX_ISA=avx3 expect_error batch.safetensors "trex: error:" "TREX_ISA='avx3' is not a kernel level"
 
 finish

@@ -335,6 +335,7 @@ trex_code trex_model_create(trex_model **out, const trex_weights *w, trex_pool *
 {
     *out = NULL;
     const trex_config *cfg = w->cfg;
+    TREX_TRY(trex_kernels_init(err)); /* a bad TREX_ISA is the caller's error here, not an abort later */
     TREX_TRY(trex_mhc_check(cfg, err));
     if (cfg->num_nextn_predict_layers < 0 || cfg->num_nextn_predict_layers > 1)
         return trex_err_set(err, TREX_EINVAL,

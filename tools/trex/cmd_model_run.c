@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "kernels/dispatch.h"
 #include "opts.h"
 #include "trex/alloc.h"
 #include "trex/config.h"
@@ -237,6 +238,8 @@ int trex_cmd_model_run(int argc, char **argv)
     trex_st_writer *wr = NULL;
     float scal[5];
 
+    if (trex_kernels_init(&err) != TREX_OK) /* a bad TREX_ISA, before anything is loaded */
+        goto fail;
     if (trex_config_load(&cfg, config, &err) != TREX_OK)
         goto fail;
     if (trex_pool_create_checked(&pool, (int)threads, &err) != TREX_OK)
@@ -248,8 +251,10 @@ int trex_cmd_model_run(int argc, char **argv)
     const int64_t B = bb.b.B, T = bb.b.T, V = cfg.vocab_size;
     const bool mtp = cfg.num_nextn_predict_layers > 0;
     printf("model run: config %s (%s), weights %s, batch %s [B=%" PRId64 ", T=%" PRId64 "], %s attention, "
-           "threads %d, precision %s, head %s, mtp_weight %g, balance_weight %g, indexer_weight %g%s%s%s%s\n",
-           config, cfg.name, weights, batch, B, T, mo.sparse ? "sparse" : "dense", trex_pool_size(pool), precision,
+           "threads %d, kernels %s, precision %s, head %s, mtp_weight %g, balance_weight %g, indexer_weight %g"
+           "%s%s%s%s\n",
+           config, cfg.name, weights, batch, B, T, mo.sparse ? "sparse" : "dense", trex_pool_size(pool),
+           trex_isa_label(trex_kernels_isa()), precision,
            trex_model_head_name(&mo),
            mo.mtp_weight, mo.balance_weight, mo.indexer_weight,
            backward ? ", backward (recompute " : "", backward ? trex_model_recompute_name(mo.recompute) : "",
