@@ -5,6 +5,8 @@
 #     (huge_pages false by default, true with --huge-pages: operands in transparent huge pages);
 #   - the .rows case (operands through row lists) is there beside its plain case, with the same FLOPs;
 #   - head2.fwd.f32b (bf16 x fp32 values, trex_gemm_bf16_f32b) runs at avx2 and is absent at ref;
+#   - two threads' CPU time is all counted (FLOPs per CPU-second not above the one-core peak); a --filter
+#     that matches nothing fails with status 1;
 #   - the text report names the page size; --help lists --huge-pages; a bad flag fails with status 2.
 # Env: TREX = the trex binary. Run from the repository root.
 . "$(dirname "$0")/lib.sh"
@@ -61,6 +63,21 @@ else:
     assert j["level"] == "ref" and k == [], (j["level"], k)
 assert json.load(open(sys.argv[2]))["kernels"] == []  # ref multiplies bf16 values only
 PY
+
+# --- CPU time of a millisecond's product on two threads: every thread counted (the process clock missed a
+# running worker's share, which put FLOPs per CPU-second near twice the one-core peak) -----------------------
+"$TREX" bench kernels --threads 2 --reps 3 --quick --no-onednn --tokens 512 --filter attn.wo_b.fwd --json \
+  >"$tmp/cpu.json" 2>"$tmp/err" && ok || bad "two-thread case exit: $(head -c 300 "$tmp/err")"
+"$PY" - "$tmp/cpu.json" <<'PY' && ok || bad "bench kernels: FLOPs per CPU-second above the one-core peak"
+import json, sys
+j = json.load(open(sys.argv[1]))
+for c in j["kernels"]:
+    assert 0 < c["cpu_tflops"] <= 1.5 * j["core_peak_tflops_per_cpu_second"], (c["name"], c["cpu_tflops"])
+PY
+
+# --- a filter that matches nothing fails before anything is measured ------------------------------------
+"$TREX" "${run[@]}" --filter nosuchcase >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc -eq 1 ] && grep -q "matches no case" "$tmp/e" && ok || bad "unmatched filter -> exit $rc: $(head -c 200 "$tmp/e")"
 
 # --- text report names the page size ------------------------------------------------------------------------
 "$TREX" "${run[@]}" --huge-pages --filter pack.a.rows.bf16 >"$tmp/text" 2>&1 || bad "text report exit"

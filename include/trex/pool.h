@@ -26,6 +26,11 @@ trex_code trex_pool_create_checked(trex_pool **out, int nthreads, trex_err *err)
 trex_code trex_pool_threads(int requested, int *out, trex_err *err);
 void trex_pool_destroy(trex_pool *pool);
 int trex_pool_size(const trex_pool *pool);  /* 1 for a NULL pool */
+/* CPU seconds of the calling thread and the pool's workers, each read from its own thread clock. Unlike
+ * the process clock (trex_cpu_s), which on Linux adds another thread's time still on a core only at a
+ * scheduler tick or switch, this counts a running worker to the moment of the call: the CPU time of a
+ * parallel call of a millisecond is then not short by a worker's share. */
+double trex_pool_cpu_s(const trex_pool *pool);
 
 /* Runs fn over [0, n) and returns when every chunk is done. A NULL pool, n <= grain, or a call from
  * inside a pool task runs inline on the caller. grain >= 1 is the smallest chunk worth a thread. */

@@ -401,6 +401,25 @@ int trex_pool_size(const trex_pool *pool)
     return pool ? pool->nthreads : 1;
 }
 
+static double thread_cpu_s(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double trex_pool_cpu_s(const trex_pool *pool)
+{
+    double s = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID);
+    for (int w = 0; pool && w < pool->started; w++) {
+        clockid_t id;
+        if (pthread_getcpuclockid(pool->threads[w], &id) == 0)
+            s += thread_cpu_s(id);
+    }
+    return s;
+}
+
 int trex_pool_chunks(const trex_pool *pool, int64_t n, int64_t grain)
 {
     TREX_ASSERT(n >= 0 && grain >= 1);

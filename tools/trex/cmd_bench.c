@@ -112,7 +112,8 @@ static void peak_slots(void *arg, int64_t b, int64_t e, int tid)
 }
 
 /* TFLOP/s of fn on `threads` threads at once (1: the calling thread), median of reps runs of ~secs;
- * *per_cpu: FLOPs per CPU-second of the process (the rate while on a core, whatever else runs). */
+ * *per_cpu: FLOPs per CPU-second of the caller and the pool's workers (trex_pool_cpu_s: the rate while on
+ * a core, whatever else runs). */
 static double measure_peak(trex_pool *pool, int threads, trex_peak_fn fn, double secs, int reps,
                            double *per_cpu)
 {
@@ -130,7 +131,7 @@ static double measure_peak(trex_pool *pool, int threads, trex_peak_fn fn, double
     }
     double v[1000], u[1000];
     for (int r = 0; r < reps; r++) {
-        double t0 = trex_wall_s(), c0 = trex_cpu_s(), total = 0;
+        double t0 = trex_wall_s(), c0 = trex_pool_cpu_s(pool), total = 0;
         if (threads == 1) {
             total = fn(j.iters);
         } else {
@@ -139,7 +140,7 @@ static double measure_peak(trex_pool *pool, int threads, trex_peak_fn fn, double
                 total += j.flops[w];
         }
         v[r] = total / (trex_wall_s() - t0) / 1e12;
-        u[r] = total / (trex_cpu_s() - c0) / 1e12;
+        u[r] = total / (trex_pool_cpu_s(pool) - c0) / 1e12;
     }
     *per_cpu = trex_bench_median(u, reps);
     return trex_bench_median(v, reps);
@@ -546,12 +547,15 @@ static void *operand_alloc(size_t bytes, bool huge)
  * k-pairs interleaved from two source rows (dy and W of dy W, both operands of the weight gradient
  * dy^T x), packed a step of 32 k at a time across all panels (the framework's order for these
  * layouts, docs/kernels.md "Round 11"). Figures: GB of source per CPU-second, median of reps. */
+/* The packer paths' cases, in bench_packing's order */
+static const char *const pack_names[8] = {"pack.a.rows.f32", "pack.a.rows.bf16", "pack.a.pairs.f32",
+                                          "pack.a.pairs.bf16", "pack.b.rows.f32", "pack.b.rows.bf16",
+                                          "pack.b.pairs.f32", "pack.b.pairs.bf16"};
+
 static void bench_packing(const bench_common *c, const char *filter, bool huge, cJSON *arr)
 {
     enum { R = 1024, K = 1024, NOPS = 32 };
-    static const char *const names[8] = {"pack.a.rows.f32", "pack.a.rows.bf16", "pack.a.pairs.f32",
-                                         "pack.a.pairs.bf16", "pack.b.rows.f32", "pack.b.rows.bf16",
-                                         "pack.b.pairs.f32", "pack.b.pairs.bf16"};
+    const char *const *names = pack_names;
     int any = 0;
     for (int v = 0; v < 8; v++)
         any += !filter || strstr(names[v], filter) != NULL;
@@ -586,7 +590,7 @@ static void bench_packing(const bench_common *c, const char *filter, bool huge, 
             const int nops = cyc == 0 ? NOPS : 1;
             double u[1000];
             for (int r = -1; r < c->reps; r++) {
-                const double c0 = trex_cpu_s();
+                const double c0 = trex_pool_cpu_s(NULL);
                 for (int o = 0; o < nops; o++) {
                     const char *s0 = src + (size_t)o * R * K * esz;
                     if (pairs) {
@@ -599,7 +603,7 @@ static void bench_packing(const bench_common *c, const char *filter, bool huge, 
                     }
                 }
                 if (r >= 0)
-                    u[r] = trex_cpu_s() - c0;
+                    u[r] = trex_pool_cpu_s(NULL) - c0;
             }
             gbs[cyc] = (double)nops * R * K * (double)esz / trex_bench_median(u, (int)c->reps) / 1e9;
         }
@@ -667,15 +671,6 @@ static int bench_kernels(int argc, char **argv)
     int rc = common_setup(&c);
     if (rc)
         return rc;
-
-    peaks pk;
-    measure_peaks(&c, quick ? 0.1 : 0.3, &pk);
-    const double peak = pk.amx[1] > 0 ? pk.amx[1] : pk.dp[1] > 0 ? pk.dp[1] : pk.fma[1];
-    const double core_peak = pk.amx[2] > 0 ? pk.amx[2] : pk.dp[2] > 0 ? pk.dp[2] : pk.fma[2];
-    const char *peak_kind = pk.amx[1] > 0 ? "amx_bf16" : pk.dp[1] > 0 ? "avx512_bf16"
-                            : pk.fma[1] > 0 ? c.t->peak_f32_fma_name : "none";
-    dnnl_api dn;
-    const bool have_dnnl = !no_dnnl && dnnl_load(&dn, c.nthreads);
 
     const int64_t T = tokens, d = 1024, H = 16, hd = 512, qr = 256, orank = 256, G = 2, I = 512;
     const int E = 24, topk = 6;
@@ -787,6 +782,22 @@ static int bench_kernels(int argc, char **argv)
          E, true, false, true},
     };
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
+    bool any = !filter;
+    for (int ci = 0; ci < ncases; ci++)
+        any |= filter && strstr(cases[ci].name, filter) != NULL;
+    for (int v = 0; v < 8; v++)
+        any |= filter && strstr(pack_names[v], filter) != NULL;
+    if (!any) /* before the peaks are measured */
+        return trex_cli_error("--filter %s matches no case", filter);
+
+    peaks pk;
+    measure_peaks(&c, quick ? 0.1 : 0.3, &pk);
+    const double peak = pk.amx[1] > 0 ? pk.amx[1] : pk.dp[1] > 0 ? pk.dp[1] : pk.fma[1];
+    const double core_peak = pk.amx[2] > 0 ? pk.amx[2] : pk.dp[2] > 0 ? pk.dp[2] : pk.fma[2];
+    const char *peak_kind = pk.amx[1] > 0 ? "amx_bf16" : pk.dp[1] > 0 ? "avx512_bf16"
+                            : pk.fma[1] > 0 ? c.t->peak_f32_fma_name : "none";
+    dnnl_api dn;
+    const bool have_dnnl = !no_dnnl && dnnl_load(&dn, c.nthreads);
     int64_t erows[256];
     expert_rows(T * topk, E, erows);
 
@@ -798,7 +809,8 @@ static int bench_kernels(int argc, char **argv)
                date, trex_isa_name(c.t->isa), c.t->gemm_name, c.t->pack_name, c.nthreads,
                (long long)c.reps, peak_kind, peak, c.nthreads, pk.copy_gbs, huge ? "2 MiB" : "4 KiB",
                have_dnnl ? "bf16 matmul, sgemm for f32in (libdnnl.so.2)" : "n/a");
-        printf("per-core peak %.2f TFLOP/s per CPU-second. cpu-TF: FLOPs per CPU-second of the process; "
+        printf("per-core peak %.2f TFLOP/s per CPU-second. cpu-TF: FLOPs per CPU-second of the pool's "
+               "threads (oneDNN's: of the process, which may miss up to a scheduler tick of its threads' time); "
                "%%core: that / (per-core peak); both stay meaningful on a shared machine\n",
                core_peak);
         printf("%-30s %-18s %8s %7s %6s %7s %6s %7s %6s | %8s %7s %7s | %8s %7s %7s | %s\n", "case",
@@ -898,7 +910,7 @@ static int bench_kernels(int argc, char **argv)
             res.prepack_ms = 1e3 * (trex_wall_s() - t0);
         }
         for (int r = -1; r < c.reps && ok; r++) {
-            double t0 = trex_wall_s(), c0 = trex_cpu_s();
+            double t0 = trex_wall_s(), c0 = trex_pool_cpu_s(c.pool);
             const float beta = k->accumulate ? 1.0f : 0.0f;
             if (k->prepacked == PRE_A)
                 trex_gemm_prepacked_a_with(c.t, c.pool, ws, packs[0], in, k->tb, probs[0].N, 1.0f,
@@ -918,7 +930,7 @@ static int bench_kernels(int argc, char **argv)
                 trex_gemm_grouped_with(c.t, c.pool, ws, in, k->ta, k->tb, 1.0f, beta, probs, ng);
             if (r >= 0) {
                 v[r] = trex_wall_s() - t0;
-                u[r] = trex_cpu_s() - c0;
+                u[r] = trex_pool_cpu_s(c.pool) - c0;
             }
         }
         for (int g = 0; g < ng; g++) {

@@ -13,7 +13,7 @@ static const trex_subcmd commands[] = {
     {"generate", trex_cmd_generate, "answer a chat prompt with a training run's checkpoint"},
     {"eval", trex_cmd_eval, "score a run's answers to OR problems with the solver (eval or)"},
     {"plan", trex_cmd_plan, "predict memory, step time and MFU of parallel layouts on a cluster"},
-    {"bench", trex_cmd_bench, "measure the machine and the kernels (peak, kernels)"},
+    {"bench", trex_cmd_bench, "measure the machine, the kernels and training steps (peak, kernels, fused, step)"},
 };
 
 int trex_cli_error(const char *fmt, ...)
