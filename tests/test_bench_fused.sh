@@ -10,7 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 run=(bench fused --threads 1 --reps 1 --tokens 64)
 cases="rmsnorm.fwd rmsnorm.bwd rmsnorm.dw sumsq rope rms_head_bwd swiglu.fwd swiglu.bwd mhc.post_fwd mhc.post_bwd
-mhc.collapse mhc.collapse_bwd pool.fwd pool.bwd cvt_bf16_nt copy_nt adamw"
+mhc.collapse mhc.collapse_bwd pool.fwd pool.bwd ce.fwd ce.grad cvt_bf16_nt copy_nt adamw"
 
 # --- JSON: every case at the machine's level and at ref ------------------------------------------------------
 for isa in best ref; do
@@ -50,8 +50,8 @@ PY
 "$TREX" "${run[@]}" >"$tmp/text" 2>&1 && ok || bad "text report exit"
 grep -q "^trex bench fused: .*copy bandwidth" "$tmp/text" && grep -q "^case .*%copy .*x ref" "$tmp/text" && ok \
   || bad "text report header: $(head -c 300 "$tmp/text")"
-[ "$(grep -c -E '^(rmsnorm|sumsq|rope|rms_head|swiglu|mhc|pool|cvt|copy|adamw)' "$tmp/text")" -eq 17 ] && ok \
-  || bad "text report: not 17 case lines"
+[ "$(grep -c -E '^(rmsnorm|sumsq|rope|rms_head|swiglu|mhc|pool|ce|cvt|copy|adamw)' "$tmp/text")" -eq 19 ] && ok \
+  || bad "text report: not 19 case lines"
 
 # --- help and bad values -------------------------------------------------------------------------------------
 "$TREX" bench fused --help >"$tmp/help" 2>&1 && grep -q "copy bandwidth" "$tmp/help" && grep -q -- "--tokens" "$tmp/help" \

@@ -211,6 +211,34 @@ static void run_copy(void *arg, int64_t r0, int64_t r1, int tid)
 }
 static double bytes_copy(int64_t T) { return 8.0 * T * H * HD; }
 
+/* The LM head's cross-entropy over logits held transposed (model/model.c): blocks of CE_ROWS vocabulary
+ * rows of a chunk's columns, min(T, 1 024) tokens (the model's chunk), as many blocks as the operands
+ * hold: T / 32 at 1 024 columns and more (a quarter of the vocabulary at 4 096 tokens), else 32. */
+enum { CE_ROWS = 256 };
+static int64_t ce_cols(int64_t T) { return T < 1024 ? T : 1024; }
+static int64_t rows_ce(int64_t T) { return T * H * HD / CE_ROWS / ce_cols(T); }
+
+static void run_ce_fwd(void *arg, int64_t b0, int64_t b1, int tid)
+{
+    (void)tid;
+    const fused_job *j = arg;
+    const int64_t cols = ce_cols(j->T);
+    for (int64_t b = b0; b < b1; b++) /* with keep: exp(l - max) replaces each logit, as the model's */
+        j->f->ce_fwd(j->a + b * CE_ROWS * cols, cols, CE_ROWS, cols, 1, j->b + b * cols,
+                     (double *)(void *)j->c + b * cols);
+}
+static double bytes_ce_fwd(int64_t T) { return 8.0 * rows_ce(T) * CE_ROWS * ce_cols(T); }
+
+static void run_ce_grad(void *arg, int64_t b0, int64_t b1, int tid)
+{
+    (void)tid;
+    const fused_job *j = arg;
+    const int64_t cols = ce_cols(j->T);
+    for (int64_t b = b0; b < b1; b++) /* the columns' scales: par's ones */
+        j->f->ce_grad(j->h + b * CE_ROWS * cols, cols, j->a + b * CE_ROWS * cols, cols, CE_ROWS, cols, j->par);
+}
+static double bytes_ce_grad(int64_t T) { return 6.0 * rows_ce(T) * CE_ROWS * ce_cols(T); }
+
 static void run_adamw(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
@@ -243,6 +271,8 @@ static const fused_case cases[] = {
     {"mhc.collapse_bwd", "T x 4 x 1024", rows_tokens, 16, bytes_collapse_bwd, run_collapse_bwd, NULL},
     {"pool.fwd", "T/4 blocks x 8 own rows x 512", rows_blocks, 16, bytes_pool_fwd, run_pool_fwd, NULL},
     {"pool.bwd", "T/4 blocks x 8 own rows x 512", rows_blocks, 16, bytes_pool_bwd, run_pool_bwd, NULL},
+    {"ce.fwd", "logits^T, 256-row blocks", rows_ce, 1, bytes_ce_fwd, run_ce_fwd, NULL},
+    {"ce.grad", "logits^T, 256-row blocks -> bf16", rows_ce, 1, bytes_ce_grad, run_ce_grad, NULL},
     {"cvt_bf16_nt", "T x 16 x 512 -> bf16", rows_heads, 64, bytes_cvt, run_cvt, NULL},
     {"copy_nt", "T x 16 x 512", rows_heads, 64, bytes_copy, run_copy, NULL},
     {"adamw", "T x 16 x 512 parameters", rows_heads, 64, bytes_adamw, run_adamw, prep_adamw},
@@ -273,7 +303,7 @@ static void job_free(fused_job *j)
 }
 
 /* The per-token small operands, two regions: from par[0], T (NS + NS^2) ones read as RMSNorm's rstd
- * (T), the per-head rstd (T H) and mHC's mixes (T (NS + NS^2)) alike, all 1 so that the in-place cases
+ * (T), the per-head rstd (T H), mHC's mixes (T (NS + NS^2)) and the cross-entropy's column scales alike, all 1 so that the in-place cases
  * neither grow nor shrink over --reps runs; then the rope tables, cos and sin of random angles (T HALF
  * each), which keep a pair's norm. */
 static int64_t par_floats(int64_t T)
@@ -351,7 +381,9 @@ int trex_cmd_bench_fused(int argc, char **argv)
     static const char summary[] =
         "The memory-bound entries of the fused-kernel table (RMSNorm forward, backward and weight "
         "gradient, the sum of squares, RoPE, the per-head RMS backward, SwiGLU in bf16, mHC's post and "
-        "collapse with their backward, the compressor's pooling, the bf16 conversion and the copy written "
+        "collapse with their backward, the compressor's pooling, the LM head's cross-entropy (its forward "
+        "over blocks of 256 vocabulary rows of a chunk of min(tokens, 1024) columns, and its bf16 "
+        "gradient), the bf16 conversion and the copy written "
         "around the cache) and the optimizer's AdamW pass, at dsv4-bench's shapes for --tokens tokens, "
         "split over the threads in row ranges as the model splits them; at the level's leaf and at the "
         "reference, side by side. Memory bounds them: for each case, median time, the rate at which it "
