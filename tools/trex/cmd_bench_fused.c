@@ -303,8 +303,8 @@ static void job_free(fused_job *j)
 }
 
 /* The per-token small operands, two regions: from par[0], T (NS + NS^2) ones read as RMSNorm's rstd
- * (T), the per-head rstd (T H), mHC's mixes (T (NS + NS^2)) and the cross-entropy's column scales alike, all 1 so that the in-place cases
- * neither grow nor shrink over --reps runs; then the rope tables, cos and sin of random angles (T HALF
+ * (T), the per-head rstd (T H), mHC's mixes (T (NS + NS^2)) and the cross-entropy's column scales
+ * alike, all 1 so that the in-place cases neither grow nor shrink over --reps runs; then the rope tables, cos and sin of random angles (T HALF
  * each), which keep a pair's norm. */
 static int64_t par_floats(int64_t T)
 {
