@@ -540,6 +540,11 @@ static void *operand_alloc(size_t bytes, bool huge)
     return p;
 }
 
+/* The packer paths' cases, in bench_packing's order */
+static const char *const pack_names[8] = {"pack.a.rows.f32", "pack.a.rows.bf16", "pack.a.pairs.f32",
+                                          "pack.a.pairs.bf16", "pack.b.rows.f32", "pack.b.rows.bf16",
+                                          "pack.b.pairs.f32", "pack.b.pairs.bf16"};
+
 /* Packing throughput of each packer path of the level, on the calling thread: a 1024 x 1024 operand
  * packed as the GEMM packs it, either cycling over 32 operands (128 MiB of fp32, 64 MiB of bf16:
  * mostly from memory) or over one (4 or 2 MiB: from L2/L3). "rows": k contiguous in the source (x of
@@ -547,11 +552,6 @@ static void *operand_alloc(size_t bytes, bool huge)
  * k-pairs interleaved from two source rows (dy and W of dy W, both operands of the weight gradient
  * dy^T x), packed a step of 32 k at a time across all panels (the framework's order for these
  * layouts, docs/kernels.md "Round 11"). Figures: GB of source per CPU-second, median of reps. */
-/* The packer paths' cases, in bench_packing's order */
-static const char *const pack_names[8] = {"pack.a.rows.f32", "pack.a.rows.bf16", "pack.a.pairs.f32",
-                                          "pack.a.pairs.bf16", "pack.b.rows.f32", "pack.b.rows.bf16",
-                                          "pack.b.pairs.f32", "pack.b.pairs.bf16"};
-
 static void bench_packing(const bench_common *c, const char *filter, bool huge, cJSON *arr)
 {
     enum { R = 1024, K = 1024, NOPS = 32 };

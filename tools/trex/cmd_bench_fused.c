@@ -235,7 +235,8 @@ static void run_ce_grad(void *arg, int64_t b0, int64_t b1, int tid)
     const fused_job *j = arg;
     const int64_t cols = ce_cols(j->T);
     for (int64_t b = b0; b < b1; b++) /* the columns' scales: par's ones */
-        j->f->ce_grad(j->h + b * CE_ROWS * cols, cols, j->a + b * CE_ROWS * cols, cols, CE_ROWS, cols, j->par);
+        j->f->ce_grad(j->h + b * CE_ROWS * cols, cols, j->a + b * CE_ROWS * cols, cols, CE_ROWS, cols,
+                      j->par);
 }
 static double bytes_ce_grad(int64_t T) { return 6.0 * rows_ce(T) * CE_ROWS * ce_cols(T); }
 
@@ -304,8 +305,8 @@ static void job_free(fused_job *j)
 
 /* The per-token small operands, two regions: from par[0], T (NS + NS^2) ones read as RMSNorm's rstd
  * (T), the per-head rstd (T H), mHC's mixes (T (NS + NS^2)) and the cross-entropy's column scales
- * alike, all 1 so that the in-place cases neither grow nor shrink over --reps runs; then the rope tables, cos and sin of random angles (T HALF
- * each), which keep a pair's norm. */
+ * alike, all 1 so that the in-place cases neither grow nor shrink over --reps runs; then the rope
+ * tables, cos and sin of random angles (T HALF each), which keep a pair's norm. */
 static int64_t par_floats(int64_t T)
 {
     _Static_assert(H <= NS + NS * NS, "the per-head rstd fits in the first region");
