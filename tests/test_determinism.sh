@@ -2,7 +2,8 @@
 # tests/test_determinism.sh — `trex model run --backward` on dsv4-tiny gives byte-identical output files
 # (logits, losses, every gradient) with 1 thread, 2 threads and TREX_THREADS=2, in dense and sparse
 # mode, and with TREX_ISA=ref (the reference kernels) as at the best level; and bad batches and a bad
-# TREX_ISA are refused with exit status 1 and a message (for a batch, naming the file and the tensor).
+# TREX_ISA, and an --out that names an input, are refused with exit status 1 and a message (for a batch,
+# naming the file and the tensor).
 # Env: TREX (the trex binary, default build/trex), PYTHON (only to write the small batch files).
 . "$(dirname "$0")/lib.sh"
 CFG=configs/dsv4-tiny.json
@@ -70,6 +71,15 @@ expect_error bad_dtype.safetensors "trex: error:" "bad_dtype.safetensors" "token
 expect_error short.safetensors "trex: error:" "short.safetensors" "tokens" "T >= 2"
 expect_error no_tokens.safetensors "trex: error:" "no_tokens.safetensors" "tokens"
 expect_error bad_mask.safetensors "trex: error:" "bad_mask.safetensors" "loss_mask"
+# --out naming an input file: refused, the input untouched
+for which in weights batch; do
+  f="$tmp/w.safetensors"; [ $which = batch ] && f="$tmp/batch.safetensors"
+  sum0=$(cksum <"$f")
+  "$TREX" model run --config "$CFG" --weights "$tmp/w.safetensors" --batch "$tmp/batch.safetensors" --out "$f" \
+    >/dev/null 2>"$tmp/err.txt"; rc=$?
+  [ $rc -eq 1 ] && grep -q -- "is the --$which file" "$tmp/err.txt" && [ "$(cksum <"$f")" = "$sum0" ] && ok \
+    || bad "--out = --$which: exit $rc, $(head -c 200 "$tmp/err.txt")"
+done
 # a TREX_ISA that is no kernel level: the same kind of error, not an abort
 TREX_ISA=avx3 expect_error batch.safetensors "trex: error:" "TREX_ISA='avx3' is not a kernel level"
 

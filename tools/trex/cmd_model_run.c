@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "commands.h"
 #include "kernels/dispatch.h"
@@ -150,6 +151,13 @@ static void print_mem(const trex_mem *mem, const trex_model *m)
            (double)trex_model_arena_peak(m) / MiB);
 }
 
+/* Whether path b names the file a names (both exist: the same device and inode). */
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int trex_cmd_model_run(int argc, char **argv)
 {
     static const char *config = NULL, *weights = NULL, *batch = NULL, *outp = NULL;
@@ -238,6 +246,9 @@ int trex_cmd_model_run(int argc, char **argv)
     trex_st_writer *wr = NULL;
     float scal[5];
 
+    if (same_file(outp, weights) || same_file(outp, batch)) /* it would be replaced by the results */
+        return trex_cli_error("--out %s is the %s file: give another path", outp,
+                              same_file(outp, weights) ? "--weights" : "--batch");
     if (trex_kernels_init(&err) != TREX_OK) /* a bad TREX_ISA, before anything is loaded */
         goto fail;
     if (trex_config_load(&cfg, config, &err) != TREX_OK)
